@@ -1,0 +1,20 @@
+"""ndpe: positional encodings for transformers on data with 1, 2 or 3 positional axes.
+
+>>> import ndpe, torch
+>>> pe = ndpe.make(dims=2, kind="rope", dim=384, heads=6)
+>>> pos = pe((14, 14), num_prefix=1)          # once per forward
+>>> q = k = torch.randn(8, 6, 1 + 196, 64)
+>>> q, k = ndpe.apply_qk(q, k, pos)           # inside attention
+"""
+from . import kinds as _kinds  # noqa: F401  (registers every kind)
+from .attention import Attention, causal_mask
+from .base import Encoding
+from .contract import PosOut, apply_qk, apply_tokens, attn_bias, merge
+from .coords import grid_coords
+from .registry import available, make, options, register
+
+__all__ = [
+    "Attention", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
+    "causal_mask", "grid_coords", "make", "merge", "options", "register",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,141 @@
+"""``Encoding``: the base module every kind derives from.
+
+A kind implements :meth:`Encoding.encode` for ``N`` grid tokens; the base class validates
+inputs, builds coordinates, applies position augmentation in training mode, pads the prefix
+tokens with the identity, casts to the requested dtype and caches fixed (parameter-free)
+encodings per ``(grid_shape, num_prefix, device, dtype)``.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import ClassVar, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .contract import PosOut
+from .coords import check_grid_shape, check_positions, grid_coords, num_grid_tokens
+
+_CACHE_SIZE = 16
+
+
+class Encoding(nn.Module):
+    """Base class of all kinds. Subclasses set ``coords_mode`` and implement ``encode``.
+
+    Call as ``pe(grid_shape, *, positions=None, num_prefix=0, dtype=None) -> PosOut``.
+
+    Args of ``forward``:
+        grid_shape: sizes of the positional axes, ``ij`` order (e.g. ``(rows, cols)``).
+        positions: explicit coordinates ``(N, dims)`` or ``(B, N, dims)`` in the kind's
+            coordinate units (``pe.coords(grid_shape)`` gives the default ones).
+        num_prefix: cls/register tokens placed before the grid tokens; never encoded.
+        dtype: dtype of the returned tensors; the math runs in float32 regardless.
+    """
+
+    kind: ClassVar[str] = ""
+    supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
+    coordinate_based: ClassVar[bool] = True  # accepts fractional coordinates / augmentation
+
+    def __init__(self, *, dims: int, dim: int, heads: int = 1):
+        super().__init__()
+        if dims not in self.supported_dims:
+            raise ValueError(f"kind {self.kind!r} supports dims {self.supported_dims}, got dims={dims!r}")
+        for name, value in (("dim", dim), ("heads", heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if dim % heads:
+            raise ValueError(f"dim={dim} is not divisible by heads={heads}")
+        self.dims, self.dim, self.heads = dims, dim, heads
+        self.head_dim = dim // heads
+        self.coords_mode = "index"
+        self.cat_dim = 0  # channels a `cat` output appends to each token
+        self.augment: nn.Module | None = None
+        self.register_buffer("_anchor", torch.empty(0), persistent=False)  # follows .to(device)
+        self._cache: OrderedDict = OrderedDict()
+
+    # -- to implement --------------------------------------------------------------------
+    def encode(self, positions: Tensor, grid_shape: tuple[int, ...] | None) -> PosOut:
+        """Encode ``positions`` ``(N, dims)`` or ``(B, N, dims)`` (float32) for the ``N`` grid tokens."""
+        raise NotImplementedError
+
+    # -- shared machinery ----------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self._anchor.device
+
+    def coords(self, grid_shape: Sequence[int]) -> Tensor:
+        """Default coordinates ``(N, dims)`` of the grid in this kind's units."""
+        grid_shape = check_grid_shape(grid_shape, self.dims)
+        return grid_coords(grid_shape, self.coords_mode, device=self.device)
+
+    def set_augment(self, augment: nn.Module | None) -> None:
+        """Attach a position augmentation (active in training mode only)."""
+        if augment is not None and not self.coordinate_based:
+            raise ValueError(f"kind {self.kind!r} looks positions up in a table; augmentation needs a coordinate-based kind")
+        self.augment = augment
+        self.clear_cache()
+
+    def clear_cache(self) -> None:
+        """Forget cached outputs (call after changing options in place)."""
+        self._cache.clear()
+
+    def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
+                num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut:
+        if isinstance(num_prefix, bool) or not isinstance(num_prefix, int) or num_prefix < 0:
+            raise ValueError(f"num_prefix must be an int >= 0, got {num_prefix!r}")
+        if grid_shape is None and positions is None:
+            raise ValueError("pass grid_shape, positions, or both")
+        if grid_shape is not None:
+            grid_shape = check_grid_shape(grid_shape, self.dims)
+        augmenting = self.augment is not None and self.training
+        key = None
+        if positions is None and not augmenting and self._cacheable():
+            key = (grid_shape, num_prefix, self.device, dtype)
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        if positions is None:
+            positions = grid_coords(grid_shape, self.coords_mode, device=self.device)
+        else:
+            positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape))
+        if augmenting:
+            positions = self.augment(positions, grid_shape)
+        out = pad_prefix(self.encode(positions, grid_shape), num_prefix)
+        if dtype is not None:
+            out = out.to(dtype)
+        if key is not None:
+            self._cache[key] = out
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return out
+
+    def _cacheable(self) -> bool:
+        if torch.compiler.is_compiling():
+            return False
+        return not any(p.requires_grad for p in self.parameters())
+
+    def _apply(self, fn, *args, **kwargs):
+        self.clear_cache()
+        return super()._apply(fn, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}, dim={self.dim}, heads={self.heads}"
+
+
+def pad_prefix(out: PosOut, num_prefix: int) -> PosOut:
+    """Extend every field over ``num_prefix`` leading tokens with the identity (0 add, no rotation)."""
+    if num_prefix == 0:
+        return out
+    p = num_prefix
+
+    def tok(t):  # (*, N, C) -> (*, P + N, C), zeros in front
+        return None if t is None else F.pad(t, (0, 0, p, 0))
+
+    rot = None
+    if out.rot is not None:
+        cos, sin = out.rot
+        rot = (F.pad(cos, (0, 0, p, 0), value=1.0), F.pad(sin, (0, 0, p, 0)))
+    bias = None if out.bias is None else F.pad(out.bias, (p, 0, p, 0))
+    return PosOut(add=tok(out.add), cat=tok(out.cat), rot=rot, bias=bias, pairing=out.pairing, num_prefix=p)

@@ -1,0 +1,90 @@
+"""Grid shapes and coordinates: validation and the ``ij`` (row-major) coordinate grids.
+
+>>> grid_coords((2, 3))
+tensor([[0., 0.],
+        [0., 1.],
+        [0., 2.],
+        [1., 0.],
+        [1., 1.],
+        [1., 2.]])
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+COORD_MODES = ("index", "pixel", "centered")
+
+
+def check_grid_shape(grid_shape: Sequence[int], dims: int) -> tuple[int, ...]:
+    """Validate ``grid_shape`` as ``dims`` positive ints and return it as a tuple."""
+    if isinstance(grid_shape, int):
+        grid_shape = (grid_shape,)
+    if isinstance(grid_shape, Tensor):
+        grid_shape = tuple(grid_shape.tolist())
+    try:
+        shape = tuple(grid_shape)
+    except TypeError:
+        raise TypeError(f"grid_shape must be a tuple of {dims} ints, got {grid_shape!r}") from None
+    if len(shape) != dims:
+        raise ValueError(f"grid_shape {shape} has {len(shape)} axes but the encoding has dims={dims}")
+    for n in shape:
+        if isinstance(n, bool) or not isinstance(n, int) and not (hasattr(n, "__index__") or _is_symint(n)):
+            raise TypeError(f"grid_shape must hold ints, got {shape!r}")
+        if not _is_symint(n) and n < 1:
+            raise ValueError(f"grid_shape sizes must be >= 1, got {shape}")
+    return shape
+
+
+def _is_symint(n) -> bool:
+    return isinstance(n, torch.SymInt)
+
+
+def axis_coords(n: int, mode: str = "index", *, device=None, dtype=torch.float32) -> Tensor:
+    """Coordinates ``(n,)`` along one axis.
+
+    ``index``: 0 .. n-1; ``pixel``: -1 .. 1 inclusive (0 when n = 1);
+    ``centered``: pixel centres ``(i + 0.5) / n * 2 - 1``, inside (-1, 1).
+    """
+    i = torch.arange(n, device=device, dtype=dtype)
+    if mode == "index":
+        return i
+    if mode == "pixel":
+        return i * (2.0 / max(n - 1, 1)) - (1.0 if n > 1 else 0.0)
+    if mode == "centered":
+        return (i + 0.5) * (2.0 / n) - 1.0
+    raise ValueError(f"coordinate mode must be one of {COORD_MODES}, got {mode!r}")
+
+
+def grid_coords(grid_shape: Sequence[int], mode: str = "index", *, device=None, dtype=torch.float32) -> Tensor:
+    """Coordinates of every grid point, ``(N, dims)``, row-major (``ij``: first axis slowest)."""
+    axes = [axis_coords(n, mode, device=device, dtype=dtype) for n in grid_shape]
+    mesh = torch.meshgrid(*axes, indexing="ij")
+    return rearrange(torch.stack(mesh), "d ... -> (...) d")
+
+
+def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None) -> Tensor:
+    """Validate explicit coordinates ``(N, dims)`` or ``(B, N, dims)``; returns them as float32 (float64 kept)."""
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"positions must be a tensor of shape (N, {dims}) or (B, N, {dims}), got {type(positions).__name__}")
+    if positions.ndim not in (2, 3) or positions.shape[-1] != dims:
+        raise ValueError(f"positions must have shape (N, {dims}) or (B, N, {dims}), got {tuple(positions.shape)}")
+    if num_tokens is not None and positions.shape[-2] != num_tokens:
+        raise ValueError(f"positions hold {positions.shape[-2]} tokens but grid_shape has {num_tokens}")
+    if positions.dtype != torch.float64:
+        positions = positions.to(torch.float32)
+    if not _is_compiling() and not bool(torch.isfinite(positions).all()):
+        raise ValueError("positions contain NaN or inf; expected finite coordinates")
+    return positions
+
+
+def num_grid_tokens(grid_shape: Sequence[int]) -> int:
+    return math.prod(grid_shape)
+
+
+def _is_compiling() -> bool:
+    return torch.compiler.is_compiling()
