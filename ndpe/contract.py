@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 import torch
+import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .functional import apply_rotary
@@ -60,6 +61,23 @@ class PosOut:
         """Cast every tensor to ``dtype`` (angles were already computed in float32)."""
         cast = {f.name: _cast(getattr(self, f.name), dtype) for f in fields(self) if f.name in ("add", "cat", "rot", "bias")}
         return replace(self, **cast)
+
+
+def _flatten(out: PosOut):
+    return [out.add, out.cat, out.rot, out.bias], (out.pairing, out.num_prefix)
+
+
+def _unflatten(children, context) -> PosOut:
+    add, cat, rot, bias = children
+    return PosOut(add=add, cat=cat, rot=None if rot is None else tuple(rot), bias=bias,
+                  pairing=context[0], num_prefix=context[1])
+
+
+# A pytree node, so PosOut can cross torch.compile / torch.export boundaries.
+pytree.register_pytree_node(PosOut, _flatten, _unflatten, serialized_type_name="ndpe.PosOut",
+                            flatten_with_keys_fn=lambda o: ([(pytree.GetAttrKey(k), v) for k, v in
+                                                             zip(("add", "cat", "rot", "bias"), _flatten(o)[0])],
+                                                            _flatten(o)[1]))
 
 
 def _cast(value, dtype):

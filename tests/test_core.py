@@ -1,0 +1,105 @@
+"""Core pieces: coordinates, PosOut apply/merge, prefix padding, caching, the reference Attention."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ndpe
+from ndpe.base import pad_prefix
+from ndpe.coords import axis_coords, grid_coords
+
+
+@pytest.mark.parametrize("n,mode,expected", [
+    (4, "index", [0, 1, 2, 3]),
+    (3, "pixel", [-1, 0, 1]),
+    (1, "pixel", [0]),
+    (2, "centered", [-0.5, 0.5]),
+    (1, "centered", [0]),
+])
+def test_axis_coords(n, mode, expected):
+    torch.testing.assert_close(axis_coords(n, mode), torch.tensor(expected, dtype=torch.float32))
+
+
+def test_grid_coords_are_row_major_ij():
+    c = grid_coords((2, 3, 4))
+    naive = torch.tensor([[f, r, col] for f in range(2) for r in range(3) for col in range(4)], dtype=torch.float32)
+    torch.testing.assert_close(c, naive)
+    assert not torch.equal(grid_coords((2, 8)), grid_coords((8, 2)))
+
+
+def test_coordinates_stay_exact_at_large_positions():
+    assert grid_coords((100_001,))[-1, 0].item() == 100_000.0  # never built in bf16
+
+
+def test_pad_prefix_identity():
+    out = ndpe.PosOut(add=torch.randn(5, 4), cat=torch.randn(5, 2), rot=(torch.randn(3, 5, 2), torch.randn(3, 5, 2)),
+                      bias=torch.randn(3, 5, 5))
+    p = pad_prefix(out, 2)
+    assert p.add.shape == (7, 4) and p.cat.shape == (7, 2) and p.rot[0].shape == (3, 7, 2) and p.bias.shape == (3, 7, 7)
+    assert (p.rot[0][:, :2] == 1).all() and (p.rot[1][:, :2] == 0).all()
+    torch.testing.assert_close(p.bias[:, 2:, 2:], out.bias)
+    assert p.bias[:, :2].abs().sum() == 0 and p.bias[:, :, :2].abs().sum() == 0
+
+
+def test_apply_tokens_add_and_cat():
+    x = torch.randn(2, 5, 6)
+    pos = ndpe.PosOut(add=torch.ones(5, 6), cat=torch.full((5, 2), 3.0))
+    y = ndpe.apply_tokens(x, pos)
+    assert y.shape == (2, 5, 8)
+    torch.testing.assert_close(y[..., :6], x + 1)
+    assert (y[..., 6:] == 3).all()
+
+
+def test_merge_sums_adds_and_biases():
+    a = ndpe.PosOut(add=torch.ones(4, 3), bias=torch.ones(2, 4, 4))
+    b = ndpe.PosOut(add=torch.ones(4, 3), bias=torch.ones(1, 4, 4), rot=(torch.ones(4, 1), torch.zeros(4, 1)),
+                    pairing="interleaved")
+    m = ndpe.merge(a, b)
+    assert (m.add == 2).all() and (m.bias == 2).all() and m.bias.shape == (2, 4, 4)
+    assert m.pairing == "interleaved" and m.rot is b.rot
+
+
+def test_cache_keyed_by_dtype_and_grid():
+    pe = ndpe.make(dims=1, kind="none", dim=8)
+    assert pe((4,)) is pe((4,))
+    assert pe((4,)) is not pe((5,))
+    assert pe((4,), dtype=torch.bfloat16) is not pe((4,))
+
+
+def naive_attention(x, attn, pos, causal):
+    """Per-head softmax attention written out, as a reference for ndpe.Attention."""
+    b, t, c = x.shape
+    h = attn.heads
+    q, k, v = attn.qkv(x).split(c, dim=-1)
+    q, k, v = (z.reshape(b, t, h, c // h).transpose(1, 2) for z in (q, k, v))
+    q, k = ndpe.apply_qk(q, k, pos)
+    logits = q @ k.transpose(-1, -2) / math.sqrt(c // h)
+    if pos is not None and pos.bias is not None:
+        logits = logits + pos.bias
+    if causal:
+        logits = logits.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    out = (logits.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+    return attn.proj(out)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_attention_matches_naive(causal, with_bias):
+    torch.manual_seed(0)
+    attn = ndpe.Attention(16, heads=4, causal=causal).eval()
+    x = torch.randn(2, 6, 16)
+    cos, sin = torch.cos(torch.arange(6.0)[:, None] * torch.tensor([1.0, 0.1])), torch.sin(
+        torch.arange(6.0)[:, None] * torch.tensor([1.0, 0.1]))
+    pos = ndpe.PosOut(rot=(cos, sin), bias=torch.randn(4, 6, 6) if with_bias else None)
+    torch.testing.assert_close(attn(x, pos), naive_attention(x, attn, pos, causal), rtol=1e-5, atol=1e-5)
+
+
+def test_causal_mask():
+    m = ndpe.causal_mask(3)
+    assert m[0, 1] == float("-inf") and m[1, 0] == 0 and m[2, 2] == 0
+    x = torch.randn(1, 1, 3, 4)
+    torch.testing.assert_close(F.scaled_dot_product_attention(x, x, x, attn_mask=m),
+                               F.scaled_dot_product_attention(x, x, x, is_causal=True))

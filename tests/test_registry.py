@@ -1,0 +1,33 @@
+"""Registry behaviour: names, dims, options, duplicates."""
+import inspect
+
+import pytest
+
+import ndpe
+from ndpe.registry import register
+
+
+def test_available_lists_every_kind_with_dims():
+    kinds = ndpe.available()
+    assert "none" in kinds and kinds["none"] == (1, 2, 3)
+    for name, dims in kinds.items():
+        assert set(dims) <= {1, 2, 3} and dims
+
+
+def test_duplicate_name_raises():
+    with pytest.raises(ValueError, match="already registered"):
+        register("none")(type("Again", (ndpe.Encoding,), {}))
+
+
+def test_every_kind_has_keyword_only_init_without_kwargs():
+    from ndpe.registry import _KINDS
+
+    for name, cls in _KINDS.items():
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        assert all(p.kind is p.KEYWORD_ONLY for p in params), name
+        assert not any(p.kind is p.VAR_KEYWORD for p in params), name
+        assert cls.__doc__, f"kind {name!r} has no docstring"
+
+
+def test_options_lists_defaults():
+    assert ndpe.options("none") == {}
