@@ -9,12 +9,13 @@
 from . import kinds as _kinds  # noqa: F401  (registers every kind)
 from .attention import Attention, causal_mask
 from .base import Encoding
+from .combine import Combine
 from .contract import PosOut, apply_qk, apply_tokens, attn_bias, merge
 from .coords import grid_coords
 from .registry import available, make, options, register
 
 __all__ = [
-    "Attention", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
+    "Attention", "Combine", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
     "causal_mask", "grid_coords", "make", "merge", "options", "register",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,41 @@
+"""``Combine``: several encodings acting together (e.g. learned absolute + ALiBi), merged per forward."""
+from __future__ import annotations
+
+from torch import nn
+
+from .contract import PosOut, merge
+
+
+class Combine(nn.Module):
+    """Run encodings on the same grid and merge their outputs with :func:`ndpe.merge`.
+
+    Adds and biases sum, concatenated channels append, at most one encoding may rotate.
+
+    >>> import ndpe
+    >>> pe = ndpe.Combine(ndpe.make(dims=1, kind="none", dim=32, heads=4),
+    ...                   ndpe.make(dims=1, kind="none", dim=32, heads=4))
+    >>> pe((16,)).rot is None
+    True
+    """
+
+    def __init__(self, *encodings: nn.Module):
+        super().__init__()
+        if not encodings:
+            raise ValueError("Combine needs at least one encoding")
+        first = encodings[0]
+        for pe in encodings[1:]:
+            if (pe.dims, pe.dim, pe.heads) != (first.dims, first.dim, first.heads):
+                raise ValueError("Combine needs encodings with the same dims, dim and heads, got "
+                                 f"{[(e.kind, e.dims, e.dim, e.heads) for e in encodings]}")
+        self.encodings = nn.ModuleList(encodings)
+        self.dims, self.dim, self.heads, self.head_dim = first.dims, first.dim, first.heads, first.head_dim
+        self.cat_dim = sum(pe.cat_dim for pe in encodings)
+        self.coordinate_based = all(pe.coordinate_based for pe in encodings)
+        self.kind = "+".join(pe.kind for pe in encodings)
+
+    def coords(self, grid_shape):
+        return self.encodings[0].coords(grid_shape)
+
+    def forward(self, grid_shape=None, *, positions=None, num_prefix=0, dtype=None) -> PosOut:
+        return merge(*(pe(grid_shape, positions=positions, num_prefix=num_prefix, dtype=dtype)
+                       for pe in self.encodings))
