@@ -12,10 +12,11 @@ from .base import Encoding
 from .combine import Combine
 from .contract import PosOut, apply_qk, apply_tokens, attn_bias, merge
 from .coords import grid_coords
+from .kinds.coord import AddCoords
 from .registry import available, make, options, register
 
 __all__ = [
-    "Attention", "Combine", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
+    "AddCoords", "Attention", "Combine", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
     "causal_mask", "grid_coords", "make", "merge", "options", "register",
 ]
 __version__ = "0.1.0"

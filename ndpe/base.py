@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .contract import PosOut
-from .coords import check_grid_shape, check_positions, grid_coords, num_grid_tokens
+from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 
 _CACHE_SIZE = 16
 
@@ -48,7 +48,7 @@ class Encoding(nn.Module):
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
         self.dims, self.dim, self.heads = dims, dim, heads
         self.head_dim = dim // heads
-        self.coords_mode = "index"
+        self._coords_mode = "index"
         self.cat_dim = 0  # channels a `cat` output appends to each token
         self.augment: nn.Module | None = None
         self.register_buffer("_anchor", torch.empty(0), persistent=False)  # follows .to(device)
@@ -63,6 +63,18 @@ class Encoding(nn.Module):
     @property
     def device(self) -> torch.device:
         return self._anchor.device
+
+    @property
+    def coords_mode(self) -> str:
+        """Units of the default coordinates: ``"index"``, ``"pixel"`` or ``"centered"`` (see ``ndpe.coords``)."""
+        return self._coords_mode
+
+    @coords_mode.setter
+    def coords_mode(self, mode: str) -> None:
+        if mode not in COORD_MODES:
+            raise ValueError(f"coords must be one of {COORD_MODES}, got {mode!r}")
+        self._coords_mode = mode
+        self.clear_cache()
 
     def coords(self, grid_shape: Sequence[int]) -> Tensor:
         """Default coordinates ``(N, dims)`` of the grid in this kind's units."""
@@ -119,6 +131,10 @@ class Encoding(nn.Module):
     def _apply(self, fn, *args, **kwargs):
         self.clear_cache()
         return super()._apply(fn, *args, **kwargs)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self.clear_cache()  # loaded buffers invalidate outputs cached for the old ones
 
     def extra_repr(self) -> str:
         return f"dims={self.dims}, dim={self.dim}, heads={self.heads}"

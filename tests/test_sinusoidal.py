@@ -1,0 +1,165 @@
+"""sinusoidal: the AIAYN formula, timm's 2D builder, positional-encodings 1D/2D/3D, layouts, errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from einops import rearrange
+from positional_encodings.torch_encodings import PositionalEncoding1D, PositionalEncoding2D, PositionalEncoding3D
+from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+
+import ndpe
+from ndpe.coords import grid_coords
+
+
+def make(dims, dim, **opts):
+    return ndpe.make(dims=dims, kind="sinusoidal", dim=dim, **opts)
+
+
+def aiayn(n: int, d: int, temperature: float = 10000.0) -> torch.Tensor:
+    """The paper's formula, one entry at a time, in float64: (n, d)."""
+    pe = torch.empty(n, d, dtype=torch.float64)
+    for pos in range(n):
+        for i in range(d // 2):
+            pe[pos, 2 * i] = math.sin(pos / temperature ** (2 * i / d))
+            pe[pos, 2 * i + 1] = math.cos(pos / temperature ** (2 * i / d))
+    return pe
+
+
+@pytest.mark.parametrize("n,dim,temperature", [(50, 8, 10000.0), (17, 32, 10000.0), (9, 6, 100.0), (1, 2, 10000.0)])
+def test_1d_is_the_aiayn_formula(n, dim, temperature):
+    out = make(1, dim, temperature=temperature)((n,)).add
+    torch.testing.assert_close(out.double(), aiayn(n, dim, temperature), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("grid", [(2, 8), (8, 2), (5, 9), (1, 3), (7, 7)])
+@pytest.mark.parametrize("layout,interleave_sin_cos", [("sin_cos", False), ("blocks", True)])
+def test_2d_equals_timm_build_sincos2d(grid, layout, interleave_sin_cos):
+    ref = build_sincos2d_pos_embed(list(grid), dim=32, interleave_sin_cos=interleave_sin_cos)
+    torch.testing.assert_close(make(2, 32, layout=layout)(grid).add, ref, atol=0, rtol=0)
+
+
+def test_timm_reverse_coord_encodes_the_transposed_grid_column_major():
+    """timm's reverse_coord=True on (H, W) is our (W, H) grid: columns first, tokens column-major."""
+    ref = build_sincos2d_pos_embed([3, 5], dim=16, reverse_coord=True)
+    torch.testing.assert_close(make(2, 16, layout="sin_cos")((5, 3)).add, ref, atol=0, rtol=0)
+
+
+def test_non_square_grids_differ_and_keep_axis_order():
+    pe = make(2, 16)
+    a, b = pe((2, 8)).add, pe((8, 2)).add
+    assert a.shape == b.shape and not torch.allclose(a, b)
+    # token (i, j) of (2, 8): first half encodes the row i, second half the column j
+    row_table, col_table = make(1, 8)((8,)).add, make(1, 8)((8,)).add
+    for i, j in [(0, 5), (1, 7), (1, 0)]:
+        torch.testing.assert_close(a[i * 8 + j], torch.cat([row_table[i], col_table[j]]))
+        torch.testing.assert_close(b[j * 2 + i], torch.cat([row_table[j], col_table[i]]))
+
+
+@pytest.mark.parametrize("dims,peer,dim,grid", [
+    (1, PositionalEncoding1D, 12, (9,)),
+    (2, PositionalEncoding2D, 16, (3, 5)),
+    (2, PositionalEncoding2D, 24, (6, 2)),
+    (3, PositionalEncoding3D, 24, (2, 3, 4)),
+])
+def test_equals_positional_encodings_when_channels_split_evenly(dims, peer, dim, grid):
+    ref = peer(dim)(torch.zeros(1, *grid, dim))[0]  # (*grid, dim), axes in our ij order
+    out = make(dims, dim, layout="interleaved")(grid).add
+    torch.testing.assert_close(out, rearrange(ref, "... c -> (...) c"), atol=1e-6, rtol=0)
+
+
+def test_positional_encodings_uneven_split_differs_and_ndpe_raises():
+    """2D dim=6: positional-encodings gives rows 4 channels, columns the first 2 of a 4-channel table."""
+    ref = rearrange(PositionalEncoding2D(6)(torch.zeros(1, 3, 5, 6))[0], "h w c -> (h w) c")
+    table4 = make(1, 4)
+    rows, cols = grid_coords((3, 5)).unbind(-1)
+    torch.testing.assert_close(ref[:, :4], table4(positions=rows[:, None]).add)
+    torch.testing.assert_close(ref[:, 4:], table4(positions=cols[:, None]).add[:, :2])
+    with pytest.raises(ValueError, match="divisible by 2 \\* dims = 4"):
+        make(2, 6)
+
+
+@pytest.mark.parametrize("dims,grid", [(1, (6,)), (2, (3, 4)), (3, (2, 3, 2))])
+def test_layouts_are_channel_permutations(dims, grid):
+    dim = 12 * dims
+    outs = {lay: make(dims, dim, layout=lay)(grid).add for lay in ("interleaved", "blocks", "sin_cos")}
+    # interleaved (a f s) -> blocks (a s f) -> sin_cos (s a f), each a pure reshuffle
+    inter = rearrange(outs["interleaved"], "n (a f s) -> n a f s", a=dims, s=2)
+    torch.testing.assert_close(outs["blocks"], rearrange(inter, "n a f s -> n (a s f)"), atol=0, rtol=0)
+    torch.testing.assert_close(outs["sin_cos"], rearrange(inter, "n a f s -> n (s a f)"), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dims,grid", [(2, (3, 5)), (3, (2, 3, 4))])
+@pytest.mark.parametrize("layout", ["interleaved", "blocks"])
+def test_add_sums_full_width_axis_tables(dims, grid, layout):
+    dim = 16
+    out = make(dims, dim, combine="add", layout=layout)(grid).add
+    axis_pe = make(1, dim, layout=layout)
+    coords = grid_coords(grid)
+    ref = sum(axis_pe(positions=coords[:, a:a + 1]).add for a in range(dims))
+    torch.testing.assert_close(out, ref)
+    assert out.abs().max() <= dims + 1e-6
+    if layout == "blocks":  # one chunk: sin_cos and blocks coincide
+        torch.testing.assert_close(make(dims, dim, combine="add", layout="sin_cos")(grid).add, out, atol=0, rtol=0)
+
+
+def test_add_is_symmetric_in_the_axes():
+    """Documented caveat: shared frequencies make (i, j) and (j, i) collide under combine='add'."""
+    out = make(2, 16, combine="add")((4, 4)).add
+    torch.testing.assert_close(out[1 * 4 + 2], out[2 * 4 + 1])
+    concat = make(2, 16)((4, 4)).add
+    assert not torch.allclose(concat[1 * 4 + 2], concat[2 * 4 + 1])
+
+
+@pytest.mark.parametrize("dims,grid,dim", [(1, (64,), 16), (2, (8, 12), 32), (3, (4, 5, 6), 48)])
+@pytest.mark.parametrize("layout", ["interleaved", "blocks", "sin_cos"])
+def test_bounded_and_unique(dims, grid, dim, layout):
+    out = make(dims, dim, layout=layout)(grid).add
+    assert out.shape == (math.prod(grid), dim)
+    assert out.abs().max() <= 1.0
+    dist = torch.cdist(out, out) + torch.eye(out.shape[0]) * 1e3
+    assert dist.min() > 1e-3, "two positions share an encoding"
+
+
+@pytest.mark.parametrize("coords", ["index", "pixel", "centered"])
+def test_coords_modes(coords):
+    pe = make(2, 16, coords=coords)
+    assert pe.coords_mode == coords
+    grid = (3, 4)
+    torch.testing.assert_close(pe(grid).add, make(2, 16)(positions=grid_coords(grid, coords)).add)
+
+
+def test_fixed_kind_no_parameters_cached_batched():
+    pe = make(2, 16)
+    assert list(pe.parameters()) == [] and pe.state_dict() == {}
+    assert pe((3, 4)) is pe((3, 4))
+    coords = pe.coords((3, 4))
+    out = pe(positions=torch.stack([coords, coords + 0.5])).add
+    assert out.shape == (2, 12, 16)
+    torch.testing.assert_close(out[1], pe(positions=coords + 0.5).add)
+
+
+def test_bf16_output_computed_in_float32():
+    pe = make(1, 8)
+    out = pe((300,), dtype=torch.bfloat16).add
+    torch.testing.assert_close(out, pe((300,)).add.to(torch.bfloat16), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dims,dim,opts,match", [
+    (2, 10, {}, "divisible by 2 \\* dims = 4"),
+    (3, 16, {}, "divisible by 2 \\* dims = 6"),
+    (1, 7, {}, "divisible by 2 \\* dims = 2"),
+    (2, 10, {"combine": "add"}, None),  # fine: add needs an even dim only
+    (2, 9, {"combine": "add"}, "divisible by 2"),
+    (2, 16, {"combine": "sum"}, "combine must be one of"),
+    (2, 16, {"layout": "pairs"}, "layout must be one of"),
+    (2, 16, {"coords": "pixels"}, "coords must be one of"),
+    (2, 16, {"temperature": 0}, "temperature must be > 0"),
+])
+def test_bad_options(dims, dim, opts, match):
+    if match is None:
+        make(dims, dim, **opts)
+        return
+    with pytest.raises(ValueError, match=match):
+        make(dims, dim, **opts)
