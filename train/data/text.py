@@ -1,0 +1,185 @@
+"""Text datasets: the tagging tasks copy / reverse / addition, and a character LM on Python's stdlib.
+
+Tagging layout (one output per position, solvable by a bidirectional encoder)::
+
+    copy     L=4:  tokens  3 1 4 1 | SEP | _ _ _ _        targets -100 x 5, then 3 1 4 1
+    reverse  L=4:  tokens  3 1 4 1 | SEP | _ _ _ _        targets -100 x 5, then 1 4 1 3
+    addition L=3:  tokens  a0 a1 a2 + b0 b1 b2 = _ _ _ _  targets -100 x 8, then s0 s1 s2 s3
+
+``_`` is the blank token that marks an output slot. Numbers are written least significant
+digit first, so output slot ``k`` needs digit ``k`` of both operands and the carry from
+lower digits. Token ids: 0 blank, 1 separator (SEP / "="), 2 plus, ``3 + d`` for symbol
+``d``; targets are the symbol ``d`` itself (``num_classes`` = 10 symbols). The output slot
+for input ``i`` sits at a fixed relative offset (``L + 1``, or ``2L + 2`` for the first
+operand) that grows with ``L``, so the same task at 2L and 4L tests length extrapolation.
+
+``stdlib_lm``: the ``.py`` files of the running Python's standard library
+(``sysconfig.get_paths()["stdlib"]``, skipping ``site-packages`` and test folders), in sorted
+order, split by file (crc32 of the relative path: 90% train, 5% val, 5% test), concatenated
+and encoded with a fixed 98-character vocabulary (``<unk>``, tab, newline, printable ASCII);
+other bytes are ``<unk>``. The corpus depends on the Python version: record it with results.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sysconfig
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ._base import SyntheticDataset, check_min, check_split
+
+BLANK, SEP, PLUS, NUM_SPECIAL, NUM_SYMBOLS = 0, 1, 2, 3, 10
+IGNORE = -100
+
+
+class TagTask(SyntheticDataset):
+    """Base of the tagging tasks: items ``(tokens (L',), targets (L',))``, LongTensor."""
+
+    domain, task = "text", "tag"
+    num_classes = NUM_SYMBOLS
+    vocab_size = NUM_SPECIAL + NUM_SYMBOLS
+
+    def __init__(self, split: str, *, seed: int = 0, length: int = 8, size: int | None = None):
+        super().__init__(split, seed=seed, size=size)
+        check_min("length", length, 1)
+        self.length = int(length)
+
+
+class CopyTask(TagTask):
+    """Copy ``L`` random symbols into the ``L`` blank slots after the separator. Sequence length ``2L + 1``.
+
+    >>> tokens, targets = CopyTask("train", length=4)[0]
+    >>> tokens.shape, (targets[5:] + 3 == tokens[:4]).all().item()
+    (torch.Size([9]), True)
+    """
+
+    name = "copy"
+
+    def output(self, symbols: np.ndarray) -> np.ndarray:
+        return symbols
+
+    def make(self, rng):
+        symbols = rng.integers(0, NUM_SYMBOLS, self.length)  # (L,)
+        tokens = np.concatenate([symbols + NUM_SPECIAL, [SEP], np.full(self.length, BLANK)])
+        targets = np.concatenate([np.full(self.length + 1, IGNORE), self.output(symbols)])
+        return torch.from_numpy(tokens).long(), torch.from_numpy(targets).long()
+
+
+class ReverseTask(CopyTask):
+    """Write the ``L`` symbols in reverse order into the blank slots. Sequence length ``2L + 1``.
+
+    >>> tokens, targets = ReverseTask("train", length=4)[0]
+    >>> (targets[5:] + 3 == tokens[:4].flip(0)).all().item()
+    True
+    """
+
+    name = "reverse"
+
+    def output(self, symbols: np.ndarray) -> np.ndarray:
+        return symbols[::-1].copy()
+
+
+class AdditionTask(TagTask):
+    """Add two ``L``-digit numbers (least significant digit first); ``L + 1`` output slots. Length ``3L + 3``.
+
+    >>> tokens, targets = AdditionTask("train", length=3)[0]
+    >>> tokens.shape, (targets >= 0).sum().item()
+    (torch.Size([12]), 4)
+    """
+
+    name = "addition"
+
+    def make(self, rng):
+        a, b = rng.integers(0, 10, (2, self.length))  # digits, least significant first
+        place = 10 ** np.arange(self.length + 1, dtype=object)
+        total = int((a * place[:-1]).sum() + (b * place[:-1]).sum())  # exact (object ints) at any length
+        digits = np.array([(total // int(p)) % 10 for p in place])
+        tokens = np.concatenate([a + NUM_SPECIAL, [PLUS], b + NUM_SPECIAL, [SEP], np.full(self.length + 1, BLANK)])
+        targets = np.concatenate([np.full(2 * self.length + 2, IGNORE), digits])
+        return torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(targets.astype(np.int64))
+
+
+# ---------------------------------------------------------------- stdlib character LM
+CHARS = ["<unk>", "\t", "\n"] + [chr(c) for c in range(32, 127)]
+_BYTE_TO_ID = np.zeros(256, dtype=np.uint8)  # every other byte -> <unk> (0)
+_BYTE_TO_ID[[9, 10]] = [1, 2]
+_BYTE_TO_ID[32:127] = np.arange(3, 98)
+SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+
+
+@functools.lru_cache(maxsize=4)
+def stdlib_files(root: str | None = None) -> tuple[str, ...]:
+    """Sorted relative paths of the ``.py`` files under ``root`` (default: the stdlib), skipping test/site dirs."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    if not root.is_dir():
+        raise FileNotFoundError(f"stdlib_lm: source folder {root} does not exist; pass root= a folder of .py files")
+    found = []
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS]  # prune: never walk site-packages or tests
+        found += [(Path(folder) / n).relative_to(root).as_posix() for n in names if n.endswith(".py")]
+    return tuple(sorted(found))
+
+
+def file_split(relpath: str) -> str:
+    """Deterministic split of one file: crc32 % 20 == 0 -> test, == 1 -> val, else train."""
+    bucket = zlib.crc32(relpath.encode()) % 20
+    return "test" if bucket == 0 else "val" if bucket == 1 else "train"
+
+
+def encode(text: bytes) -> np.ndarray:
+    """Bytes -> uint8 token ids of :data:`CHARS` (non-ASCII and control bytes -> ``<unk>``)."""
+    return _BYTE_TO_ID[np.frombuffer(text, dtype=np.uint8)]
+
+
+def decode(ids) -> str:
+    """Token ids -> text (``<unk>`` shown as U+FFFD)."""
+    return "".join("\ufffd" if int(i) == 0 else CHARS[int(i)] for i in ids)
+
+
+@functools.lru_cache(maxsize=6)
+def load_corpus(root: str | None, split: str) -> np.ndarray:
+    """All files of ``split`` concatenated in sorted order, as uint8 ids ``(num_chars,)``."""
+    base = Path(root or sysconfig.get_paths()["stdlib"])
+    parts = [encode((base / f).read_bytes()) for f in stdlib_files(str(base)) if file_split(f) == split]
+    if not parts:
+        raise ValueError(f"stdlib_lm: no .py files of split {split!r} under {base}")
+    return np.concatenate(parts)
+
+
+class StdlibLM(Dataset):
+    """Next-character prediction on the stdlib sources: items ``(x (C,), y (C,))`` LongTensor, ``y[t] = x[t+1]``.
+
+    Windows of ``context`` characters at stride ``context``; the first window starts at an offset
+    drawn from ``seed`` (so seeds see different cuts of the same text).
+
+    >>> x, y = StdlibLM("val", context=16)[0]
+    >>> x.shape, bool((x[1:] == y[:-1]).all())
+    (torch.Size([16]), True)
+    """
+
+    name, domain, task = "stdlib_lm", "text", "lm"
+    vocab_size = num_classes = len(CHARS)
+
+    def __init__(self, split: str, *, seed: int = 0, context: int = 128, root: str | None = None):
+        self.split, self.seed, self.context = check_split(split), int(seed), int(context)
+        check_min("context", self.context, 1)
+        self.corpus = load_corpus(None if root is None else str(root), split)
+        self.offset = int(np.random.default_rng([zlib.crc32(b"stdlib_lm"), self.seed]).integers(self.context))
+        self.size = (len(self.corpus) - 1 - self.offset) // self.context
+        if self.size < 1:
+            raise ValueError(f"stdlib_lm {split}: corpus of {len(self.corpus)} chars is shorter than context={context}")
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int):
+        if not 0 <= index < self.size:
+            raise IndexError(f"index {index} out of range for stdlib_lm {self.split} of size {self.size}")
+        start = self.offset + index * self.context
+        chunk = torch.from_numpy(self.corpus[start : start + self.context + 1].astype(np.int64))
+        return chunk[:-1], chunk[1:]

@@ -1,0 +1,77 @@
+"""Video dataset "trajectory": one moving disk whose path over the clip is the class.
+
+Classes (``classes``), paths over clip time ``t`` in [0, 1] (row axis points down)::
+
+    0 right   1 left   2 down   3 up          straight line, 40-60% of the frame
+    4 clockwise   5 counter-clockwise         3/4 of a circle, radius 20-30% of the frame
+    6 bounce-horizontal   7 bounce-vertical   out and back along one axis (either sign)
+
+The path is fixed in clip time and sampled at ``t_k = k / (frames - 1)``, so 12 or 16 frames
+(for extrapolation) show the same motion at a higher frame rate. Start point, extent, colour
+(bright RGB) and a little pixel noise are random. Right/left, down/up and cw/ccw are time
+reversals of each other and cover the same pixels: the order of frames is the label.
+Items ``(float (3, T, H, W) normalised with mean = std = 0.5, int)``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from einops import rearrange
+
+from ._base import SyntheticDataset, check_min, to_unit_range
+
+CLASSES = ("right", "left", "down", "up", "clockwise", "counter-clockwise", "bounce-horizontal", "bounce-vertical")
+LINEAR = {0: (0, 1), 1: (0, -1), 2: (1, 0), 3: (-1, 0)}  # class -> unit (d_row, d_col)
+DISK_RADIUS = 1.5  # pixels, at every frame size
+
+
+def path(label: int, t: np.ndarray, frame_size: int, rng) -> np.ndarray:
+    """Disk centres ``(T, 2)`` (row, col) in pixel units for class ``label`` at clip times ``t``."""
+    margin = DISK_RADIUS + 1.0
+    if label in LINEAR:
+        step = np.array(LINEAR[label]) * rng.uniform(0.4, 0.6) * frame_size
+        start = rng.uniform(margin + np.maximum(-step, 0), frame_size - margin - np.maximum(step, 0))
+        return start + t[:, None] * step
+    if label in (4, 5):
+        radius = rng.uniform(0.2, 0.3) * frame_size
+        centre = rng.uniform(margin + radius, frame_size - margin - radius, 2)
+        angle = rng.uniform(0, 2 * np.pi) + (1 if label == 4 else -1) * 1.5 * np.pi * t  # + angle = clockwise on screen
+        return centre + radius * np.stack([np.sin(angle), np.cos(angle)], -1)
+    axis = 1 if label == 6 else 0
+    step = np.zeros(2)
+    step[axis] = rng.choice([-1, 1]) * rng.uniform(0.4, 0.6) * frame_size
+    start = rng.uniform(margin + np.maximum(-step, 0), frame_size - margin - np.maximum(step, 0))
+    return start + (1 - np.abs(2 * t - 1))[:, None] * step
+
+
+def render(centres: np.ndarray, frame_size: int, colour) -> np.ndarray:
+    """Anti-aliased disks, ``(3, T, S, S)`` in [0, 1], one per frame at ``centres (T, 2)``."""
+    grid = np.arange(frame_size) + 0.5
+    dr = grid[None, :, None] - centres[:, 0, None, None]  # (T, S, 1)
+    dc = grid[None, None, :] - centres[:, 1, None, None]  # (T, 1, S)
+    cover = np.clip(DISK_RADIUS + 0.5 - np.sqrt(dr**2 + dc**2), 0, 1)  # (T, S, S)
+    return rearrange(cover, "t h w -> 1 t h w") * np.asarray(colour).reshape(3, 1, 1, 1)
+
+
+class Trajectory(SyntheticDataset):
+    """8 trajectory classes; ``frames`` frames of ``frame_size`` x ``frame_size``.
+
+    >>> video, label = Trajectory("train", frames=12)[0]
+    >>> video.shape, Trajectory.classes[label] in Trajectory.classes
+    (torch.Size([3, 12, 16, 16]), True)
+    """
+
+    name, domain, task = "trajectory", "video", "classify"
+    num_classes, classes = len(CLASSES), CLASSES
+
+    def __init__(self, split: str, *, seed: int = 0, frames: int = 8, frame_size: int = 16, size: int | None = None):
+        super().__init__(split, seed=seed, size=size)
+        check_min("frames", frames, 3)
+        check_min("frame_size", frame_size, 12)
+        self.frames, self.frame_size = int(frames), int(frame_size)
+
+    def make(self, rng):
+        label = int(rng.integers(len(CLASSES)))
+        centres = path(label, np.linspace(0, 1, self.frames), self.frame_size, rng)
+        colour = rng.uniform(0.5, 1.0, 3)
+        video = render(centres, self.frame_size, colour) + rng.uniform(0, 0.05) * rng.standard_normal((3, self.frames, self.frame_size, self.frame_size))
+        return to_unit_range(np.clip(video, 0, 1)), label
