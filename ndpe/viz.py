@@ -1,23 +1,34 @@
 """Teaching figures: what an encoding looks like and how it behaves when the grid grows.
 
-    python -m ndpe.viz --kind sinusoidal --dims 1 --grid 64 --out docs/figures
-    python -m ndpe.viz --kind rope --dims 2 --grid 8 8 --grow 16 16 --out docs/figures
+    python -m ndpe.viz --kind sinusoidal --grid 64 --out docs/figures
+    python -m ndpe.viz --kind rope --grid 8 8 --grow 16 16 --heads 4 --out docs/figures
+    ndpe-viz --kind learned --grid 8 8 --grow 12 12 --option resize=bicubic
 
-Each figure is computed from the encoding's ``PosOut`` alone, so it works for every kind:
+Everything is computed from the encoding's :class:`~ndpe.PosOut` alone, so it works for every
+kind, present or future. :func:`draw` writes, one figure per file, ``<name>_<figure>.png``:
 
-- ``table``: the encoding as a matrix, tokens x channels (the classic sinusoidal picture; for
-  rotary kinds the cos of the angles, for bias kinds one head's token x token bias);
-- ``similarity``: how a query position relates to every other position (1D curve, 2D map, 3D
-  middle frame): cosine similarity of additive/concatenated vectors, the rotary score of a
-  query and key that hold the same content, or the bias row;
-- ``offset``: that relation as a function of the offset from the first position along axis 0;
-- ``grow``: the similarity map at the training grid beside a larger grid.
+- ``table``: the encoding as a matrix (the classic sinusoidal picture): tokens x channels for
+  ``add``/``cat``; tokens x frequencies, ``cos`` of the angle, for ``rot``; query x key for ``bias``.
+- ``similarity``: :func:`relation` of the centre token to every token (1D curve, 2D map, 3D: the
+  query's frame).
+- ``offset``: that relation along axis 0 on a grid 4 times longer, against the offset from the
+  query; dotted lines mark the offsets seen on the training grid.
+- ``grow`` (with ``grow=``): the relation on the training grid beside a larger grid.
+- ``heads`` (when the encoding differs per head: ALiBi slopes, relative tables, RoPE-Mixed):
+  the relation for each head.
 
-Needs matplotlib (the ``train`` extra).
+``--figures`` (``figures=``) picks a subset. A ``PosOut`` with several fields (``ndpe.Combine``) is
+shown through one, the first of ``bias, rot, add, cat`` (:func:`shown_field`). The numbers
+(:func:`relation`, :func:`table`, :func:`offset_curve`) need only torch; :func:`make_figure` and
+:func:`show_relation` let a script compose its own figures (``docs/make_figures.py``).
+Needs matplotlib (the ``train`` extra) for pictures.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
+import math
 from pathlib import Path
 
 import torch
@@ -25,157 +36,412 @@ from einops import rearrange
 from torch import Tensor
 
 from .contract import PosOut
-from .registry import available, make
+from .registry import available, make, options
+
+MAX_HEADS_SHOWN = 8
 
 
-def relation(pos: PosOut, query: int) -> Tensor:
-    """How token ``query`` relates to all ``N`` tokens ``(N,)`` under one encoding (no prefix).
+# -- numbers -----------------------------------------------------------------------------
+def _per_head(t: Tensor) -> Tensor:
+    """``(*, T, C)`` -> ``(H, T, C)``: the leading axes (heads, or size 1) flattened."""
+    return t.float().reshape(-1, *t.shape[-2:])
 
-    Bias kinds: the bias row (mean over heads). Rotary kinds: ``q_i . k_j`` for content-free
-    unit queries and keys (every pair (1, 0)), normalized to 1 at the query, mean over heads.
-    Additive/concatenated kinds: cosine similarity of the position vectors.
+
+def grid_fields(pos: PosOut) -> PosOut:
+    """``pos`` without its ``num_prefix`` leading tokens, every field ``(H, N, .)`` float32 (H = 1 if shared)."""
+    p = pos.num_prefix
+    rot = None if pos.rot is None else tuple(_per_head(t)[:, p:] for t in pos.rot)
+    return PosOut(add=None if pos.add is None else _per_head(pos.add)[:, p:],
+                  cat=None if pos.cat is None else _per_head(pos.cat)[:, p:],
+                  rot=rot, bias=None if pos.bias is None else _per_head(pos.bias)[:, p:, p:],
+                  pairing=pos.pairing)
+
+
+def num_heads(pos: PosOut) -> int:
+    """How many per-head pictures the field :func:`shown_field` uses holds (1 when every head shares it)."""
+    field = shown_field(pos)
+    t = pos.rot[0] if field == "rot" else getattr(pos, field)
+    return _per_head(t).shape[0]
+
+
+FIELD_ORDER = ("bias", "rot", "add", "cat")
+
+
+def shown_field(pos: PosOut) -> str:
+    """The field the pictures use: the first present of :data:`FIELD_ORDER` (a combined PosOut shows its bias)."""
+    for name in FIELD_ORDER:
+        if getattr(pos, name) is not None:
+            return name
+    raise ValueError("this encoding outputs nothing (kind 'none'?): there is no relation between positions to show")
+
+
+def relation(pos: PosOut, query: int, *, head: int | None = None) -> Tensor:
+    """How grid token ``query`` relates to all ``N`` grid tokens, ``(N,)`` float32.
+
+    Prefix tokens are dropped (``query`` indexes grid tokens, row-major). Positions must be
+    unbatched. The field used (:func:`shown_field`, first present in this order):
+
+    - ``bias`` ``(heads, N, N)``: the bias row ``bias[h, query, :]``.
+    - ``rot``: the attention score of content-free queries and keys, every rotary pair ``(1, 0)``:
+      ``s_h(i, j) = sum_p cos(a_hip - a_hjp) = sum_p cos_ip cos_jp + sin_ip sin_jp``, normalized by
+      ``s_h(i, i)`` so it is 1 at the query (this also divides out YaRN's cos/sin factor).
+      Equal to rotating such ``q``, ``k`` with :func:`ndpe.apply_qk` and taking ``q_i . k_j``.
+    - ``add`` / ``cat``: cosine similarity of the position vectors ``cos(e_i, e_j)``.
+
+    ``head=None`` averages over heads; ``head=h`` picks one (any ``h`` when all heads share it).
+
+    >>> import ndpe
+    >>> pe = ndpe.make(dims=2, kind="rope", dim=32)
+    >>> r = relation(pe((4, 5)), query=7); r.shape, round(float(r[7]), 6)
+    (torch.Size([20]), 1.0)
     """
-    if pos.bias is not None:
-        bias = pos.bias.float()
-        return bias.reshape(-1, *bias.shape[-2:]).mean(0)[query]
-    if pos.rot is not None:
-        cos, sin = (t.float().reshape(-1, *t.shape[-2:]) for t in pos.rot)  # (H, N, half)
-        # (q rotated by a_i) . (k rotated by a_j) with q = k = (1, 0) per pair = cos(a_i - a_j)
-        score = cos[:, query : query + 1] * cos + sin[:, query : query + 1] * sin  # (H, N, half)
-        return score.mean(dim=(0, 2))
-    vec = pos.add if pos.add is not None else pos.cat
-    if vec is None:
-        raise ValueError("this encoding adds nothing: no relation between positions to show")
-    vec = vec.float().reshape(-1, *vec.shape[-2:]).mean(0)  # (N, C)
-    return torch.nn.functional.cosine_similarity(vec[query : query + 1], vec, dim=-1)
+    field, pos = shown_field(pos), grid_fields(pos)
+    if field == "bias":
+        rows = pos.bias[:, query]  # (H, N)
+    elif field == "rot":
+        cos, sin = pos.rot  # (H, N, rot_dim / 2)
+        score = (cos[:, query, None] * cos + sin[:, query, None] * sin).sum(-1)  # (H, N)
+        rows = score / score[:, query, None]
+    else:
+        vec = getattr(pos, field)  # (H, N, C)
+        rows = torch.nn.functional.cosine_similarity(vec[:, query, None], vec, dim=-1)  # (H, N)
+    if head is None:
+        return rows.mean(0)
+    return rows[head % rows.shape[0]]
 
 
-def table(pos: PosOut) -> Tensor:
-    """The encoding as a 2D matrix for a heatmap: (N, C) vectors, rotary cos (N, half), or bias (N, N)."""
-    if pos.add is not None:
-        return pos.add.float().reshape(-1, *pos.add.shape[-2:])[0]
-    if pos.cat is not None:
-        return pos.cat.float().reshape(-1, *pos.cat.shape[-2:])[0]
-    if pos.rot is not None:
-        return pos.rot[0].float().reshape(-1, *pos.rot[0].shape[-2:])[0]
-    if pos.bias is not None:
-        return pos.bias.float().reshape(-1, *pos.bias.shape[-2:])[0]
-    raise ValueError("this encoding adds nothing: no table to show")
+def table(pos: PosOut, *, head: int = 0) -> Tensor:
+    """The encoding as one matrix for a heatmap (grid tokens only, head ``head``).
 
+    ``add``: ``(N, dim)``; ``cat``: ``(N, cat_dim)``; ``rot``: ``cos`` of the angles ``(N, rot_dim / 2)``
+    (``sin`` is the same picture shifted); ``bias``: ``(N, N)`` query x key. The field is :func:`shown_field`'s.
 
-def as_image(values: Tensor, grid: tuple[int, ...]) -> Tensor:
-    """Row-major ``(N,)`` values as a plottable map: 1D ``(1, n)``, 2D ``(rows, cols)``, 3D the middle frame."""
-    grid_values = values.reshape(grid)
-    if len(grid) == 1:
-        return rearrange(grid_values, "n -> 1 n")
-    if len(grid) == 3:
-        return grid_values[grid[0] // 2]
-    return grid_values
+    >>> import ndpe
+    >>> table(ndpe.make(dims=1, kind="sinusoidal", dim=16)((10,))).shape
+    torch.Size([10, 16])
+    """
+    field, pos = shown_field(pos), grid_fields(pos)
+    t = pos.rot[0] if field == "rot" else getattr(pos, field)
+    return t[head % t.shape[0]]
 
 
 def centre_index(grid: tuple[int, ...]) -> int:
-    """Row-major index of the grid's centre token."""
+    """Row-major index of the grid's centre token ``(n_0 // 2, n_1 // 2, ...)``.
+
+    >>> centre_index((3, 4))
+    6
+    """
     index = 0
     for n in grid:
         index = index * n + n // 2
     return index
 
 
-def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None, out_dir: Path, name: str) -> list[Path]:
-    """Write the figures for ``pe`` and return their paths."""
+def as_image(values: Tensor, grid: tuple[int, ...], frame: int | None = None) -> Tensor:
+    """Row-major ``(N,)`` values as a map: 1D ``(1, n)``, 2D ``(rows, cols)``, 3D frame ``frame`` (default middle)."""
+    if len(grid) == 1:
+        return rearrange(values, "n -> 1 n")
+    image = values.reshape(grid)
+    if len(grid) == 3:
+        return image[grid[0] // 2 if frame is None else frame]
+    return image
+
+
+@torch.no_grad()
+def offset_curve(pe, grid: tuple[int, ...], *, axis: int = 0, span: int = 4, head: int | None = None):
+    """Relation against the offset from the query along ``axis``, on a grid ``span`` times longer there.
+
+    The query sits at the centre of the longer grid; returns ``(offsets, values)``, each ``(span * n,)``.
+    Raises whatever ``pe`` raises when it cannot encode the longer grid (a learned table without resize).
+
+    >>> import ndpe
+    >>> off, rel = offset_curve(ndpe.make(dims=1, kind="alibi", dim=16, heads=2), (8,))
+    >>> off.shape, float(rel[off == 0])
+    (torch.Size([32]), 0.0)
+    """
+    long_grid = tuple(n * span if a == axis else n for a, n in enumerate(grid))
+    query = centre_index(long_grid)
+    values = relation(pe(long_grid), query, head=head).reshape(long_grid)
+    centre = [n // 2 for n in long_grid]
+    line = values[tuple(slice(None) if a == axis else c for a, c in enumerate(centre))]  # (span * n,)
+    offsets = torch.arange(long_grid[axis]) - centre[axis]
+    return offsets, line
+
+
+# -- pictures ----------------------------------------------------------------------------
+def _style(pos: PosOut) -> dict:
+    """Colour scale of a relation: biases unbounded (viridis, own range), others in [-1, 1] (diverging)."""
+    if shown_field(pos) == "bias":
+        return {"cmap": "viridis"}
+    return {"cmap": "RdBu_r", "vmin": -1.0, "vmax": 1.0}
+
+
+def _axis_names(dims: int) -> tuple[str, ...]:
+    return {1: ("position",), 2: ("row (axis 0)", "column (axis 1)"),
+            3: ("frame (axis 0)", "row (axis 1)", "column (axis 2)")}[dims]
+
+
+def show_relation(ax, values: Tensor, grid: tuple[int, ...], query: int, style: dict, label: str | None = None):
+    """Draw a relation ``(N,)`` on ``ax``: a curve (1D) or a map with the query marked (2D, 3D: its frame)."""
+    if len(grid) == 1:
+        ax.plot(values.detach().numpy(), label=label)
+        ax.axvline(query, color="gray", ls=":", lw=1)
+        ax.set(xlabel="key position", ylabel="relation to the query")
+        if "vmin" in style:
+            ax.set_ylim(-1.05, 1.05)
+        return None
+    coord = list(torch.unravel_index(torch.tensor(query), grid))
+    frame = int(coord[0]) if len(grid) == 3 else None
+    image = ax.imshow(as_image(values.detach(), grid, frame).numpy(), interpolation="nearest", **style)
+    ax.plot(int(coord[-1]), int(coord[-2]), "k+", ms=8, mew=1.5)
+    from matplotlib.ticker import MaxNLocator
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True))
+    names = _axis_names(len(grid))
+    ax.set(xlabel=names[-1], ylabel=names[-2])
+    return image
+
+
+def _table_figure(pos: PosOut, name: str, grid: tuple[int, ...]):
+    import matplotlib.pyplot as plt
+
+    values, field, heads = table(pos), shown_field(pos), num_heads(pos)
+    fig, ax = plt.subplots(figsize=(6, 4.5), layout="constrained")
+    if field == "bias":
+        image = ax.imshow(values.numpy(), cmap="viridis", interpolation="nearest")
+        ax.set(xlabel="key token (row-major)", ylabel="query token (row-major)")
+    else:
+        vmax = float(values.abs().max()) or 1.0
+        image = ax.imshow(values.numpy(), aspect="auto", cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
+        ax.set(xlabel="frequency pair" if field == "rot" else "channel", ylabel="grid token (row-major)")
+    what = {"rot": "rot, cos(angle)"}.get(field, field) + (f", head 0 of {heads}" if heads > 1 else "")
+    ax.set_title(f"{name}: {what}, grid {grid}")
+    fig.colorbar(image, ax=ax)
+    return fig
+
+
+def _similarity_figure(pos: PosOut, name: str, grid: tuple[int, ...]):
+    import matplotlib.pyplot as plt
+
+    query = centre_index(grid)
+    fig, ax = plt.subplots(figsize=(5.5, 4.2) if len(grid) > 1 else (6, 3.6), layout="constrained")
+    image = show_relation(ax, relation(pos, query), grid, query, _style(pos))
+    if image is not None:
+        fig.colorbar(image, ax=ax)
+    where = f"frame {grid[0] // 2}, " if len(grid) == 3 else ""
+    ax.set_title(f"{name}: relation to the centre token\n({where}grid {grid}, {_what(pos)})", fontsize=10)
+    return fig
+
+
+def _offset_figure(pe, name: str, grid: tuple[int, ...]):
+    import matplotlib.pyplot as plt
+
+    offsets, values = offset_curve(pe, grid)
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    ax.plot(offsets.numpy(), values.numpy(), marker=".", ms=3)
+    for x in (-(grid[0] - 1), grid[0] - 1):
+        ax.axvline(x, color="gray", ls=":", lw=1)
+    ax.set(xlabel="offset along axis 0 (key - query)", ylabel="relation",
+           title=f"{name}: relation vs offset on a 4x longer axis 0\n(dotted: largest offset of grid {grid})")
+    ax.title.set_fontsize(10)
+    return fig
+
+
+def _grow_figure(pe, pos: PosOut, name: str, grid: tuple[int, ...], grow: tuple[int, ...]):
+    import matplotlib.pyplot as plt
+
+    style = _style(pos)
+    if len(grid) == 1:
+        fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+        for g in (grid, grow):
+            q = centre_index(g)
+            ax.plot(torch.arange(g[0]) - q, relation(pe(g), q).numpy(), marker=".", ms=3, label=f"grid {g}")
+        ax.set(xlabel="offset from the centre token", ylabel="relation", title=f"{name}: relation as the grid grows")
+        ax.legend()
+        return fig
+    rel = {g: relation(pe(g), centre_index(g)) for g in (grid, grow)}
+    if "vmin" not in style:  # one colour scale for both panels
+        both = torch.cat(list(rel.values()))
+        style = {**style, "vmin": float(both.min()), "vmax": float(both.max())}
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), gridspec_kw={"width_ratios": [grid[-1], grow[-1]]},
+                             layout="constrained")
+    for ax, (g, r) in zip(axes, rel.items()):
+        image = show_relation(ax, r, g, centre_index(g), style)
+        ax.set_title(f"grid {g}" + (f", frame {g[0] // 2}" if len(g) == 3 else ""))
+    fig.colorbar(image, ax=axes, shrink=0.8)
+    fig.suptitle(f"{name}: relation to the centre token as the grid grows ({_what(pos)})", fontsize=10)
+    return fig
+
+
+def _heads_figure(pos: PosOut, name: str, grid: tuple[int, ...]):
+    import matplotlib.pyplot as plt
+
+    heads = min(num_heads(pos), MAX_HEADS_SHOWN)
+    query = centre_index(grid)
+    style = _style(pos)
+    rows = [relation(pos, query, head=h) for h in range(heads)]
+    if len(grid) == 1:
+        fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
+        for h, r in enumerate(rows):
+            show_relation(ax, r, grid, query, style, label=f"head {h}")
+        ax.legend(fontsize=7, ncol=2)
+        ax.set_title(f"{name}: relation to the centre token, per head", fontsize=10)
+        return fig
+    if "vmin" not in style:
+        style = {**style, "vmin": float(torch.stack(rows).min()), "vmax": float(torch.stack(rows).max())}
+    cols = min(heads, 4)
+    nrows = math.ceil(heads / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(2.6 * cols + 1, 2.6 * nrows + 0.6), squeeze=False,
+                             layout="constrained")
+    for h, ax in enumerate(axes.flat):
+        if h >= heads:
+            ax.axis("off")
+            continue
+        image = show_relation(ax, rows[h], grid, query, style)
+        ax.set_title(f"head {h}" + (f", frame {grid[0] // 2}" if len(grid) == 3 else ""), fontsize=9)
+        ax.set(xlabel="", ylabel="")
+    fig.colorbar(image, ax=axes, shrink=0.8)
+    fig.suptitle(f"{name}: relation to the centre token, per head ({_what(pos)})", fontsize=10)
+    return fig
+
+
+def _what(pos: PosOut) -> str:
+    return {"bias": "attention bias", "rot": "q.k of content-free q, k"}.get(shown_field(pos), "cosine similarity")
+
+
+FIGURES = ("table", "similarity", "offset", "grow", "heads")
+
+
+def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...] | None = None,
+                name: str | None = None):
+    """One of :data:`FIGURES` for encoding ``pe`` on ``grid`` as a matplotlib Figure (``grow`` for ``"grow"``)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pe = pe.eval()
-    paths = []
+    grid = tuple(grid)
+    name = name or f"{pe.kind}_{len(grid)}d"
     with torch.no_grad():
         pos = pe(grid)
-        q = centre_index(grid)
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        im = ax.imshow(table(pos).T, aspect="auto", cmap="RdBu_r", interpolation="nearest")
-        ax.set(xlabel="token (row-major)", ylabel="channel" if pos.bias is None else "key token",
-               title=f"{name}: encoding table, grid {grid}")
-        fig.colorbar(im, ax=ax)
-        paths.append(_save(fig, out_dir / f"{name}_table.png"))
-
-        fig, ax = plt.subplots(figsize=(5, 4))
-        rel = relation(pos, q)
-        if len(grid) == 1:
-            ax.plot(rel.numpy())
-            ax.axvline(q, color="gray", ls=":")
-            ax.set(xlabel="position", ylabel="relation to query")
-        else:
-            im = ax.imshow(as_image(rel, grid), cmap="viridis")
-            fig.colorbar(im, ax=ax)
-        ax.set_title(f"{name}: relation of token {q} to all, grid {grid}")
-        paths.append(_save(fig, out_dir / f"{name}_similarity.png"))
-
-        long_grid = (grid[0] * 4,) + tuple(grid[1:])
-        rel0 = relation(pe(long_grid), 0)
-        stride = int(torch.Size(grid[1:]).numel()) if len(grid) > 1 else 1
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot(rel0[::stride].numpy(), marker=".")
-        ax.axvline(grid[0] - 1, color="gray", ls=":", label="training extent")
-        ax.set(xlabel="offset along axis 0", ylabel="relation", title=f"{name}: relation vs offset")
-        ax.legend()
-        paths.append(_save(fig, out_dir / f"{name}_offset.png"))
-
-        if grow is not None:
-            fig, axes = plt.subplots(1, 2, figsize=(9, 4))
-            for ax, g in zip(axes, (grid, grow)):
-                r = relation(pe(g), centre_index(g))
-                if len(g) == 1:
-                    ax.plot(r.numpy())
-                else:
-                    ax.imshow(as_image(r, g), cmap="viridis")
-                ax.set_title(f"grid {g}")
-            fig.suptitle(f"{name}: the relation map as the grid grows")
-            paths.append(_save(fig, out_dir / f"{name}_grow.png"))
-    return paths
+        if figure == "table":
+            return _table_figure(pos, name, grid)
+        if figure == "similarity":
+            return _similarity_figure(pos, name, grid)
+        if figure == "offset":
+            return _offset_figure(pe, name, grid)
+        if figure == "grow":
+            if grow is None or len(grow) != len(grid):
+                raise ValueError(f"the grow figure needs grow= with one size per axis of grid {grid}, got {grow}")
+            return _grow_figure(pe, pos, name, grid, tuple(grow))
+        if figure == "heads":
+            return _heads_figure(pos, name, grid)
+    raise ValueError(f"figure must be one of {FIGURES}, got {figure!r}")
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir: Path = Path("figures"),
+         name: str | None = None, figures: tuple[str, ...] = FIGURES) -> list[Path]:
+    """Write the figures of encoding ``pe`` on ``grid`` (and ``grow``) to ``out_dir``; return their paths.
+
+    Files are ``<name>_table.png``, ``_similarity.png``, ``_offset.png``, ``_grow.png`` (with ``grow``)
+    and ``_heads.png`` (when heads differ); ``name`` defaults to ``<kind>_<dims>d``. A figure the
+    encoding cannot make (a larger grid for a learned table without ``resize``) is skipped with a
+    printed note; an encoding that outputs nothing (``none``) gives no figures. ``figures`` picks
+    a subset of :data:`FIGURES`. Runs ``pe`` in eval mode (no position augmentation).
+    """
+    unknown = sorted(set(figures) - set(FIGURES))
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; expected a subset of {FIGURES}")
+    grid = tuple(grid)
+    name = name or f"{pe.kind}_{len(grid)}d"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    was_training = pe.training
+    pe.eval()
+    try:
+        with torch.no_grad():
+            pos = pe(grid)
+        if all(getattr(pos, f) is None for f in ("add", "cat", "rot", "bias")):
+            print(f"{name}: the encoding outputs nothing; no figures")
+            return []
+        applies = {"grow": grow is not None, "heads": num_heads(pos) > 1}
+        wanted = [f for f in FIGURES if f in figures and applies.get(f, True)]
+        paths = []
+        for figure in wanted:
+            try:
+                fig = make_figure(figure, pe, grid, grow=grow, name=name)
+            except ValueError as err:  # the encoding refuses a larger grid
+                print(f"{name}: skipped the {figure} figure: {err}")
+                continue
+            paths.append(save(fig, out_dir / f"{name}_{figure}.png"))
+        return paths
+    finally:
+        pe.train(was_training)
+
+
+def save(fig, path: Path, dpi: int = 90) -> Path:
+    """Save ``fig`` as a PNG at ``path`` and close it."""
     import matplotlib.pyplot as plt
 
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
-    return path
+    return Path(path)
 
 
-def _parse_option(text: str):
-    key, _, value = text.partition("=")
-    if not _:
-        raise argparse.ArgumentTypeError(f"options are key=value, got {text!r}")
-    import ast
+# -- command line ------------------------------------------------------------------------
+def parse_option(text: str) -> tuple[str, object]:
+    """``"key=value"`` -> ``(key, value)``; the value is a Python literal if it parses as one, else a string.
 
+    >>> parse_option("grid_shape=(8, 8)"), parse_option("resize=bicubic"), parse_option("scaling=None")
+    (('grid_shape', (8, 8)), ('resize', 'bicubic'), ('scaling', None))
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"an option is KEY=VALUE with KEY a kind's keyword option "
+                                         f"(e.g. theta=100.0, resize=bicubic), got {text!r}")
     try:
         return key, ast.literal_eval(value)
     except (ValueError, SyntaxError):
         return key, value
 
 
-def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(prog="ndpe-viz", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ndpe-viz`` argument parser (``--kind`` choices are the registered kinds)."""
+    parser = argparse.ArgumentParser(prog="ndpe-viz", description=__doc__.split("\n")[0],
+                                     epilog="Example: ndpe-viz --kind rope --grid 8 8 --grow 16 16 --heads 4")
     parser.add_argument("--kind", required=True, choices=sorted(available()))
-    parser.add_argument("--dims", type=int, default=None, help="positional axes (default: len(--grid))")
-    parser.add_argument("--grid", type=int, nargs="+", required=True, help="grid sizes, ij order")
+    parser.add_argument("--grid", type=int, nargs="+", required=True,
+                        help="grid sizes in ij order (dims = their count)")
     parser.add_argument("--grow", type=int, nargs="+", default=None, help="a larger grid to compare with")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=1)
-    parser.add_argument("--option", type=_parse_option, action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", type=Path, default=Path("figures"))
-    parser.add_argument("--name", default=None, help="file name prefix (default: kind and dims)")
+    parser.add_argument("--dim", type=int, default=64, help="model width (default 64)")
+    parser.add_argument("--heads", type=int, default=1, help="attention heads (default 1)")
+    parser.add_argument("--option", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
+                        help="a keyword option of the kind, value a Python literal or a bare string; "
+                             "repeatable. learned's grid_shape defaults to --grid")
+    parser.add_argument("--figures", nargs="+", choices=FIGURES, default=FIGURES,
+                        help="which figures to draw (default: all that apply)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for learned/random parameters (default 0)")
+    parser.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default ./figures)")
+    parser.add_argument("--name", default=None, help="file name prefix (default <kind>_<dims>d)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """The ``ndpe-viz`` command: build one encoding and :func:`draw` it. Returns the written paths."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     grid = tuple(args.grid)
-    dims = args.dims or len(grid)
-    torch.manual_seed(0)
-    pe = make(dims=dims, kind=args.kind, dim=args.dim, heads=args.heads, **dict(args.option))
-    paths = draw(pe, grid, tuple(args.grow) if args.grow else None, args.out, args.name or f"{args.kind}_{dims}d")
+    if args.grow is not None and len(args.grow) != len(grid):
+        parser.error(f"--grow needs one size per axis of --grid ({len(grid)}), got {args.grow}")
+    opts = dict(args.option)
+    params = options(args.kind)
+    if params.get("grid_shape", None) is inspect.Parameter.empty and "grid_shape" not in opts:
+        opts["grid_shape"] = grid  # a learned table sized to the training grid
+    torch.manual_seed(args.seed)
+    try:
+        pe = make(dims=len(grid), kind=args.kind, dim=args.dim, heads=args.heads, **opts)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    paths = draw(pe, grid, tuple(args.grow) if args.grow else None, args.out, args.name, tuple(args.figures))
     for p in paths:
         print(p)
     return paths

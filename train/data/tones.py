@@ -6,7 +6,8 @@ syllable of 0.15-0.22 s at a random offset inside it. A syllable is an exponenti
 envelope; ``f0`` is drawn per clip (log-uniform 300-1200 Hz, the "speaker") and jittered per
 syllable. White noise is added at a random level. Class = ``9 c0 + 3 c1 + c2`` over the
 contours ``c_k`` (27 classes, names like "up-flat-down"); the same multiset of contours in
-another order is another class, so the time position of each syllable matters.
+another order is another class, so the time position of each syllable matters. ``syllables=2``
+(9 classes) or ``1`` (3 classes) makes the task easier with the same construction.
 
 Syllables keep their length in seconds at every duration, so 1.5 s and 2.0 s clips (for
 extrapolation) spread the same syllables over more frames. Items ``(float (1, 64, frames),
@@ -54,25 +55,30 @@ class Tones(SyntheticDataset):
     num_classes, classes = len(CLASSES), CLASSES
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, split: str, *, seed: int = 0, duration: float = 1.0, size: int | None = None):
+    def __init__(self, split: str, *, seed: int = 0, duration: float = 1.0, syllables: int = 3,
+                 size: int | None = None):
         super().__init__(split, seed=seed, size=size)
         check_min("duration", duration, 0.75)
-        self.duration = float(duration)
+        if syllables not in (1, 2, 3):
+            raise ValueError(f"syllables must be 1, 2 or 3, got {syllables!r}")
+        self.duration, self.syllables = float(duration), syllables
+        self.classes = tuple("-".join(c) for c in itertools.product(CONTOURS, repeat=syllables))
+        self.num_classes = len(self.classes)
         self.featurizer = LogMel(sample_rate=SAMPLE_RATE)
 
     def waveform(self, rng) -> tuple[np.ndarray, int]:
         """``(samples,)`` float32 clip and its label."""
         num_samples = int(round(self.duration * SAMPLE_RATE))
-        contours = rng.integers(0, 3, 3)
+        contours = rng.integers(0, 3, self.syllables)
         f0 = np.exp(rng.uniform(np.log(300), np.log(1200)))
         wave = np.zeros(num_samples)
-        slot = num_samples // 3
+        slot = num_samples // self.syllables
         for k, c in enumerate(contours):
             length = int(rng.uniform(0.15, 0.22) * SAMPLE_RATE)
             start = k * slot + int(rng.integers(0, slot - length + 1))
             wave[start : start + length] += rng.uniform(0.3, 1.0) * syllable(CONTOURS[c], f0 * rng.uniform(0.9, 1.1), length)
         wave += rng.uniform(0.005, 0.05) * rng.standard_normal(num_samples)
-        return wave.astype(np.float32), int(contours @ np.array([9, 3, 1]))
+        return wave.astype(np.float32), int(contours @ 3 ** np.arange(self.syllables)[::-1])
 
     def make(self, rng):
         wave, label = self.waveform(rng)

@@ -1,0 +1,264 @@
+"""Regenerate every figure of docs/guide.md into docs/figures/ (deterministic: seeds fixed).
+
+    python docs/make_figures.py                 # all figures
+    python docs/make_figures.py rope_scaling    # only the ones whose name contains a word
+
+Untrained learned parameters (learned tables, relative biases, RoPE-Mixed frequencies) are shown
+at their seeded initialisation; each figure says so. Kinds not registered are skipped with a note.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+import ndpe  # noqa: E402
+from ndpe.viz import as_image, centre_index, make_figure, offset_curve, relation, save, show_relation  # noqa: E402
+
+OUT = Path(__file__).parent / "figures"
+RELATION = {"cmap": "RdBu_r", "vmin": -1.0, "vmax": 1.0}
+FIGURES = {}
+
+
+def figure(*kinds):
+    """Register a figure builder; it is skipped (with a note) when one of ``kinds`` is not registered."""
+    def wrap(fn):
+        FIGURES[fn.__name__] = (fn, kinds)
+        return fn
+    return wrap
+
+
+def seeded(**make_args):
+    torch.manual_seed(0)
+    return ndpe.make(**make_args).eval()
+
+
+@figure("sinusoidal")
+def sinusoidal_table():
+    pe = seeded(dims=1, kind="sinusoidal", dim=128, layout="blocks")
+    return make_figure("table", pe, (100,), name='sinusoidal, dim 128, layout="blocks"')
+
+
+@figure("sinusoidal")
+def sinusoidal_offset():
+    pe = seeded(dims=1, kind="sinusoidal", dim=64)
+    return make_figure("offset", pe, (64,), name="sinusoidal, dim 64")
+
+
+@figure("sinusoidal")
+def sinusoidal_2d_concat_vs_add():
+    grid, query = (16, 16), (3, 11)
+    index = query[0] * grid[1] + query[1]
+    rel = {c: relation(seeded(dims=2, kind="sinusoidal", dim=64, combine=c)(grid), index) for c in ("concat", "add")}
+    style = {"cmap": "viridis", "vmin": min(float(r.min()) for r in rel.values()), "vmax": 1.0}
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), layout="constrained")
+    for ax, combine in zip(axes, rel):
+        image = show_relation(ax, rel[combine], grid, index, style)
+        ax.plot(query[0], query[1], "o", mfc="none", mec="w", ms=9, mew=1.5)  # the mirror token (j, i)
+        ax.set_title(f'combine="{combine}"')
+    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity")
+    fig.suptitle(f"2D sinusoidal, dim 64: similarity of token {query} (+) to all; circle: its mirror "
+                 f"{query[::-1]}", fontsize=10)
+    return fig
+
+
+@figure("rope")
+def rope_2d_grow():
+    panels = [((8, 8), {}, "trained grid (8, 8)"), ((16, 16), {}, "(16, 16): extrapolate"),
+              ((16, 16), {"scaling": "linear", "scale": 2.0}, '(16, 16): scaling="linear", scale 2')]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [8, 16, 16]})
+    for ax, (grid, opts, title) in zip(axes, panels):
+        pe = seeded(dims=2, kind="rope", dim=32, **opts)
+        q = centre_index(grid)
+        image = show_relation(ax, relation(pe(grid), q), grid, q, RELATION)
+        ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="relation (normalized q.k)")
+    fig.suptitle("2D RoPE, head_dim 32, index coordinates: relation to the centre token as the grid grows", fontsize=10)
+    return fig
+
+
+@figure("rope")
+def rope_3d_frames():
+    grid = (5, 12, 12)  # (frames, rows, cols)
+    pe = seeded(dims=3, kind="rope", dim=48, theta=100.0)  # head_dim 48: 16 rotary channels per axis
+    q = centre_index(grid)
+    rel = relation(pe(grid), q)
+    fig, axes = plt.subplots(1, 5, figsize=(12, 3), layout="constrained")
+    for ax, frame in zip(axes, range(grid[0])):
+        image = ax.imshow(as_image(rel, grid, frame).numpy(), **RELATION, interpolation="nearest")
+        ax.set_title(f"frame {frame} (offset {frame - grid[0] // 2:+d})", fontsize=9)
+        ax.set(xticks=[], yticks=[])
+    axes[grid[0] // 2].plot(grid[2] // 2, grid[1] // 2, "k+", ms=8, mew=1.5)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="relation")
+    fig.suptitle(f"3D RoPE (video grid {grid}, theta 100): relation of the centre token (+) to every frame",
+                 fontsize=10)
+    return fig
+
+
+def rope_scalings(train: int, scale: float) -> dict:
+    """The RoPE scalings compared in the guide, as ``ndpe.make`` options."""
+    return {"no scaling": {}, "linear (PI)": {"scaling": "linear", "scale": scale},
+            "ntk": {"scaling": "ntk", "scale": scale},
+            "dynamic-ntk": {"scaling": "dynamic-ntk", "scale": scale, "train_shape": train},
+            "yarn": {"scaling": "yarn", "scale": scale, "train_shape": train}}
+
+
+@figure("rope")
+def rope_scaling_freqs():
+    train, scale, dim = 64, 4.0, 64
+    length = int(train * scale)
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    base = None
+    for label, opts in rope_scalings(train, scale).items():
+        cos, sin = seeded(dims=1, kind="rope", dim=dim, **opts)((length,)).rot  # (1, length, 32)
+        freq = torch.atan2(sin[0, 1], cos[0, 1]).double()  # angle at position 1 = the frequency (all < pi)
+        base = freq if base is None else base
+        ax.plot((freq / base).numpy(), marker=".", label=label + (" (at length 256)" if label == "dynamic-ntk" else ""))
+    ax.set(yscale="log", xlabel="frequency index j (fast to slow)", ylabel="scaled / original frequency",
+           title=f"1D RoPE, head_dim {dim}, theta 1e4: frequencies after scaling "
+                 f"(scale {scale:g}, trained length {train})")
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+@figure("rope")
+def rope_scaling_offset():
+    train, scale = 64, 4.0
+    length = int(train * scale)
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    for label, opts in rope_scalings(train, scale).items():
+        pe = seeded(dims=1, kind="rope", dim=64, **opts)
+        ax.plot(relation(pe((length,)), 0).numpy(), label=label, lw=0.9)
+    ax.axvline(train - 1, color="gray", ls=":", lw=1)
+    ax.text(train, 0.95, "trained length 64", fontsize=8, color="gray")
+    ax.set(xlabel="offset (key - query), query at position 0", ylabel="relation (normalized q.k)", ylim=(-0.3, 1.02),
+           title=f"1D RoPE, head_dim 64, theta 1e4: relation vs offset, scale {scale:g} (target {length})")
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+@figure("rope-mixed")
+def rope_mixed_heads():
+    pe = seeded(dims=2, kind="rope-mixed", dim=128, heads=4)
+    return make_figure("heads", pe, (16, 16), name="rope-mixed at init (seed 0), head_dim 32")
+
+
+@figure("learned")
+def learned_resize():
+    """A learned 8x8 table resized bicubic to 16x16; its values are set to a smooth 2D pattern as a trained stand-in."""
+    small, large = (8, 8), (16, 16)
+    pe = seeded(dims=2, kind="learned", dim=32, grid_shape=small, resize="bicubic")
+    with torch.no_grad():  # stand-in for a trained table: a smooth pattern (2D sinusoidal, temperature 16)
+        smooth = ndpe.make(dims=2, kind="sinusoidal", dim=32, temperature=16.0)(small).add
+        pe.table.copy_(smooth.reshape(*small, 32))
+    fig, axes = plt.subplots(2, 2, figsize=(7.5, 7), layout="constrained", gridspec_kw={"width_ratios": [8, 16]})
+    with torch.no_grad():
+        for col, grid in enumerate((small, large)):
+            add = pe(grid).add  # (N, 32)
+            channel = add[:, 2].reshape(grid)
+            im0 = axes[0, col].imshow(channel.numpy(), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+            axes[0, col].set_title(f"channel 2, grid {grid}" + (" (stored)" if grid == small else " (bicubic)"),
+                                   fontsize=9)
+            q = centre_index(grid)
+            im1 = show_relation(axes[1, col], relation(pe(grid), q), grid, q, RELATION)
+            axes[1, col].set_title("cosine similarity to the centre", fontsize=9)
+    fig.colorbar(im0, ax=axes[0], shrink=0.8)
+    fig.colorbar(im1, ax=axes[1], shrink=0.8)
+    fig.suptitle("learned 8x8 table (set to a smooth stand-in pattern) resized bicubic to 16x16", fontsize=10)
+    return fig
+
+
+@figure("alibi")
+def alibi_1d_bias():
+    pe = seeded(dims=1, kind="alibi", dim=64, heads=8)
+    return make_figure("table", pe, (32,), name="alibi, 8 heads")
+
+
+@figure("alibi")
+def alibi_1d_heads():
+    pe = seeded(dims=1, kind="alibi", dim=64, heads=8)
+    return make_figure("heads", pe, (32,), name="alibi, slopes 1/2 .. 1/256")
+
+
+@figure("alibi")
+def alibi_2d_heads():
+    pe = seeded(dims=2, kind="alibi", dim=64, heads=4)
+    return make_figure("heads", pe, (15, 15), name='alibi 2D, distance="euclidean"')
+
+
+@figure("relative")
+def relative_2d_clip():
+    pe = seeded(dims=2, kind="relative", dim=64, heads=4, max_distance=3)
+    return make_figure("heads", pe, (15, 15), name="relative clip, max_distance 3, at init")
+
+
+@figure("relative")
+def relative_t5_offset():
+    pe = seeded(dims=1, kind="relative", dim=64, heads=1, mode="t5", num_buckets=32, max_distance=128)
+    with torch.no_grad():  # table row b set to b: the bias then reads as the bucket of each offset
+        pe.table.copy_(torch.arange(pe.table.shape[0], dtype=torch.float32).reshape(pe.table.shape))
+    offsets, values = offset_curve(pe, (64,))
+    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    ax.step(offsets.numpy(), values.numpy(), where="mid")
+    ax.axvline(-63, color="gray", ls=":", lw=1)
+    ax.axvline(63, color="gray", ls=":", lw=1)
+    ax.set(xlabel="offset (key - query)", ylabel="bucket (bias with table[b] = b)",
+           title="relative t5, 32 buckets, max_distance 128: the bucket of each offset\n"
+                 "(keys before the query: buckets 0-15, after: 16-31; dotted: largest offset of a 64 grid)")
+    ax.title.set_fontsize(9)
+    return fig
+
+
+@figure("coord")
+def coord_channels():
+    grid = (8, 12)
+    pe = seeded(dims=2, kind="coord", dim=64, with_r=True)
+    cat = pe(grid).cat  # (N, 3)
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), layout="constrained")
+    for ax, c, label in zip(axes, range(3), ("channel 0: row coordinate", "channel 1: column coordinate",
+                                             "channel 2: r (distance to centre)")):
+        image = ax.imshow(cat[:, c].reshape(grid).numpy(), cmap="RdBu_r", vmin=-1.5, vmax=1.5, interpolation="nearest")
+        ax.set(title=label, xlabel="column (axis 1)", ylabel="row (axis 0)")
+        ax.title.set_fontsize(9)
+    fig.colorbar(image, ax=axes, shrink=0.8)
+    fig.suptitle('coord, grid (8, 12), coords="pixel", with_r=True', fontsize=10)
+    return fig
+
+
+@figure("fourier")
+def fourier_sigma():
+    grid = (16, 16)
+    q = centre_index(grid)
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), layout="constrained")
+    for ax, sigma in zip(axes, (0.5, 2.0, 8.0)):
+        pe = seeded(dims=2, kind="fourier", dim=128, sigma=sigma, seed=0)
+        image = show_relation(ax, relation(pe(grid), q), grid, q, RELATION)
+        ax.set_title(f"sigma = {sigma:g}", fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity")
+    fig.suptitle("fourier features, dim 128, pixel coords: similarity to the centre token", fontsize=10)
+    return fig
+
+
+def main(words: list[str]) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    registered = ndpe.available()
+    for name, (build, kinds) in FIGURES.items():
+        if words and not any(w in name for w in words):
+            continue
+        missing = [k for k in kinds if k not in registered]
+        if missing:
+            print(f"skip {name}: kind(s) {missing} not registered")
+            continue
+        path = save(build(), OUT / f"{name}.png")
+        print(f"{path}  {path.stat().st_size // 1024} KB")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,108 @@
+"""The shared transformer pieces: a pre-norm block and an encoder stack that encodes positions once.
+
+Every reference model (ViT, audio, text, video) embeds its input into ``dim - pe.cat_dim`` channels,
+puts prefix tokens (cls) first and hands the tokens and the grid shape to :class:`Encoder`, which
+calls the encoding ONCE per forward and passes the same :class:`ndpe.PosOut` to every block.
+Models never look at the kind: ``add``/``cat`` go to the tokens, ``rot``/``bias`` to attention.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+from timm.layers import DropPath, Mlp, trunc_normal_
+from torch import Tensor, nn
+
+import ndpe
+
+
+def make_pe(pe: Mapping[str, Any], *, dims: int, dim: int, heads: int) -> nn.Module:
+    """Build the encoding a model config names: ``{"kind": ..., "options": {...}, "augment": ...}``.
+
+    >>> make_pe({"kind": "rope"}, dims=2, dim=64, heads=4).kind
+    'rope'
+    """
+    unknown = sorted(set(pe) - {"kind", "options", "augment"})
+    if unknown:
+        raise ValueError(f"unknown pe key(s) {unknown}; expected kind, options, augment")
+    return ndpe.make(dims=dims, kind=pe.get("kind", "none"), dim=dim, heads=heads, augment=pe.get("augment"),
+                     **dict(pe.get("options") or {}))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x), pos)``, then ``x + mlp(norm(x))``; ``(B, T, C) -> (B, T, C)``.
+
+    >>> blk = Block(32, heads=4)
+    >>> blk(torch.randn(2, 5, 32)).shape
+    torch.Size([2, 5, 32])
+    """
+
+    def __init__(self, dim: int, heads: int, *, mlp_ratio: float = 4.0, drop: float = 0.0, drop_path: float = 0.0,
+                 causal: bool = False):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = ndpe.Attention(dim, heads, proj_drop=drop, causal=causal)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: Tensor, pos: ndpe.PosOut | None = None) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), pos))  # (B, T, C)
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class Encoder(nn.Module):
+    """The encoding, ``depth`` blocks and a final LayerNorm.
+
+    ``forward(x, grid_shape, num_prefix)``: ``x`` is ``(B, P + N, dim - pe.cat_dim)`` (``P`` prefix tokens,
+    then the ``N = prod(grid_shape)`` grid tokens row-major); returns ``(B, P + N, dim)``.
+
+    >>> enc = Encoder(make_pe({"kind": "coord"}, dims=2, dim=32, heads=4), dim=32, depth=1, heads=4)
+    >>> enc(torch.randn(2, 1 + 12, 32 - enc.pe.cat_dim), (3, 4), num_prefix=1).shape
+    torch.Size([2, 13, 32])
+    """
+
+    def __init__(self, pe: nn.Module, *, dim: int, depth: int, heads: int, mlp_ratio: float = 4.0,
+                 drop: float = 0.0, drop_path: float = 0.0, causal: bool = False):
+        super().__init__()
+        self.pe = pe
+        rates = torch.linspace(0, drop_path, depth).tolist()  # stochastic depth grows with depth (timm ViT)
+        self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio=mlp_ratio, drop=drop, drop_path=r, causal=causal)
+                                    for r in rates)
+        self.norm = nn.LayerNorm(dim)
+        self.blocks.apply(init_weights)  # the encoding keeps its own init
+
+    @property
+    def token_dim(self) -> int:
+        """Channels a model embeds tokens to: ``dim`` minus what a concatenated encoding appends."""
+        return self.norm.normalized_shape[0] - self.pe.cat_dim
+
+    def forward(self, x: Tensor, grid_shape: Sequence[int], num_prefix: int = 0) -> Tensor:
+        pos = self.pe(tuple(grid_shape), num_prefix=num_prefix, dtype=x.dtype)  # once per forward
+        x = ndpe.apply_tokens(x, pos)  # (B, T, dim)
+        for blk in self.blocks:
+            x = blk(x, pos)
+        return self.norm(x)
+
+
+def init_weights(m: nn.Module) -> None:
+    """timm ViT init: ``trunc_normal_(std=0.02)`` linear weights, zero biases, unit LayerNorm."""
+    if isinstance(m, nn.Linear):
+        trunc_normal_(m.weight, std=0.02)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def pool(x: Tensor, mode: str, num_prefix: int) -> Tensor:
+    """``(B, T, C) -> (B, C)``: the cls token (``"cls"``) or the mean of the grid tokens (``"mean"``)."""
+    return x[:, 0] if mode == "cls" else x[:, num_prefix:].mean(1)
+
+
+def check_pool(mode: str) -> int:
+    """Validate a pooling mode and return the number of prefix tokens it needs."""
+    if mode not in ("cls", "mean"):
+        raise ValueError(f"pool must be 'cls' or 'mean', got {mode!r}")
+    return int(mode == "cls")

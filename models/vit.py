@@ -1,0 +1,46 @@
+"""ViT on 2D patches (Dosovitskiy et al. 2021) with any ndpe encoding.
+
+Patches come from timm's ``PatchEmbed`` with ``strict_img_size=False``, so a model trained at one
+image size runs at any size divisible by the patch: the grid ``(rows, cols)`` is read off the input.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from einops import rearrange
+from timm.layers import PatchEmbed, trunc_normal_
+from torch import Tensor, nn
+
+from .block import Encoder, check_pool, init_weights, make_pe, pool
+
+
+class ViT(nn.Module):
+    """``(B, C, H, W) -> (B, num_classes)`` logits.
+
+    >>> m = ViT(num_classes=10, pe={"kind": "rope"}, dim=32, depth=1, heads=4, patch_size=4)
+    >>> m(torch.randn(2, 3, 16, 24)).shape   # any H, W divisible by the patch
+    torch.Size([2, 10])
+    """
+
+    def __init__(self, *, num_classes: int, pe: Mapping[str, Any], dim: int = 64, depth: int = 4, heads: int = 4,
+                 patch_size: int = 4, in_chans: int = 3, pool: str = "cls", mlp_ratio: float = 4.0,
+                 drop: float = 0.0, drop_path: float = 0.0):
+        super().__init__()
+        self.num_prefix, self.pool = check_pool(pool), pool
+        self.encoder = Encoder(make_pe(pe, dims=2, dim=dim, heads=heads), dim=dim, depth=depth, heads=heads,
+                               mlp_ratio=mlp_ratio, drop=drop, drop_path=drop_path)
+        c = self.encoder.token_dim  # dim - pe.cat_dim
+        self.patch_embed = PatchEmbed(None, patch_size, in_chans, c, strict_img_size=False, output_fmt="NHWC")
+        self.cls_token = nn.Parameter(torch.zeros(1, self.num_prefix, c))
+        self.head = nn.Linear(dim, num_classes)
+        trunc_normal_(self.cls_token, std=0.02)
+        self.head.apply(init_weights)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.patch_embed(x)  # (B, h, w, c)
+        grid_shape = x.shape[1:3]
+        x = rearrange(x, "b h w c -> b (h w) c")  # row-major tokens, ij order
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, P + N, c)
+        x = self.encoder(x, grid_shape, self.num_prefix)  # (B, P + N, dim)
+        return self.head(pool(x, self.pool, self.num_prefix))  # (B, num_classes)

@@ -1,0 +1,102 @@
+"""``alibi``: Attention with Linear Biases (Press et al. 2022), on 1, 2 or 3 positional axes.
+
+Conventions:
+- Slopes. Head ``h = 1..H`` gets ``2 ** (-8 h / H)`` when ``H`` is a power of two (8 heads:
+  1/2, 1/4, ..., 1/256). Otherwise the paper's rule (official code, x-transformers
+  ``AlibiPositionalBias._get_slopes``): the slopes of the closest power of two ``P < H``, then
+  every other slope of ``2P`` for the remaining ``H - P`` heads.
+- Bias. ``bias[h, i, j] = -slope[h] * dist(p_i, p_j)``: it depends only on the offset length, so
+  it is translation invariant. 1D bidirectional is the symmetric ``-slope * |i - j|`` (what
+  x-transformers builds); ``distance`` picks the N-D length, ``"euclidean"`` (default) or
+  ``"manhattan"`` (sum of per-axis ``|offset|``; equal in 1D).
+- Causal (1D only). ``causal=True`` is the paper's causal form ``-slope * (i - j)`` for keys
+  ``j <= i``; the upper triangle (future keys) is 0 and must be masked by the attention
+  (``ndpe.Attention(causal=True)`` adds the ``-inf`` triangle). On ``j <= i`` both forms agree,
+  so a causal model gets the same logits either way; with ``causal=True`` the tensor itself
+  says the future carries no distance penalty, and ``dims > 1`` is refused (no token order).
+- Coordinates are ``index`` units (token steps); fractional or augmented positions are fine.
+- Parameter-free: the base caches the bias per grid. Output ``(heads, N, N)`` float32, or
+  ``(B, heads, N, N)`` for batched positions. Memory: ``heads * N * N * 4`` bytes (docs/bias.md);
+  :mod:`ndpe.flex` gives a ``score_mod`` that never builds it.
+
+>>> import ndpe
+>>> pe = ndpe.make(dims=1, kind="alibi", dim=64, heads=8)
+>>> pe.slopes[:3].tolist()
+[0.5, 0.25, 0.125]
+>>> pe((5,)).bias.shape
+torch.Size([8, 5, 5])
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+from ..base import Encoding
+from ..contract import PosOut
+from ..registry import register
+
+DISTANCES = ("euclidean", "manhattan")
+
+
+def alibi_slopes(heads: int) -> list[float]:
+    """The paper's per-head slopes ``(heads,)``: geometric ``2 ** (-8 h / heads)`` for powers of two.
+
+    >>> alibi_slopes(4)
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    """
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"heads must be a positive int, got {heads!r}")
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    closest = 2 ** math.floor(math.log2(heads))
+    if closest == heads:
+        return power_of_two(heads)
+    return power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest]
+
+
+def offset_length(positions: Tensor, distance: str = "euclidean") -> Tensor:
+    """Pairwise offset lengths ``(..., N, N)`` of positions ``(..., N, dims)``: ``||p_i - p_j||``."""
+    offsets = positions[..., :, None, :] - positions[..., None, :, :]  # (..., N, N, dims): p_i - p_j
+    if distance == "euclidean":
+        return offsets.square().sum(-1).sqrt()
+    if distance == "manhattan":
+        return offsets.abs().sum(-1)
+    raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
+
+
+@register("alibi", dims=(1, 2, 3))
+class ALiBi(Encoding):
+    """ALiBi attention bias ``-slope[h] * ||p_i - p_j||``; see the module docstring for conventions.
+
+    Args:
+        causal: 1D only; the paper's causal form (0 above the diagonal, to be masked).
+        distance: ``"euclidean"`` (default) or ``"manhattan"`` offset length for dims > 1.
+    """
+
+    def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, distance: str = "euclidean"):
+        super().__init__(dims=dims, dim=dim, heads=heads)
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        if causal and dims != 1:
+            raise ValueError(f"alibi causal=True needs dims=1 (a token order), got dims={dims}; "
+                             "use the symmetric N-D form (causal=False)")
+        if distance not in DISTANCES:
+            raise ValueError(f"alibi distance must be one of {DISTANCES}, got {distance!r}")
+        self.causal, self.distance = causal, distance
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32), persistent=False)
+
+    def encode(self, positions: Tensor, grid_shape) -> PosOut:
+        length = offset_length(positions.float(), self.distance)  # (..., N, N)
+        if self.causal:
+            length = length.tril()  # keys j > i: 0, masked by the attention
+        slopes = rearrange(self.slopes, "h -> h 1 1")
+        bias = -slopes * length.unsqueeze(-3)  # (..., heads, N, N)
+        return PosOut(bias=bias)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, causal={self.causal}, distance={self.distance!r}"

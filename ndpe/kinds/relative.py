@@ -1,0 +1,189 @@
+"""``relative``: learned relative-position attention biases, clipped tables (Shaw / Swin) or T5 buckets.
+
+Conventions:
+- Offset. ``offset = p_i - p_j`` (query minus key), per axis, as Swin's
+  ``relative_position_index``; T5 buckets ``memory - context = j - i`` like the T5 code, so
+  its "positive" side (second half of the buckets when bidirectional) is keys after the query.
+- ``mode="clip"`` (dims 1, 2, 3; Shaw et al. 2018, Swin): each axis offset is clipped to
+  ``[-M_a, M_a]`` (``max_distance`` an int or one int per axis, default 16), and one bias per
+  head is learned per clipped offset vector: a table ``(prod(2 M_a + 1), heads)`` indexed
+  row-major over axes. With ``M_a = window_a - 1`` it is exactly Swin's table and index. A
+  grid larger than training never indexes out of range: clipping is explicit.
+- ``mode="t5"`` (dims 1): T5 log-spaced buckets, ``num_buckets`` (default 32), ``max_distance``
+  (default 128), ``bidirectional`` (True) or causal (keys after the query share bucket 0);
+  bucket function identical to x-transformers ``RelativePositionBias._relative_position_bucket``
+  (its ``causal`` = our ``not bidirectional``; it multiplies the bias by ``scale``, we do not).
+- Positions must be integers (index units): offsets look up a table. Fractional positions
+  raise (no silent rounding); batched integer positions (randomized positions, packed
+  sequences) are fine, so CAPE's continuous shifts are not usable here but ``"random"`` is.
+- Init: ``trunc_normal_(std=0.02)`` exactly as Swin / timm (cut at +-2 absolute, so in effect
+  N(0, 0.02^2); T5 inits its embedding with a normal too); not zeros, so gradients flow from the
+  first step even through a squared loss.
+- Caching: the integer index ``(N, N)`` is cached per grid (and checked against the positions);
+  the gather from the learned table runs every forward, since it carries gradients.
+
+>>> import ndpe
+>>> pe = ndpe.make(dims=2, kind="relative", dim=64, heads=4, max_distance=6)   # Swin window 7
+>>> pe.table.shape, pe((7, 7)).bias.shape
+(torch.Size([169, 4]), torch.Size([4, 49, 49]))
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from ..base import Encoding
+from ..contract import PosOut
+from ..registry import register
+
+MODES = ("clip", "t5")
+_CLIP_DEFAULT, _T5_DEFAULT, _T5_BUCKETS = 16, 128, 32
+
+
+def t5_bucket(relative_position: Tensor, *, bidirectional: bool = True, num_buckets: int = 32,
+              max_distance: int = 128) -> Tensor:
+    """T5 bucket of integer offsets ``memory - context`` (``j - i``), any shape, as T5 / x-transformers.
+
+    Offsets below ``max_exact`` (half the one-sided buckets) get their own bucket, larger ones share
+    log-spaced buckets up to ``max_distance``; bidirectional uses the upper half for keys after the query.
+
+    >>> t5_bucket(torch.tensor([-3, 0, 3]), num_buckets=8, max_distance=16).tolist()
+    [2, 0, 6]
+    """
+    n = -relative_position.long()
+    ret = torch.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        ret = ret + (n < 0).long() * num_buckets
+        n = n.abs()
+    else:
+        n = n.clamp(min=0)
+    max_exact = num_buckets // 2
+    # log of n >= max_exact only (the where below discards the rest): no log(0) cast to long
+    scaled = torch.log(n.clamp(min=max_exact).float() / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return ret + torch.where(n < max_exact, n, large)
+
+
+def clip_index(positions: Tensor, max_distance: tuple[int, ...]) -> Tensor:
+    """Table rows ``(..., N, N)`` of integer positions ``(..., N, dims)``: per-axis offsets ``p_i - p_j``
+    clipped to ``[-M_a, M_a]``, combined row-major over axes (one ``(N, N)`` temporary per axis).
+
+    >>> clip_index(torch.tensor([[0], [1], [5]]), (2,)).tolist()
+    [[2, 1, 0], [3, 2, 0], [4, 4, 2]]
+    """
+    index = None
+    for a, m in enumerate(max_distance):
+        axis = positions[..., a]
+        row = (axis[..., :, None] - axis[..., None, :]).clamp(-m, m) + m  # (..., N, N)
+        index = row if index is None else index * (2 * m + 1) + row
+    return index
+
+
+def _int_per_axis(value, dims: int, name: str) -> tuple[int, ...]:
+    values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
+    if len(values) != dims:
+        raise ValueError(f"{name} must be an int or a tuple of {dims} ints (one per axis), got {value!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise TypeError(f"{name} must hold ints, got {value!r}")
+    if any(v < 0 for v in values):
+        raise ValueError(f"{name} must be >= 0 (0 = a single shared offset bucket), got {value!r}")
+    return values
+
+
+@register("relative", dims=(1, 2, 3))
+class RelativeBias(Encoding):
+    """Learned relative-position bias per head; see the module docstring for conventions.
+
+    Args:
+        mode: ``"clip"`` (per-axis clipped offset table, dims 1-3) or ``"t5"`` (log buckets, dims 1).
+        max_distance: clip: int or per-axis tuple (default 16); t5: int (default 128).
+        num_buckets: t5 only (default 32).
+        bidirectional: t5 only; False is the causal (decoder) bucketing.
+    """
+
+    def __init__(self, *, dims: int, dim: int, heads: int = 1, mode: str = "clip",
+                 max_distance: int | tuple[int, ...] | None = None, num_buckets: int | None = None,
+                 bidirectional: bool = True):
+        super().__init__(dims=dims, dim=dim, heads=heads)
+        if mode not in MODES:
+            raise ValueError(f"relative mode must be one of {MODES}, got {mode!r}")
+        if not isinstance(bidirectional, bool):
+            raise TypeError(f"bidirectional must be a bool, got {bidirectional!r}")
+        self.mode, self.bidirectional = mode, bidirectional
+        if mode == "clip":
+            if num_buckets is not None or not bidirectional:
+                raise ValueError("num_buckets and bidirectional=False apply to mode='t5'; mode='clip' learns "
+                                 "one bias per clipped offset in both directions")
+            self.max_distance = _int_per_axis(_CLIP_DEFAULT if max_distance is None else max_distance,
+                                              dims, "max_distance")
+            size = math.prod(2 * m + 1 for m in self.max_distance)
+        else:
+            if dims != 1:
+                raise ValueError(f"relative mode='t5' is 1D only, got dims={dims}; use mode='clip' for 2D/3D")
+            self.max_distance = _int_per_axis(_T5_DEFAULT if max_distance is None else max_distance, 1,
+                                              "max_distance")
+            self.num_buckets = size = _T5_BUCKETS if num_buckets is None else num_buckets
+            self._check_buckets()
+        self.table = nn.Parameter(torch.empty(size, heads))  # (entries, heads)
+        nn.init.trunc_normal_(self.table, std=0.02)
+        self._index_cache: dict = {}
+
+    def _check_buckets(self) -> None:
+        nb = self.num_buckets
+        if isinstance(nb, bool) or not isinstance(nb, int):
+            raise TypeError(f"num_buckets must be an int, got {nb!r}")
+        low = 4 if self.bidirectional else 2
+        if nb < low:
+            raise ValueError(f"num_buckets must be >= {low} for bidirectional={self.bidirectional} "
+                             f"(at least one exact and one log bucket per side), got {nb}")
+        max_exact = (nb // 2 if self.bidirectional else nb) // 2
+        if self.max_distance[0] <= max_exact:
+            raise ValueError(f"max_distance must exceed the exact buckets ({max_exact}) for num_buckets={nb}, "
+                             f"got max_distance={self.max_distance[0]}")
+
+    def index(self, positions: Tensor) -> Tensor:
+        """Table rows ``(..., N, N)`` (long) of integer positions ``(..., N, dims)``."""
+        pos = positions.round().long()
+        if self.mode == "clip":
+            return clip_index(pos, self.max_distance)
+        rel = pos[..., None, :, 0] - pos[..., :, None, 0]  # (..., N, N): memory - context = j - i
+        return t5_bucket(rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
+                         max_distance=self.max_distance[0])
+
+    def _cached_index(self, positions: Tensor, grid_shape) -> Tensor:
+        if torch.compiler.is_compiling() or grid_shape is None or positions.ndim != 2:
+            return self.index(positions)
+        key = (grid_shape, positions.device)
+        hit = self._index_cache.get(key)
+        if hit is not None and torch.equal(hit[0], positions):
+            return hit[1]
+        index = self.index(positions)
+        if len(self._index_cache) >= 16:
+            self._index_cache.pop(next(iter(self._index_cache)))
+        self._index_cache[key] = (positions.clone(), index)
+        return index
+
+    def encode(self, positions: Tensor, grid_shape) -> PosOut:
+        if not torch.compiler.is_compiling() and not bool((positions == positions.round()).all()):
+            raise ValueError("relative looks integer offsets up in a table but got fractional positions; "
+                             "pass integer (index) positions, round them yourself, or use alibi/rope for "
+                             "continuous positions")
+        index = self._cached_index(positions, grid_shape)  # (..., N, N)
+        bias = F.embedding(index, self.table)  # (..., N, N, heads): the gather, fastest on CPU
+        return PosOut(bias=rearrange(bias, "... i j h -> ... h i j"))
+
+    def clear_cache(self) -> None:
+        super().clear_cache()
+        if hasattr(self, "_index_cache"):
+            self._index_cache.clear()
+
+    def extra_repr(self) -> str:
+        s = f"{super().extra_repr()}, mode={self.mode!r}, max_distance={self.max_distance}"
+        if self.mode == "t5":
+            s += f", num_buckets={self.num_buckets}, bidirectional={self.bidirectional}"
+        return s

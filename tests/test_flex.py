@@ -1,0 +1,91 @@
+"""``ndpe.flex``: flex_attention score_mods equal SDPA with the materialized bias (no N x N tensor)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ndpe
+from ndpe import flex
+
+ok, why = flex.flex_available()
+pytestmark = [pytest.mark.skipif(not ok, reason=why),
+              pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]
+
+CASES = [  # (options, grid, causal attention)
+    ({"dims": 1, "kind": "alibi"}, (9,), False),
+    ({"dims": 1, "kind": "alibi", "causal": True}, (9,), True),
+    ({"dims": 2, "kind": "alibi"}, (3, 4), False),
+    ({"dims": 3, "kind": "alibi", "distance": "manhattan"}, (2, 3, 2), False),
+    ({"dims": 1, "kind": "relative", "max_distance": 3}, (10,), True),
+    ({"dims": 2, "kind": "relative", "max_distance": (1, 2)}, (4, 3), False),
+    ({"dims": 3, "kind": "relative", "max_distance": 1}, (2, 2, 3), False),
+    ({"dims": 1, "kind": "relative", "mode": "t5", "num_buckets": 8, "max_distance": 10}, (20,), False),
+    ({"dims": 1, "kind": "relative", "mode": "t5", "num_buckets": 8, "max_distance": 10, "bidirectional": False},
+     (20,), True),
+]
+
+
+def sdpa_reference(q, k, v, pe, grid, num_prefix, causal):
+    mask = pe(grid, num_prefix=num_prefix).bias
+    if causal:
+        mask = mask + ndpe.causal_mask(q.shape[-2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def qkv(pe, grid, num_prefix, batch=2):
+    n = num_prefix + torch.Size(grid).numel()
+    return [torch.randn(batch, pe.heads, n, 8) for _ in range(3)]
+
+
+IDS = [f"{o['kind']}-{o['dims']}d-{i}" for i, (o, *_) in enumerate(CASES)]
+
+
+@pytest.mark.parametrize("opts,grid,causal", CASES, ids=IDS)
+def test_eager_score_mod_equals_materialized_bias(opts, grid, causal):
+    torch.manual_seed(0)
+    pe = ndpe.make(dim=24, heads=3, **opts)
+    q, k, v = qkv(pe, grid, num_prefix=2)
+    with torch.no_grad():
+        out = flex.attention(q, k, v, pe, grid, num_prefix=2, causal=causal, compiled=False)
+        ref = sdpa_reference(q, k, v, pe, grid, 2, causal)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_cpu_kernel_equals_materialized_bias():
+    """The fused (torch.compile) flex kernel runs on CPU in inference; one compile, a 2D relative table."""
+    torch.manual_seed(0)
+    pe = ndpe.make(dims=2, kind="relative", dim=24, heads=3, max_distance=2)
+    q, k, v = qkv(pe, (3, 4), num_prefix=1, batch=1)
+    try:
+        with torch.no_grad():
+            out = flex.attention(q, k, v, pe, (3, 4), num_prefix=1)
+    except Exception as err:  # no C++ compiler, unsupported backend ...
+        pytest.skip(f"compiled flex_attention unavailable here: {type(err).__name__}: {err}")
+    with torch.no_grad():
+        ref = sdpa_reference(q, k, v, pe, (3, 4), 1, False)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_training_on_cpu_refused_with_reason():
+    pe = ndpe.make(dims=1, kind="relative", dim=24, heads=3, max_distance=2)
+    q, k, v = qkv(pe, (5,), 0)
+    with pytest.raises(NotImplementedError, match="no backward"):
+        flex.attention(q, k, v, pe, (5,), compiled=False)
+
+
+@pytest.mark.parametrize("make_args,call,exc,fragment", [
+    ({"heads": 3}, {"heads": 2}, ValueError, "2 heads but the encoding was built with heads=3"),
+    ({"heads": 3}, {"tokens": 7}, ValueError, "tokens but grid"),
+])
+def test_bad_inputs(make_args, call, exc, fragment):
+    pe = ndpe.make(dims=1, kind="alibi", dim=24, **make_args)
+    q = torch.randn(1, call.get("heads", 3), call.get("tokens", 6), 8)
+    with pytest.raises(exc, match=fragment), torch.no_grad():
+        flex.attention(q, q, q, pe, (6,), compiled=False)
+
+
+def test_unsupported_kind():
+    pe = ndpe.make(dims=1, kind="none", dim=24, heads=3)
+    with pytest.raises(TypeError, match="supports the alibi and relative kinds"):
+        flex.score_mod(pe, (6,))

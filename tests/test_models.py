@@ -1,0 +1,159 @@
+"""Reference models: every model x every registered kind trains at one size and runs at a larger one.
+
+Kinds come from ``ndpe.available()`` (filtered by the dims a model needs), so kinds added later are
+covered without editing this file; kinds that need options get them from ``OPTIONS``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ndpe
+from models import build_model
+
+torch.manual_seed(0)
+DIM, HEADS = 48, 4  # head_dim 12: splits evenly over 1, 2 and 3 rotary axes
+
+# model name -> (dims, extra config, train input, larger input, train grid)
+CASES = {
+    "vit": (2, {"patch_size": 4}, (2, 3, 16, 16), (2, 3, 24, 32), (4, 4)),
+    "audio": (2, {"patch_size": [4, 8]}, (2, 1, 16, 32), (2, 1, 16, 48), (8, 2)),  # (1, mels, frames); grid (t, f)
+    "text": (1, {"vocab_size": 11}, (2, 12), (2, 20), (12,)),
+    "video": (3, {"tubelet": [2, 4, 4]}, (2, 3, 4, 8, 8), (2, 3, 8, 8, 12), (2, 2, 2)),
+}
+RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
+# Options a kind needs, given the train grid.
+OPTIONS = {"learned": lambda grid: {"grid_shape": list(grid), "resize": RESIZE[len(grid)]}}
+MODEL_KINDS = [(m, k) for m, (dims, *_rest) in CASES.items() for k, ds in ndpe.available().items() if dims in ds]
+
+
+def make(name, kind, num_classes=5, **over):
+    dims, extra, _, _, grid = CASES[name]
+    pe = {"kind": kind, "options": OPTIONS.get(kind, lambda g: {})(grid)}
+    cfg = {"name": name, "num_classes": num_classes, "dim": DIM, "depth": 2, "heads": HEADS, "pe": pe, **extra, **over}
+    return build_model(cfg)
+
+
+def inputs(name, shape):
+    return torch.randint(0, 11, shape) if name == "text" else torch.randn(shape)
+
+
+@pytest.mark.parametrize("name, kind", MODEL_KINDS)
+def test_forward_backward_then_larger_input(name, kind):
+    model = make(name, kind)
+    _, _, train_shape, large_shape, _ = CASES[name]
+    out = model(inputs(name, train_shape))
+    out.float().square().mean().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad and p.numel()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    model.eval()
+    with torch.no_grad():
+        large = model(inputs(name, large_shape))
+    expect = (2, large_shape[1], 5) if name == "text" else (2, 5)
+    assert large.shape == expect and torch.isfinite(large).all()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_learned_table_without_resize_refuses_larger_inputs_clearly(name):
+    model = make(name, "learned", pe={"kind": "learned", "options": {"grid_shape": list(CASES[name][4])}})
+    with pytest.raises(ValueError, match="exceeds the learned table"):
+        model(inputs(name, CASES[name][3]))
+
+
+@pytest.mark.parametrize("name, shape, grid", [
+    ("vit", (1, 3, 16, 24), (4, 6)),  # (rows, cols)
+    ("audio", (1, 1, 16, 40), (10, 2)),  # (1, n_mels=16, frames=40), patch (4 t, 8 f) -> (time, freq)
+    ("text", (1, 9), (9,)),
+    ("video", (1, 3, 4, 8, 12), (2, 2, 3)),  # (frames, rows, cols)
+])
+def test_grid_is_ij_and_encoded_once_per_forward(name, shape, grid):
+    model = make(name, "none")
+    calls = []
+    model.encoder.pe.register_forward_pre_hook(lambda m, args, kwargs: calls.append((args, kwargs)), with_kwargs=True)
+    model(inputs(name, shape))
+    assert len(calls) == 1  # depth 2, one PosOut shared by both blocks
+    args, kwargs = calls[0]
+    assert tuple(args[0]) == grid and kwargs["num_prefix"] == (0 if name == "text" else 1)
+
+
+@pytest.mark.parametrize("kind", ["none", "rope"])
+def test_vit_without_encoding_ignores_patch_order(kind):
+    """No encoding + mean pooling: permutation invariant over patches; any real encoding breaks that."""
+    if kind not in ndpe.available():
+        pytest.skip(f"kind {kind!r} not registered")
+    model = make("vit", kind, pool="mean").eval()
+    for blk in model.encoder.blocks:  # sharper attention than at init, so positions matter visibly
+        blk.attn.qkv.weight.data.mul_(20)
+    x = torch.randn(1, 3, 16, 16)
+    patches = x.unfold(2, 4, 4).unfold(3, 4, 4)  # (1, 3, 4, 4, 4, 4): grid rows, cols, patch h, w
+    perm = torch.randperm(16)
+    shuffled = patches.reshape(1, 3, 16, 4, 4)[:, :, perm].reshape(1, 3, 4, 4, 4, 4)
+    y = shuffled.permute(0, 1, 2, 4, 3, 5).reshape(1, 3, 16, 16)  # back to an image
+    with torch.no_grad():
+        diff = (model(x) - model(y)).abs().max().item()
+    assert diff < 1e-5 if kind == "none" else diff > 1e-3
+
+
+@pytest.mark.parametrize("kind", [k for k, ds in ndpe.available().items() if 1 in ds])
+def test_causal_text_never_sees_the_future(kind):
+    model = make("text", kind, causal=True).eval()
+    a = torch.randint(0, 11, (1, 12))
+    b = a.clone()
+    b[0, 7:] = (b[0, 7:] + 1) % 11
+    with torch.no_grad():
+        torch.testing.assert_close(model(a)[:, :7], model(b)[:, :7])
+
+
+def test_tied_head_shares_the_embedding():
+    model = make("text", "none", num_classes=11, tie_weights=True)
+    assert model.head.weight is model.tok_embed.weight
+    with pytest.raises(ValueError, match="tie_weights needs num_classes == vocab_size"):
+        make("text", "none", num_classes=7, tie_weights=True)
+
+
+def test_concatenated_encoding_narrows_the_token_embedding():
+    if "coord" not in ndpe.available():
+        pytest.skip("coord kind not registered")
+    model = make("vit", "coord")
+    assert model.patch_embed.proj.out_channels == DIM - model.encoder.pe.cat_dim
+    assert model.head.in_features == DIM
+
+
+@pytest.mark.parametrize("add_coords", [False, True])
+def test_conv_net_runs_at_any_size(add_coords):
+    if add_coords:
+        pytest.importorskip("ndpe.kinds.coord", reason="AddCoords not available yet")
+    model = build_model({"name": "conv", "num_classes": 2, "channels": [8, 16], "add_coords": add_coords})
+    model(torch.randn(4, 1, 32, 32)).square().mean().backward()
+    assert model.eval()(torch.randn(2, 1, 48, 40)).shape == (2, 2)
+    first = model.features[1 if add_coords else 0]
+    assert first.in_channels == 1 + 2 * add_coords
+
+
+def test_conv_coords_make_position_readable():
+    """With AddCoords, one linear map of the features can read the position of a dot; without, it cannot."""
+    pytest.importorskip("ndpe.kinds.coord", reason="AddCoords not available yet")
+    from ndpe.kinds.coord import AddCoords
+
+    x = torch.zeros(1, 1, 5, 7)
+    feat = AddCoords(2)(x)
+    torch.testing.assert_close(feat[0, 1, :, 0], torch.linspace(-1, 1, 5))  # rows first (ij)
+    torch.testing.assert_close(feat[0, 2, 0], torch.linspace(-1, 1, 7))
+
+
+@pytest.mark.parametrize("cfg, match", [
+    ({"name": "vit", "num_classes": 3, "tubelet": [2, 2, 2]}, r"model 'vit' has no option\(s\) \['tubelet'\]"),
+    ({"name": "conv", "num_classes": 2, "pe": {"kind": "rope"}}, "model 'conv' takes no pe"),
+    ({"name": "transformer", "num_classes": 2}, "unknown model name 'transformer'"),
+    ({"name": "vit", "num_classes": 3, "pe": {"kind": "rope", "optoins": {}}}, r"unknown pe key\(s\) \['optoins'\]"),
+    ({"name": "vit", "num_classes": 3, "pool": "max"}, "pool must be 'cls' or 'mean'"),
+])
+def test_build_model_errors(cfg, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        build_model(cfg)
+
+
+def test_unknown_kind_option_is_named():
+    with pytest.raises(TypeError, match="unknown option"):
+        build_model({"name": "vit", "num_classes": 3, "dim": DIM, "heads": HEADS,
+                     "pe": {"kind": "none", "options": {"thetaa": 1.0}}})

@@ -1,0 +1,189 @@
+"""ndpe.viz: relation against the definitions it documents (apply_qk scores, cosine similarity, bias rows), the CLI."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ndpe
+from ndpe.viz import centre_index, draw, main, offset_curve, parse_option, relation, table
+from tests.conftest import build
+
+matplotlib = pytest.importorskip("matplotlib")
+BIAS_KINDS = [k for k in ("alibi", "relative") if k in ndpe.available()]
+
+
+def rope_scores(pos: ndpe.PosOut, head_dim: int, heads: int) -> torch.Tensor:
+    """``q_i . k_j`` ``(heads, N, N)`` of content-free unit q = k (every rotary pair (1, 0)), rotated by apply_qk."""
+    half = pos.rot[0].shape[-1]
+    n = pos.num_tokens
+    q = torch.zeros(1, heads, n, head_dim, dtype=torch.float64)
+    first = slice(0, half) if pos.pairing == "half" else slice(0, 2 * half, 2)  # first channel of each pair
+    q[..., first] = 1 / math.sqrt(half)
+    q, k = ndpe.apply_qk(q, q.clone(), pos)
+    return (q @ k.transpose(-1, -2))[0]
+
+
+ROPE_CASES = [  # kind, grid, options
+    ("rope", (12,), {"pairing": "half"}),
+    ("rope", (12,), {"pairing": "interleaved", "theta": 100.0}),
+    ("rope", (5, 7), {"pairing": "half", "axis_dims": (4, 6)}),  # partial rotation: 6 channels unrotated
+    ("rope", (6,), {"scaling": "yarn", "scale": 4.0, "train_shape": 6}),  # cos/sin carry YaRN's factor
+    ("rope", (2, 3, 4), {}),
+    ("rope-mixed", (4, 5), {"pairing": "interleaved"}),
+]
+
+
+@pytest.mark.parametrize("kind,grid,opts", ROPE_CASES)
+def test_rope_relation_is_the_normalized_apply_qk_score(kind, grid, opts):
+    heads, head_dim = 2, 16
+    pe = ndpe.make(dims=len(grid), kind=kind, dim=heads * head_dim, heads=heads, **opts)
+    pos = pe(grid)
+    scores = rope_scores(pos, head_dim, heads)  # (H, N, N)
+    for query in (0, centre_index(grid), math.prod(grid) - 1):
+        ref = (scores[:, query] / scores[:, query, query, None]).mean(0)
+        torch.testing.assert_close(relation(pos, query).double(), ref, atol=1e-5, rtol=0)
+        assert relation(pos, query)[query].item() == pytest.approx(1.0, abs=1e-6)
+        for h in range(heads):
+            per_head = scores[h, query] / scores[h, query, query]
+            torch.testing.assert_close(relation(pos, query, head=h).double(), per_head, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("grid", [(16,), (5, 6)])
+def test_rope_relation_depends_only_on_the_offset(grid):
+    pe = ndpe.make(dims=len(grid), kind="rope", dim=32, heads=1, theta=50.0)
+    pos = pe(grid)
+    maps = torch.stack([relation(pos, q) for q in range(math.prod(grid))]).reshape(*grid, *grid)  # (query, key)
+    for query in [(0,) * len(grid), tuple(n // 2 for n in grid), tuple(n - 1 for n in grid)]:
+        for key in [(0,) * len(grid), tuple(n - 2 for n in grid), tuple(n // 3 for n in grid)]:
+            offset = [k - q for k, q in zip(key, query)]
+            base = [max(0, -o) for o in offset]  # another query whose key at the same offset is in the grid
+            other = tuple(b + o for b, o in zip(base, offset))
+            assert maps[query + key].item() == pytest.approx(maps[tuple(base) + other].item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("grid,opts", [((20,), {}), ((4, 6), {"combine": "concat"}), ((4, 6), {"combine": "add"}),
+                                       ((2, 3, 4), {"layout": "blocks"})])
+def test_sinusoidal_relation_is_cosine_similarity_of_add_rows(grid, opts):
+    add = ndpe.make(dims=len(grid), kind="sinusoidal", dim=24, **opts)(grid).add.double()  # (N, dim)
+    unit = add / add.norm(dim=-1, keepdim=True)
+    ref = unit @ unit.T
+    rel = torch.stack([relation(ndpe.make(dims=len(grid), kind="sinusoidal", dim=24, **opts)(grid), q)
+                       for q in range(add.shape[0])]).double()
+    torch.testing.assert_close(rel, ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(rel, rel.T, atol=1e-5, rtol=0)
+    torch.testing.assert_close(rel.diagonal(), torch.ones(add.shape[0], dtype=torch.float64), atol=1e-5, rtol=0)
+
+
+def test_relation_drops_prefix_tokens():
+    pe = ndpe.make(dims=2, kind="rope", dim=32, heads=2)
+    torch.testing.assert_close(relation(pe((3, 4), num_prefix=2), 5), relation(pe((3, 4)), 5))
+    torch.testing.assert_close(table(pe((3, 4), num_prefix=2)), table(pe((3, 4))))
+
+
+def test_bias_relation_is_the_mean_bias_row_of_any_posout():
+    bias = torch.randn(3, 6, 6)
+    pos = ndpe.PosOut(bias=bias)
+    torch.testing.assert_close(relation(pos, 4), bias[:, 4].mean(0))
+    torch.testing.assert_close(relation(pos, 4, head=2), bias[2, 4])
+    torch.testing.assert_close(table(pos, head=1), bias[1])
+
+
+@pytest.mark.skipif(not BIAS_KINDS, reason="no bias kind (alibi, relative) registered yet")
+@pytest.mark.parametrize("kind", BIAS_KINDS)
+@pytest.mark.parametrize("grid", [(7,), (3, 4)])
+def test_bias_kinds_relation_is_the_bias_row_mean_over_heads(kind, grid):
+    pos = build(kind, len(grid), dim=32, heads=4)(grid)
+    bias = pos.bias.reshape(-1, *pos.bias.shape[-2:])  # (heads, N, N)
+    for query in range(math.prod(grid)):
+        torch.testing.assert_close(relation(pos, query), bias[:, query].mean(0))
+
+
+def test_merged_posout_shows_its_bias():
+    add = ndpe.make(dims=1, kind="sinusoidal", dim=8)((5,))
+    bias = ndpe.PosOut(bias=torch.randn(2, 5, 5))
+    torch.testing.assert_close(relation(ndpe.merge(add, bias), 1), bias.bias[:, 1].mean(0))
+
+
+@pytest.mark.skipif("alibi" not in ndpe.available(), reason="alibi not registered yet")
+def test_offset_curve_of_alibi_is_minus_mean_slope_times_distance():
+    pe = ndpe.make(dims=2, kind="alibi", dim=32, heads=4)
+    offsets, values = offset_curve(pe, (5, 3))  # axis 0 stretched to 20, query at its centre
+    assert offsets.tolist() == list(range(-10, 10))
+    torch.testing.assert_close(values, -pe.slopes.float().mean() * offsets.abs().float())
+
+
+def test_offset_curve_of_rope_is_the_relation_at_that_offset():
+    pe = ndpe.make(dims=1, kind="rope", dim=16, theta=100.0)
+    offsets, values = offset_curve(pe, (6,))
+    torch.testing.assert_close(values[offsets >= 0], relation(pe((12,)), 0), atol=1e-5, rtol=0)
+
+
+def test_draw_skips_what_the_encoding_refuses(tmp_path, capsys):
+    table_only = ndpe.make(dims=1, kind="learned", dim=8, grid_shape=(6,))  # no resize: a 4x longer grid raises
+    assert draw(table_only, (6,), out_dir=tmp_path, figures=("offset",)) == []
+    assert "skipped the offset figure" in capsys.readouterr().out
+    assert draw(ndpe.make(dims=1, kind="none", dim=8), (6,), out_dir=tmp_path) == []
+    with pytest.raises(ValueError, match="unknown figure"):
+        draw(table_only, (6,), out_dir=tmp_path, figures=("tabel",))
+
+
+def test_relation_of_an_empty_encoding_says_so():
+    with pytest.raises(ValueError, match="outputs nothing"):
+        relation(ndpe.make(dims=1, kind="none", dim=8)((4,)), 0)
+
+
+# -- command line ----------------------------------------------------------------------
+def read_png(path):
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)  # raises on a file that is not an image
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100 and image.shape[2] in (3, 4)
+    return image
+
+
+@pytest.mark.parametrize("argv,files", [
+    (["--kind", "sinusoidal", "--grid", "16", "--grow", "24", "--dim", "16"],
+     ["sinusoidal_1d_table", "sinusoidal_1d_similarity", "sinusoidal_1d_offset", "sinusoidal_1d_grow"]),
+    (["--kind", "rope", "--grid", "4", "5", "--grow", "6", "6", "--dim", "32", "--heads", "2", "--name", "r2"],
+     ["r2_table", "r2_similarity", "r2_offset", "r2_grow"]),
+])
+def test_main_writes_the_png_files(tmp_path, argv, files):
+    paths = main(argv + ["--out", str(tmp_path)])
+    assert sorted(p.name for p in paths) == sorted(f"{f}.png" for f in files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{f}.png" for f in files)
+    for p in paths:
+        read_png(p)
+
+
+@pytest.mark.skipif("alibi" not in ndpe.available(), reason="alibi not registered yet")
+def test_main_draws_per_head_figures_for_per_head_encodings(tmp_path):
+    paths = main(["--kind", "alibi", "--grid", "3", "4", "--heads", "4", "--dim", "16",
+                  "--figures", "heads", "--out", str(tmp_path)])
+    assert [p.name for p in paths] == ["alibi_2d_heads.png"]
+    read_png(paths[0])
+
+
+def test_main_option_values_are_python_literals(tmp_path):
+    # a tuple, a bare string and a float must all arrive typed: learned refuses a non-tuple grid_shape
+    paths = main(["--kind", "learned", "--grid", "4", "4", "--option", "grid_shape=(4, 4)",
+                  "--option", "resize=bicubic", "--dim", "8", "--figures", "offset", "--out", str(tmp_path)])
+    assert [p.name for p in paths] == ["learned_2d_offset.png"]  # the 4x longer grid needs resize="bicubic"
+    assert parse_option("theta=100.0") == ("theta", 100.0)
+    assert parse_option("axis_dims=(4, 6)") == ("axis_dims", (4, 6))
+    assert parse_option("scaling=None") == ("scaling", None)
+    assert parse_option("pairing=interleaved") == ("pairing", "interleaved")
+
+
+@pytest.mark.parametrize("option,message", [
+    ("theta", "KEY=VALUE"),             # no '='
+    ("=3", "KEY=VALUE"),                # no key
+    ("tehta=100.0", "valid options"),   # unknown option: the kind's valid ones are listed
+    ("pairing=diagonal", "pairing must be one of"),
+])
+def test_main_rejects_bad_options_clearly(tmp_path, capsys, option, message):
+    with pytest.raises(SystemExit):
+        main(["--kind", "rope", "--grid", "8", "--option", option, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

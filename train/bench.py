@@ -1,0 +1,386 @@
+"""The cross-domain benchmark: every encoding x every domain, trained at one size, tested beyond it.
+
+    python -m train.bench --quick                       # built-in data, ~10 min on a 2-core CPU
+    python -m train.bench --config configs/bench/full.yaml     # one GPU, ~10 min on an H100
+    python -m train.bench --config configs/bench/real.yaml data_root=/data   # CIFAR-10, Speech Commands
+    python -m train.bench --quick kinds=[rope,alibi] seeds=[0]          # any key=value override
+
+A *cell* is one (task, encoding, seed): it trains a reference model (``train.main.fit``) and
+evaluates it at the training size and at every larger test size; rotary encodings are also
+evaluated with test-time scaling (position interpolation, NTK, YaRN). Each finished cell's rows
+are appended to ``runs/<name>/results.csv`` in one fsynced write, so an interrupted benchmark
+resumes where it stopped (finished cells are skipped; a cell cut off midway is redone).
+``report.md`` and the plots are rewritten from the CSV at the end (``--report-only`` redoes them).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+
+from .config import Config, ConfigError, apply_override, from_dict
+from .report import Row, append_rows, read_rows, write_report
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bench"
+RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
+SCALINGS = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One line of the protocol: a dataset trained at one size and tested at larger ones."""
+
+    name: str  # "<domain>/<task>"
+    dataset: str  # train.data name
+    model: str  # models name
+    dims: int
+    size_key: str  # the dataset option that grows
+    train_size: float
+    test_sizes: tuple  # values of size_key, the first equal to train_size
+    metric: str  # key of train.engine.summarize
+    higher_is_better: bool
+    unit: str = ""
+    data: dict = field(default_factory=dict)  # fixed dataset options
+    model_opts: dict = field(default_factory=dict)
+    conv: bool = False  # coordinate task: a conv net; kinds are "conv" / "conv+coord"
+
+
+TASKS = {t.name: t for t in [
+    Task("image/shapes", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
+         model_opts={"patch_size": 4}),
+    Task("image/cifar10", "cifar10", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
+         model_opts={"patch_size": 4}),
+    Task("audio/tones", "tones", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
+         data={"syllables": 2}, model_opts={"patch_size": [10, 16]}),
+    Task("audio/speech_commands", "speech_commands", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
+         model_opts={"patch_size": [10, 16]}),
+    Task("text/copy", "copy", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L"),
+    Task("text/reverse", "reverse", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L"),
+    Task("text/addition", "addition", "text", 1, "length", 8, (8, 16, 32), "acc", True, "L"),
+    Task("text/stdlib_lm", "stdlib_lm", "text", 1, "context", 64, (64, 128, 256, 512), "ppl", False, "C",
+         model_opts={"causal": True}),
+    Task("video/trajectory", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, "frames"),
+    Task("coord/uniform", "not_so_clevr", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
+         data={"split_mode": "uniform"}, model_opts={"channels": [16, 16, 16]}, conv=True),
+    Task("coord/quadrant", "not_so_clevr", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
+         data={"split_mode": "quadrant"}, model_opts={"channels": [16, 16, 16]}, conv=True),
+]}
+
+
+@dataclass
+class BenchConfig:
+    """A benchmark preset (configs/bench/*.yaml); every key can be overridden as ``key=value``."""
+
+    name: str = "quick"
+    tasks: list[str] = field(default_factory=lambda: ["image/shapes", "audio/tones", "text/copy", "text/stdlib_lm",
+                                                      "video/trajectory", "coord/uniform", "coord/quadrant"])
+    kinds: list[str] = field(default_factory=lambda: [
+        "none", "sinusoidal", "learned", "rope", "rope-mixed", "alibi", "relative", "coord", "fourier",
+        "rope+cape", "sinusoidal+cape"])
+    rope_variants: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    workers: int = 2  # processes training cells in parallel (one thread each on CPU)
+    device: str = "cpu"  # cpu | cuda | auto
+    data_root: str | None = None  # where real datasets live
+    train_items: int = 2048  # built-in datasets: items per training split
+    test_items: int = 256  # built-in datasets: items per test split and size
+    steps: dict = field(default_factory=dict)  # task -> optimizer steps (default_steps otherwise)
+    default_steps: int = 200
+    batch_size: int = 32
+    lr: float = 2e-3
+    warmup_steps: int = 20
+    dim: int = 64
+    depth: int = 2
+    heads: int = 4
+    out_root: str = "runs"
+
+
+def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchConfig:
+    data = yaml.safe_load(Path(path).read_text()) if path else {}
+    cfg = from_dict(BenchConfig, data)
+    for item in overrides:
+        apply_override(cfg, item)
+    unknown_tasks = sorted(set(cfg.tasks) - set(TASKS))
+    if unknown_tasks:
+        raise ConfigError(f"unknown task(s) {unknown_tasks}; expected some of {sorted(TASKS)}")
+    bad_variants = sorted(set(cfg.rope_variants) - set(SCALINGS))
+    if bad_variants:
+        raise ConfigError(f"unknown rope_variants {bad_variants}; expected some of {sorted(SCALINGS)}")
+    import ndpe
+
+    for kind in cfg.kinds:
+        base = kind.split("+")[0]
+        if base not in ndpe.available():
+            raise ConfigError(f"unknown kind {kind!r}; expected a name from {sorted(ndpe.available())}, "
+                              "optionally with '+cape' or '+random' augmentation")
+    return cfg
+
+
+# -- cells -------------------------------------------------------------------------------------
+def cells_for(cfg: BenchConfig) -> list[tuple[str, str, int]]:
+    """Every (task, kind, seed) the preset asks for; kinds that do not apply to a task are left out."""
+    import ndpe
+
+    cells = []
+    for task_name in cfg.tasks:
+        task = TASKS[task_name]
+        kinds = ["conv", "conv+coord"] if task.conv else [
+            k for k in cfg.kinds if task.dims in ndpe.available()[k.split("+")[0]]]
+        cells += [(task_name, k, s) for k in kinds for s in cfg.seeds]
+    return cells
+
+
+def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None) -> dict:
+    """The model's ``pe`` entry for a benchmark kind name like ``"rope"`` or ``"sinusoidal+cape"``."""
+    base, _, augment = kind.partition("+")
+    options: dict = {}
+    if base == "learned":
+        options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims]}
+    if task.model_opts.get("causal"):
+        if base == "alibi":
+            options = {"causal": True}
+        if base == "relative":
+            options = {"mode": "t5", "bidirectional": False}
+    return {"kind": base, "options": options, "augment": augment or None}
+
+
+REAL = ("cifar10", "speech_commands")  # read from disk with training augmentation: never cached
+
+
+def bench_dataset(split: str, *, seed: int, root: str | None, dataset: str, cache: str, train_items: int,
+                  eval_items: int, **opts):
+    """The data factory of the benchmark's cells (``data.name: "train.bench:bench_dataset"``).
+
+    Built-in datasets are materialized once per (split, seed, options) in ``cache`` and shared by
+    every encoding; ``train_items`` / ``eval_items`` size the training and val/test splits.
+    """
+    from .cache import cached_dataset
+    from .data import DATASETS, build_dataset
+
+    if dataset in REAL:
+        return build_dataset(dataset, split, seed=seed, root=root, **opts)
+    items = train_items if split == "train" else eval_items
+    sized = {"size": items} if "size" in DATASETS[dataset].options else {"limit": items}
+    return cached_dataset(split, seed=seed, root=root, dataset=dataset, cache=cache, **sized, **opts)
+
+
+def data_options(cfg: BenchConfig, task: Task, run_dir: Path, size=None) -> dict:
+    """Options of ``bench_dataset`` for ``task`` at ``size`` (the training size by default)."""
+    opts = {"dataset": task.dataset, "cache": str(Path(run_dir) / "data"), "train_items": cfg.train_items,
+            "eval_items": cfg.test_items, **task.data}
+    if not task.conv:
+        opts[task.size_key] = task.train_size if size is None else size
+    return opts
+
+
+def train_config(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir: Path, train_grid=None) -> Config:
+    """The ``train.config.Config`` of one cell."""
+    model = {"name": task.model, **task.model_opts}
+    if task.conv:
+        model["add_coords"] = kind == "conv+coord"
+    else:
+        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads, pe=pe_config(kind, task, train_grid))
+    steps = int(cfg.steps.get(task.name, cfg.default_steps))
+    out_dir = Path(run_dir) / "cells" / f"{task.name.replace('/', '_')}_{kind}_{seed}"
+    raw = {
+        "data": {"name": "train.bench:bench_dataset", "root": cfg.data_root, "seed": seed,
+                 "options": data_options(cfg, task, run_dir), "eval_split": "val"},
+        "model": model,
+        "optim": {"lr": cfg.lr, "warmup_steps": min(cfg.warmup_steps, steps // 5), "weight_decay": 0.05},
+        "train": {"steps": steps, "batch_size": cfg.batch_size, "seed": seed, "device": cfg.device,
+                  "out_dir": str(out_dir), "log_every": 10 ** 9, "save_every": 10 ** 9},
+    }
+    return from_dict(Config, raw)
+
+
+def data_jobs(cfg: BenchConfig) -> list[tuple]:
+    """Every built-in dataset the cells will read, as ``materialize`` jobs (generated once, in parallel)."""
+    jobs = []
+    for task_name in cfg.tasks:
+        task = TASKS[task_name]
+        if task.dataset in REAL:
+            continue
+        for seed in cfg.seeds:
+            splits = [("train", task.train_size), ("val", task.train_size)]
+            splits += [("test", size) for size in task.test_sizes]
+            jobs += [(cfg, task_name, seed, split, size) for split, size in splits]
+    return jobs
+
+
+def run_data_job(args: tuple) -> None:
+    cfg, task_name, seed, split, size = args
+    torch.set_num_threads(1)
+    task = TASKS[task_name]
+    opts = data_options(cfg, task, Path(cfg.out_root) / cfg.name, size)
+    bench_dataset(split, seed=seed, root=cfg.data_root, **opts)
+
+
+def encoder_grid(model, x: torch.Tensor) -> tuple[int, ...] | None:
+    """The grid shape the model's encoder sees for input ``x`` (a forward with a hook), or None (conv)."""
+    encoder = getattr(model, "encoder", None)
+    if encoder is None:
+        return None
+    seen = {}
+
+    def hook(module, args):  # returns None: the forward's arguments stay as they are
+        seen.setdefault("grid", tuple(args[1]))
+
+    handle = encoder.register_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            model.eval()(x[None])
+    finally:
+        handle.remove()
+    return tuple(int(n) for n in seen["grid"])
+
+
+def run_cell(args: tuple) -> tuple[list[Row], float]:
+    """Train and test one cell; returns its rows and wall time. Runs in a worker process."""
+    cfg, task_name, kind, seed, run_dir = args
+    if cfg.device == "cpu":
+        torch.set_num_threads(1)
+    import ndpe
+    from models import build_model
+
+    from .main import build_data, evaluate_model, fit, resolve_model_config
+
+    task = TASKS[task_name]
+    start = time.perf_counter()
+    train_grid = None
+    if not task.conv:  # the grid the encoder sees at the training size (learned tables are sized by it)
+        probe_cfg = train_config(cfg, task, "none", seed, run_dir)
+        probe = build_data(probe_cfg, "val")
+        resolve_model_config(probe_cfg, probe)
+        train_grid = encoder_grid(build_model(probe_cfg.model), probe[0][0])
+    tcfg = train_config(cfg, task, kind, seed, run_dir, train_grid)
+    model, _ = fit(tcfg)
+    train_time = time.perf_counter() - start
+    model.eval()
+    rows = []
+    variants = ["-"] + (list(cfg.rope_variants) if kind == "rope" else [])
+    original = getattr(getattr(model, "encoder", None), "pe", None)
+    for size in task.test_sizes:
+        opts = {} if task.conv else {task.size_key: size}
+        ratio = 1.0 if task.conv else float(size) / float(task.train_size)
+        for variant in variants:
+            if variant != "-":
+                if ratio <= 1.0:
+                    continue  # scaling changes nothing at the training size
+                test_grid = encoder_grid(model, build_data(tcfg, "test", **opts)[0][0])
+                scale = tuple(max(t / s, 1.0) for t, s in zip(test_grid, train_grid))
+                model.encoder.pe = ndpe.make(dims=task.dims, kind="rope", dim=cfg.dim, heads=cfg.heads,
+                                             scaling=SCALINGS[variant], scale=scale,
+                                             **({"train_shape": train_grid} if variant == "yarn" else {}))
+            metrics = evaluate_model(model, tcfg, split="test", **opts)
+            if original is not None:
+                model.encoder.pe = original
+            label = task.data["split_mode"] if task.conv else None
+            rows.append(Row(domain=task_name.split("/")[0], task=task_name, kind=kind, variant=variant, seed=seed,
+                            train_size=label or f"{task.train_size:g}{task.unit}",
+                            test_size=label or f"{size:g}{task.unit}", size_ratio=ratio, metric=task.metric,
+                            value=float(metrics[task.metric]), higher_is_better=task.higher_is_better,
+                            train_time_s=round(train_time, 2)))
+    return rows, time.perf_counter() - start
+
+
+# -- driver ------------------------------------------------------------------------------------
+def fmt_time(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}"
+
+
+def run(cfg: BenchConfig, command: str) -> Path:
+    run_dir = Path(cfg.out_root) / cfg.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    results = run_dir / "results.csv"
+    done = {(r.task, r.kind, r.seed) for r in read_rows(results)}
+    todo = [c for c in cells_for(cfg) if c not in done]
+    total = len(todo) + len(done & set(cells_for(cfg)))
+    print(f"bench {cfg.name}: {total} cells ({total - len(todo)} already done), {cfg.workers} worker(s) -> {run_dir}",
+          flush=True)
+    start = time.perf_counter()
+    jobs = [(cfg, t, k, s, str(run_dir)) for t, k, s in todo]
+    # longest cells first, so the last minutes are not one worker finishing a slow cell alone
+    jobs.sort(key=lambda j: -int(cfg.steps.get(j[1], cfg.default_steps)) * (1 + len(TASKS[j[1]].test_sizes)))
+    finished = 0
+    workers = max(1, min(cfg.workers, len(jobs)))
+    pool = mp.get_context("spawn").Pool(workers) if workers > 1 else None
+    data = data_jobs(cfg) if jobs else []
+    print(f"generating {len(data)} built-in datasets (cached in {run_dir / 'data'})", flush=True)
+    list(pool.imap_unordered(run_data_job, data) if pool else map(run_data_job, data))
+    print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
+    results_iter = pool.imap_unordered(run_cell, jobs) if pool else map(run_cell, jobs)
+    try:
+        for rows, seconds in results_iter:
+            append_rows(results, rows)
+            finished += 1
+            elapsed = time.perf_counter() - start
+            eta = elapsed / finished * (len(jobs) - finished)
+            at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" for r in rows if r.variant == "-")
+            print(f"[{total - len(jobs) + finished}/{total}] {rows[0].task} {rows[0].kind} seed {rows[0].seed}: "
+                  f"{rows[0].metric} {at} ({seconds:.0f} s) | elapsed {fmt_time(elapsed)}, ETA {fmt_time(eta)}",
+                  flush=True)
+    finally:
+        if pool is not None:
+            pool.terminate()
+    wall = time.perf_counter() - start
+    (run_dir / "wall_time.txt").write_text(f"{wall:.0f}\n")
+    report = write_report(run_dir, header(cfg, command, wall))
+    print(f"wrote {results} and {report} in {fmt_time(wall)}", flush=True)
+    return report
+
+
+def header(cfg: BenchConfig, command: str, wall: float) -> str:
+    import ndpe
+
+    cpu = platform.processor() or platform.machine()
+    gpu = torch.cuda.get_device_name() if cfg.device != "cpu" and torch.cuda.is_available() else "none"
+    return "\n".join([
+        f"# ndpe benchmark report: `{cfg.name}`", "",
+        f"- command: `{command}`",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; wall time of this invocation: "
+        f"{fmt_time(wall)} ({cfg.workers} worker process(es))",
+        f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
+        f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
+        f"- seeds: {cfg.seeds}; model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads}; batch {cfg.batch_size}, "
+        f"lr {cfg.lr}; steps: {cfg.default_steps} (per task: {cfg.steps or 'none'}); "
+        f"{cfg.train_items} training items, {cfg.test_items} test items per size",
+        "- protocol: each model is trained at the first size and evaluated at every size; `(pi)`, `(ntk)`, `(yarn)`"
+        " rows are the same rope model evaluated with test-time scaling.",
+    ])
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the CPU preset, configs/bench/quick.yaml")
+    parser.add_argument("--config", default=None, help="a preset YAML (configs/bench/*.yaml)")
+    parser.add_argument("--report-only", action="store_true", help="rewrite report.md from results.csv")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the preset (e.g. seeds=[0])")
+    args = parser.parse_args(argv)
+    if args.quick and args.config:
+        parser.error("--quick is configs/bench/quick.yaml: give one of --quick and --config")
+    path = CONFIG_DIR / "quick.yaml" if args.quick else args.config
+    try:
+        cfg = load_bench_config(path, args.overrides)
+    except (ConfigError, FileNotFoundError) as e:
+        parser.error(str(e))
+    command = "python -m train.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.report_only:
+        run_dir = Path(cfg.out_root) / cfg.name
+        wall = float((run_dir / "wall_time.txt").read_text()) if (run_dir / "wall_time.txt").exists() else 0.0
+        return write_report(run_dir, header(cfg, command, wall))
+    return run(cfg, command)
+
+
+if __name__ == "__main__":
+    main()

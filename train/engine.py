@@ -1,0 +1,170 @@
+"""One epoch of training and one evaluation pass (torchvision references shape), with per-task losses.
+
+Tasks (``dataset.task``):
+    classify: logits ``(B, K)``, labels ``(B,)``: cross-entropy; ``acc``.
+    tag:      logits ``(B, L, K)``, targets ``(B, L)`` with -100 where not scored: cross-entropy;
+              ``acc`` per scored token, ``seq_acc`` (every scored token right).
+    lm:       as tag; ``ppl = exp(mean token loss)`` and ``acc``.
+    regress:  outputs ``(B, D)``, targets ``(B, D)``: MSE or L1; ``coord_err`` = mean Euclidean distance.
+Metrics are sums over the whole split, reduced over processes, then divided: exact whatever the batching.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from . import dist
+
+TASKS = ("classify", "tag", "lm", "regress")
+IGNORE_INDEX = -100
+
+
+def task_loss(task: str, out: Tensor, target: Tensor, *, regress_loss: str = "mse") -> tuple[Tensor, dict[str, float]]:
+    """Mean loss to backpropagate and the batch's metric sums (``loss_sum``, ``count``, ...).
+
+    >>> loss, s = task_loss("classify", torch.tensor([[2.0, 0.0]]), torch.tensor([0]))
+    >>> s["correct"], s["count"]
+    (1.0, 1.0)
+    """
+    out = out.float()
+    if task == "classify":
+        loss = F.cross_entropy(out, target)
+        n = target.numel()
+        return loss, _floats(loss_sum=loss.item() * n, count=n, correct=(out.argmax(-1) == target).sum().item())
+    if task in ("tag", "lm"):
+        flat_out, flat_t = out.flatten(0, -2), target.flatten()  # (B * L, K), (B * L,)
+        loss_sum = F.cross_entropy(flat_out, flat_t, ignore_index=IGNORE_INDEX, reduction="sum")
+        scored = target != IGNORE_INDEX  # (B, L)
+        n = scored.sum()
+        right = (out.argmax(-1) == target) & scored
+        return loss_sum / n.clamp(min=1), _floats(loss_sum=loss_sum.item(), count=n.item(), correct=right.sum().item(),
+                                                  seqs=target.shape[0], seq_correct=(right == scored).all(-1).sum().item())
+    if task == "regress":
+        if regress_loss not in ("mse", "l1"):
+            raise ValueError(f"regression loss must be 'mse' or 'l1', got {regress_loss!r}")
+        target = target.float()
+        loss = F.mse_loss(out, target) if regress_loss == "mse" else F.l1_loss(out, target)
+        n = target.shape[0]
+        return loss, _floats(loss_sum=loss.item() * n, count=n, err_sum=(out - target).norm(dim=-1).sum().item())
+    raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+
+
+def _floats(**stats) -> dict[str, float]:
+    return {k: float(v) for k, v in stats.items()}
+
+
+def summarize(task: str, sums: dict[str, float]) -> dict[str, float]:
+    """Turn summed batch stats into metrics: ``loss`` plus ``acc`` / ``seq_acc`` / ``ppl`` / ``coord_err``."""
+    n = max(sums.get("count", 0.0), 1.0)
+    m = {"loss": sums.get("loss_sum", 0.0) / n}
+    if task in ("classify", "tag", "lm"):
+        m["acc"] = sums.get("correct", 0.0) / n
+    if task == "tag":
+        m["seq_acc"] = sums.get("seq_correct", 0.0) / max(sums.get("seqs", 0.0), 1.0)
+    if task == "lm":
+        m["ppl"] = math.exp(min(m["loss"], 50.0))
+    if task == "regress":
+        m["coord_err"] = sums.get("err_sum", 0.0) / n
+    return m
+
+
+def autocast(device: torch.device, amp: bool):
+    """bf16 autocast on CUDA when ``amp``; a no-op on CPU (CPU training stays float32)."""
+    if amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def progress(iterable: Iterable, **kwargs) -> Iterable:
+    """tqdm on an interactive terminal of rank 0; silent when not a TTY or under CI."""
+    disable = not sys.stderr.isatty() or bool(os.environ.get("CI")) or not dist.is_main()
+    return tqdm(iterable, disable=disable, leave=False, dynamic_ncols=True, **kwargs)
+
+
+def _add(total: dict[str, float], batch: dict[str, float]) -> None:
+    for k, v in batch.items():
+        total[k] = total.get(k, 0.0) + v
+
+
+def train_one_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, scheduler, *, task: str,
+                    device: torch.device, epoch: int, global_step: int, max_steps: int, amp: bool = True,
+                    clip_grad: float | None = None, regress_loss: str = "mse", log_every: int = 50,
+                    log: Callable[[dict], None] | None = None) -> tuple[dict[str, float], int]:
+    """Train until the loader ends or ``global_step`` reaches ``max_steps``; returns (metrics, global_step).
+
+    The scheduler is a timm scheduler stepped per optimizer step (``step_update``).
+    """
+    model.train()
+    sums: dict[str, float] = {}
+    t0 = time.time()
+    for x, target in progress(loader, desc=f"epoch {epoch}"):
+        if global_step >= max_steps:
+            break
+        x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
+        with autocast(device, amp):
+            out = model(x)
+        loss, stats = task_loss(task, out, target, regress_loss=regress_loss)
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"loss is {loss.item()} at step {global_step}; lower optim.lr or enable clip_grad")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_grad:
+            stats["grad_norm"] = float(nn.utils.clip_grad_norm_(model.parameters(), clip_grad))
+        optimizer.step()
+        global_step += 1
+        scheduler.step_update(num_updates=global_step)
+        _add(sums, stats)
+        if log is not None and log_every and global_step % log_every == 0:
+            log({"phase": "train_step", "epoch": epoch, "step": global_step, "loss": loss.item(),
+                 "lr": optimizer.param_groups[0]["lr"]})
+    sums.pop("grad_norm", None)
+    metrics = summarize(task, dist.all_reduce_sum(sums, device))
+    metrics["time"] = time.time() - t0
+    return metrics, global_step
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: Iterable, *, task: str, device: torch.device, amp: bool = True,
+             regress_loss: str = "mse") -> dict[str, float]:
+    """Metrics of ``model`` over every item of ``loader`` (summed over processes)."""
+    model.eval()
+    sums: dict[str, float] = {}
+    for x, target in progress(loader, desc="eval"):
+        x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
+        with autocast(device, amp):
+            out = model(x)
+        _add(sums, task_loss(task, out, target, regress_loss=regress_loss)[1])
+    return summarize(task, dist.all_reduce_sum(sums, device))
+
+
+class JsonlLogger:
+    """Append one JSON object per record to ``path`` and print it (rank 0 only).
+
+    >>> import tempfile; log = JsonlLogger(tempfile.mkdtemp() + "/log.jsonl", echo=False)
+    >>> log({"step": 1, "loss": 0.5})
+    """
+
+    def __init__(self, path: str | Path | None, *, echo: bool = True):
+        self.path, self.echo = (Path(path) if path else None), echo
+
+    def __call__(self, record: dict) -> None:
+        if not dist.is_main():
+            return
+        line = json.dumps(record, default=float)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(line + "\n")
+        if self.echo:
+            print(line, flush=True)

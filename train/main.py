@@ -1,0 +1,257 @@
+"""Train a reference model on one dataset: ``python -m train.main --config configs/x.yaml key.sub=value``.
+
+Multi-process: ``torchrun --nproc_per_node=2 -m train.main --config ...`` (DDP; gloo on CPU).
+Programmatic use (the benchmark)::
+
+    metrics = main(load_config("configs/image_shapes.yaml", ["model.pe.kind=rope"]))
+    model, cfg = load_trained("runs/image_shapes/checkpoint.pt")
+    evaluate_model(model, cfg, split="test", image_size=64)        # dataset built with other options
+
+A run directory holds ``config.yaml`` (resolved), ``log.jsonl`` and ``checkpoint.pt``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+
+from models import DOMAINS, build_model
+
+from . import dist
+from .checkpoint import (CheckpointError, check_config, load_checkpoint, load_model_state, rng_state, save_checkpoint,
+                         set_rng_state)
+from .config import Config, from_dict, load_config, save_config, to_dict
+from .engine import JsonlLogger, evaluate, train_one_epoch
+
+
+# -- data ------------------------------------------------------------------------------------
+def build_data(cfg: Config, split: str, **opts) -> Dataset:
+    """The dataset ``cfg.data`` names, for ``split``, with ``opts`` overriding ``cfg.data.options``.
+
+    ``data.name`` is a name ``train.data.build_dataset`` knows, or ``"package.module:factory"``, a callable
+    ``factory(split, *, seed, root, **opts)`` (datasets kept outside this repository, test fakes).
+    """
+    name, d = cfg.data.name, cfg.data
+    opts = {**d.options, **opts}
+    if ":" in name:
+        module, attr = name.split(":", 1)
+        return getattr(importlib.import_module(module), attr)(split, seed=d.seed, root=d.root, **opts)
+    from .data import build_dataset
+
+    return build_dataset(name, split, seed=d.seed, root=d.root, **opts)
+
+
+class ResumableSampler(DistributedSampler):
+    """``DistributedSampler`` (seeded shuffle, one shard per rank) that can start mid-epoch.
+
+    ``set_epoch(epoch, skip=k)`` drops the first ``k`` indices of this rank's epoch order, so a resumed
+    run sees exactly the batches an uninterrupted one would.
+    """
+
+    def __init__(self, dataset: Dataset, *, seed: int, num_replicas: int, rank: int):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.skip = 0
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        super().set_epoch(epoch)
+        self.skip = skip
+
+    def __iter__(self):
+        return iter(list(super().__iter__())[self.skip:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.skip
+
+
+def eval_loader(dataset: Dataset, batch_size: int, num_workers: int = 0) -> DataLoader:
+    """In-order loader over this rank's strided shard (every item counted once across ranks)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    shard = dataset if world == 1 else Subset(dataset, range(rank, len(dataset), world))
+    return DataLoader(shard, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+
+
+def resolve_model_config(cfg: Config, dataset: Dataset) -> None:
+    """Fill ``num_classes`` / ``vocab_size`` from the dataset and check the model fits its domain."""
+    m = cfg.model
+    want = DOMAINS.get(m.name, ())
+    if dataset.domain not in want:
+        raise ValueError(f"model {m.name!r} takes {' or '.join(want)} data but dataset {cfg.data.name!r} is "
+                         f"{dataset.domain!r}")
+    if m.num_classes is None:
+        m.num_classes = int(dataset.num_classes)
+    if m.name == "text" and m.vocab_size is None:
+        m.vocab_size = int(dataset.vocab_size)
+
+
+# -- setup -----------------------------------------------------------------------------------
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def no_weight_decay(model: nn.Module) -> set[str]:
+    """Names of position tables and prefix tokens: no weight decay (as timm's ViT)."""
+    return {n for n, _ in model.named_parameters() if ".pe." in f".{n}" or n.endswith("cls_token")}
+
+
+def build_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:
+    """timm ``create_optimizer_v2`` (AdamW by default); biases, norms, pe tables and cls tokens get no decay."""
+    skip = no_weight_decay(model)
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1 and n not in skip]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and (p.ndim <= 1 or n in skip)]
+    groups = [{"params": decay, "weight_decay": cfg.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return create_optimizer_v2(groups, opt=cfg.optim.opt, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int) -> CosineLRScheduler:
+    """Per-step linear warmup (``optim.warmup_steps``) then cosine to ``optim.min_lr`` at ``total_steps``."""
+    warmup = min(cfg.optim.warmup_steps, total_steps)
+    return CosineLRScheduler(optimizer, t_initial=max(total_steps - warmup, 1), lr_min=cfg.optim.min_lr,
+                             warmup_t=warmup, warmup_lr_init=cfg.optim.lr * 1e-3 if warmup else 0.0,
+                             warmup_prefix=True, t_in_epochs=False)
+
+
+# -- main --------------------------------------------------------------------------------------
+def main(cfg: Config) -> dict[str, Any]:
+    """Train (or resume) the run ``cfg`` describes; returns ``{"step", "epoch", "train", "eval"}`` metrics."""
+    return fit(cfg)[1]
+
+
+def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
+    """:func:`main`, also returning the trained model (unwrapped from DDP)."""
+    device = resolve_device(cfg.train.device)
+    rank, world = dist.init_distributed(device)
+    t = cfg.train
+    out_dir = Path(t.out_dir)
+    log = JsonlLogger(out_dir / "log.jsonl")
+
+    train_set = build_data(cfg, cfg.data.train_split)
+    eval_set = build_data(cfg, cfg.data.eval_split)
+    resolve_model_config(cfg, train_set)
+    seed_everything(t.seed)  # same initial weights on every rank
+    model = build_model(cfg.model).to(device)
+    seed_everything(t.seed + rank)  # rank-specific dropout / drop-path
+    ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+
+    sampler = ResumableSampler(train_set, seed=t.seed, num_replicas=world, rank=rank)
+    loader = DataLoader(train_set, batch_size=t.batch_size, sampler=sampler, drop_last=True,
+                        num_workers=cfg.data.num_workers, generator=torch.Generator())
+    steps_per_epoch = len(sampler) // t.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"batch_size={t.batch_size} x {world} process(es) exceeds the {len(train_set)} training items")
+    total = t.steps if t.steps > 0 else t.epochs * steps_per_epoch
+    optimizer = build_optimizer(model, cfg)
+    scheduler = build_scheduler(optimizer, cfg, total)
+
+    global_step = 0
+    if t.resume:
+        global_step = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
+    if dist.is_main():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, out_dir / "config.yaml")
+    stop = min(total, global_step + t.stop_after) if t.stop_after > 0 else total
+    evaluator = eval_loader(eval_set, t.eval_batch_size or t.batch_size, cfg.data.num_workers)
+    result: dict[str, Any] = {"step": global_step, "epoch": global_step // steps_per_epoch, "train": {}, "eval": {}}
+    for epoch in range(global_step // steps_per_epoch, math.ceil(total / steps_per_epoch)):
+        if global_step >= stop:
+            break
+        sampler.set_epoch(epoch, skip=(global_step - epoch * steps_per_epoch) * t.batch_size)
+        loader.generator.manual_seed(t.seed + epoch)  # worker seeds: independent of where a run resumed
+        train_metrics, global_step = train_one_epoch(
+            ddp, loader, optimizer, scheduler, task=train_set.task, device=device, epoch=epoch,
+            global_step=global_step, max_steps=stop, amp=t.amp, clip_grad=cfg.optim.clip_grad,
+            regress_loss=t.loss, log_every=t.log_every, log=log)
+        epoch_done = global_step == (epoch + 1) * steps_per_epoch or global_step == total
+        result.update(step=global_step, epoch=epoch, train=train_metrics)
+        eval_metrics = {}
+        if global_step == total or (epoch_done and (epoch + 1) % t.eval_every == 0):
+            eval_metrics = result["eval"] = evaluate(ddp, evaluator, task=train_set.task, device=device, amp=t.amp,
+                                                     regress_loss=t.loss)
+        log({"phase": "epoch", "epoch": epoch, "step": global_step, "lr": optimizer.param_groups[0]["lr"],
+             **{f"train_{k}": v for k, v in train_metrics.items()}, **{f"eval_{k}": v for k, v in eval_metrics.items()}})
+        if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0):
+            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch)
+    return model, result
+
+
+def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int, steps_per_epoch: int) -> None:
+    """Checkpoint the run (collective: every rank sends its RNG state; rank 0 writes)."""
+    rngs = dist.all_gather_object(rng_state())
+    if dist.is_main():
+        save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "scheduler": scheduler.state_dict(), "global_step": global_step,
+                         "steps_per_epoch": steps_per_epoch, "rng": rngs, "config": to_dict(cfg)}, path)
+    dist.barrier()
+
+
+def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int, world: int) -> int:
+    """Restore a run from ``path``; returns the global step to continue from."""
+    state = load_checkpoint(path)
+    check_config(state["config"], to_dict(cfg), path)
+    if state["steps_per_epoch"] != steps_per_epoch or len(state["rng"]) != world:
+        raise CheckpointError(f"{path} was written with {len(state['rng'])} process(es) and {state['steps_per_epoch']} "
+                              f"steps per epoch; this run has {world} and {steps_per_epoch}: keep train.batch_size "
+                              "and the process count to resume exactly")
+    load_model_state(model, state["model"], path)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    scheduler.step_update(num_updates=state["global_step"])
+    set_rng_state(state["rng"][rank])
+    return state["global_step"]
+
+
+# -- evaluation of trained models (benchmark) -------------------------------------------------
+def load_trained(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Config]:
+    """A trained model and its config from a checkpoint (or a run directory holding ``checkpoint.pt``)."""
+    path = Path(path)
+    state = load_checkpoint(path / "checkpoint.pt" if path.is_dir() else path)
+    cfg = from_dict(Config, state["config"])
+    model = build_model(cfg.model)
+    load_model_state(model, state["model"], path)
+    return model.to(device).eval(), cfg
+
+
+def evaluate_model(model: nn.Module, cfg: Config, *, split: str | None = None, batch_size: int | None = None,
+                   device: str | torch.device | None = None, **data_opts) -> dict[str, float]:
+    """Metrics of ``model`` on ``cfg``'s dataset rebuilt with ``data_opts`` (e.g. ``image_size=64``)."""
+    dataset = build_data(cfg, split or cfg.data.eval_split, **data_opts)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    loader = eval_loader(dataset, batch_size or cfg.train.eval_batch_size or cfg.train.batch_size)
+    return evaluate(model.to(device), loader, task=dataset.task, device=device, amp=cfg.train.amp,
+                    regress_loss=cfg.train.loss)
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Train an ndpe reference model", add_help=True)
+    p.add_argument("--config", default=None, help="YAML file in configs/ (defaults apply when omitted)")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides, typed by the config field")
+    return p
+
+
+def cli(argv: list[str] | None = None) -> dict[str, Any]:
+    args = get_args_parser().parse_args(argv)
+    try:
+        return main(load_config(args.config, args.overrides))
+    finally:
+        dist.cleanup()
+
+
+if __name__ == "__main__":
+    cli()
