@@ -73,6 +73,8 @@ class CAPE(nn.Module):
     torch.Size([3, 12, 2])
     """
 
+    continuous = True  # makes fractional positions
+
     def __init__(self, *, dims: int, max_global_shift: float | Sequence[float] = 0.5,
                  max_local_shift: float | Sequence[float] = 0.5, max_global_scaling: float = 1.4,
                  batch_size: int | None = None, generator: torch.Generator | None = None):
@@ -114,6 +116,8 @@ class RandomPositions(nn.Module):
     >>> p = aug(torch.arange(5.0)[:, None], (5,)); p.shape, bool((p.diff(dim=0) > 0).all())
     (torch.Size([5, 1]), True)
     """
+
+    continuous = False  # integer positions stay integers
 
     def __init__(self, *, dims: int, max_len: int | Sequence[int] = 1024, batch_size: int | None = None,
                  generator: torch.Generator | None = None):

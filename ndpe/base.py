@@ -35,7 +35,8 @@ class Encoding(nn.Module):
 
     kind: ClassVar[str] = ""
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
-    coordinate_based: ClassVar[bool] = True  # accepts fractional coordinates / augmentation
+    coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)
+    integer_positions: ClassVar[bool] = False  # positions must be integers (offset tables)
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1):
         super().__init__()
@@ -85,6 +86,9 @@ class Encoding(nn.Module):
         """Attach a position augmentation (active in training mode only)."""
         if augment is not None and not self.coordinate_based:
             raise ValueError(f"kind {self.kind!r} looks positions up in a table; augmentation needs a coordinate-based kind")
+        if augment is not None and self.integer_positions and getattr(augment, "continuous", True):
+            raise ValueError(f"kind {self.kind!r} needs integer positions but {type(augment).__name__} makes fractional "
+                             "ones; use an integer augmentation such as 'random'")
         self.augment = augment
         self.clear_cache()
 

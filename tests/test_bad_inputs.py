@@ -52,6 +52,8 @@ CASES = [
     ("sinusoidal concat split", ("sinusoidal",), make(kind="sinusoidal", dim=30, heads=1), ValueError, "dim"),
     ("alibi causal in 2D", ("alibi",), make(kind="alibi", causal=True), ValueError, "causal"),
     ("relative negative distance", ("relative",), make(kind="relative", max_distance=-1), ValueError, "max_distance"),
+    ("continuous augment on integer kind", ("relative",), make(kind="relative", augment="cape"), ValueError,
+     "integer positions"),
     ("augment a table kind", ("learned",), make(kind="learned", grid_shape=(4, 4), augment="cape"), ValueError,
      "coordinate-based"),
 ]

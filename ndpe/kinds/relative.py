@@ -106,6 +106,8 @@ class RelativeBias(Encoding):
         bidirectional: t5 only; False is the causal (decoder) bucketing.
     """
 
+    integer_positions = True  # offsets index a table
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, mode: str = "clip",
                  max_distance: int | tuple[int, ...] | None = None, num_buckets: int | None = None,
                  bidirectional: bool = True):
