@@ -157,3 +157,14 @@ def test_unknown_kind_option_is_named():
     with pytest.raises(TypeError, match="unknown option"):
         build_model({"name": "vit", "num_classes": 3, "dim": DIM, "heads": HEADS,
                      "pe": {"kind": "none", "options": {"thetaa": 1.0}}})
+
+
+def test_text_tokens_enter_at_the_scale_of_fixed_encodings():
+    """Vaswani et al.: embeddings x sqrt(d), so a unit-amplitude sinusoidal table does not swamp the tokens."""
+    torch.manual_seed(0)
+    m = build_model({"name": "text", "vocab_size": 512, "num_classes": 512, "dim": 64, "depth": 1, "heads": 4,
+                     "pe": {"kind": "sinusoidal"}})
+    tokens = m.tok_embed.weight * m.embed_scale  # what forward feeds the encoder, per token id
+    pos = m.encoder.pe((16,)).add
+    ratio = tokens.pow(2).mean().sqrt() / pos.pow(2).mean().sqrt()
+    assert 0.5 < ratio < 2.0, f"token / position RMS ratio {ratio:.3f}"

@@ -94,7 +94,7 @@ class BenchConfig:
     train_items: int = 2048  # built-in datasets: items per training split
     test_items: int = 256  # built-in datasets: items per test split and size
     steps: dict = field(default_factory=dict)  # task -> optimizer steps (default_steps otherwise)
-    default_steps: int = 200
+    default_steps: int = 150
     batch_size: int = 32
     lr: float = 2e-3
     warmup_steps: int = 20
