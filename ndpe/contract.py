@@ -18,7 +18,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor
 
-from .functional import apply_rotary
+from .functional import apply_rotary_many
 
 PAIRINGS = ("half", "interleaved")
 
@@ -137,13 +137,27 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
 
 
 def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
-    """Rotate queries and keys ``(B, heads, T, head_dim)`` by the encoding's rotation, if any."""
+    """Rotate queries and keys ``(B, heads, T, head_dim)`` by the encoding's rotation, if any.
+
+    New tensors are returned (q and k are not modified). q and k are rotated in one call:
+    when they are same-shape views of one buffer (the usual split of a fused qkv projection)
+    one pass reads both; with autograd, one node covers both.
+
+    >>> q = k = torch.randn(2, 4, 6, 8)
+    >>> angle = torch.arange(6.0)[:, None] * torch.tensor([1.0, 0.1])      # rotates 4 of 8 channels
+    >>> pos = PosOut(rot=(angle.cos(), angle.sin()))
+    >>> [t.shape for t in apply_qk(q, k, pos)]
+    [torch.Size([2, 4, 6, 8]), torch.Size([2, 4, 6, 8])]
+    """
+
     if pos is None or pos.rot is None:
         return q, k
     cos, sin = pos.rot
     if q.shape[-2] != cos.shape[-2]:
         raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
-    return apply_rotary(q, cos, sin, pos.pairing), apply_rotary(k, cos, sin, pos.pairing)
+    if k.shape[-2] != cos.shape[-2]:
+        raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
+    return apply_rotary_many((q, k), cos, sin, pos.pairing)
 
 
 def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None) -> Tensor | None:

@@ -1,30 +1,192 @@
-"""Pure tensor functions shared by kinds and models (no modules, no state)."""
+"""Pure tensor functions shared by kinds and models (no modules, no state).
+
+Applying RoPE is memory traffic: read q and k once, write them once. The eager path writes into
+one preallocated output (laid out in the input's memory order) with ``out=`` and in-place
+``addcmul_`` on views: no ``cat``, no temporaries the size of ``x``; interleaved pairs in
+float32/float64 take a single complex multiply; q and k split from one fused qkv buffer are read
+through one stacked view. Autograd goes through a small ``autograd.Function`` whose backward is
+the inverse rotation. Under ``torch.compile`` the plain formula is traced instead, which Inductor
+fuses into one kernel. ``benchmarks/bench_rope.py`` measures every path against ``x.clone()``.
+"""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+
+# Stack q and k only while the joint output stays within 32 MiB: above it glibc serves every
+# allocation with fresh mmap pages (page faults on every call), which two separate buffers avoid.
+_STACK_MAX_BYTES = 32 << 20
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half") -> Tensor:
     """Rotate the first ``rot_dim = 2 * cos.shape[-1]`` channels of ``x`` ``(..., T, head_dim)``.
 
-    ``cos``/``sin`` are ``(*, T, rot_dim // 2)``, broadcastable against ``x[..., :rot_dim // 2]``.
-    ``pairing="half"`` rotates (x[i], x[i + rot_dim/2]) (GPT-NeoX / HF); ``"interleaved"``
-    rotates (x[2i], x[2i+1]) (rotary-embedding-torch, timm). Channels past ``rot_dim`` pass through.
-    The result has ``x``'s dtype.
+    ``cos``/``sin`` are ``(*, T, rot_dim // 2)``, broadcastable against ``x[..., :rot_dim // 2]``
+    (e.g. ``(T, half)``, ``(heads, T, half)``, ``(B, 1, T, half)``). ``pairing="half"`` rotates
+    (x[i], x[i + rot_dim/2]) (GPT-NeoX / HF); ``"interleaved"`` rotates (x[2i], x[2i+1])
+    (RoFormer, rotary-embedding-torch, timm). Channels past ``rot_dim`` pass through. cos/sin are
+    cast to ``x``'s dtype; the result is a new dense tensor of ``x``'s dtype whose axes lie in memory
+    in ``x``'s order, like ``x * 1`` (``x`` is not modified), differentiable in ``x``, ``cos``, ``sin``.
+
+    >>> x = torch.randn(2, 4, 5, 8)                        # (B, heads, T, head_dim)
+    >>> angle = torch.arange(5.0)[:, None] * torch.tensor([1.0, 0.1, 0.01])   # rot_dim 6
+    >>> apply_rotary(x, angle.cos(), angle.sin()).shape
+    torch.Size([2, 4, 5, 8])
     """
+    return apply_rotary_many((x,), cos, sin, pairing)[0]
+
+
+def apply_rotary_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str = "half") -> tuple[Tensor, ...]:
+    """:func:`apply_rotary` on several tensors (q and k) with one cos/sin cast and one autograd node.
+
+    >>> q = k = torch.randn(1, 2, 3, 4)
+    >>> angle = torch.arange(3.0)[:, None] * torch.tensor([1.0, 0.5])
+    >>> [t.shape for t in apply_rotary_many((q, k), angle.cos(), angle.sin())]
+    [torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3, 4])]
+    """
+    if pairing not in ("half", "interleaved"):
+        raise ValueError(f"pairing must be 'half' or 'interleaved', got {pairing!r}")
+    rot_dim = 2 * cos.shape[-1]
+    for x in xs:
+        if rot_dim > x.shape[-1]:
+            raise ValueError(f"rotation needs {rot_dim} channels but x has head_dim {x.shape[-1]}; "
+                             f"build the encoding with dim = heads * head_dim of this attention")
+    if len({x.dtype for x in xs}) > 1:
+        return tuple(apply_rotary(x, cos, sin, pairing) for x in xs)
+    cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
+    if torch.compiler.is_compiling():  # plain formula: Inductor fuses it into one kernel
+        return tuple(rotate_reference(x, cos, sin, pairing) for x in xs)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
+        return _Rotary.apply(cos, sin, pairing, *xs)
+    stacked = _stacked_view(xs)
+    if stacked is not None and stacked.numel() * stacked.element_size() <= _STACK_MAX_BYTES:
+        # q and k from one fused qkv buffer: one pass over both
+        return tuple(_rotate(stacked, cos, sin, pairing).unbind(0))
+    return tuple(_rotate(x, cos, sin, pairing) for x in xs)
+
+
+def _stacked_view(xs: tuple[Tensor, ...]) -> Tensor | None:
+    """``(len(xs), *shape)`` view of same-shape, same-stride tensors in one storage (read-only use), else None."""
+    x0 = xs[0]
+    if len(xs) < 2 or any(x.shape != x0.shape or x.stride() != x0.stride() or x.device != x0.device
+                          or x.untyped_storage().data_ptr() != x0.untyped_storage().data_ptr() for x in xs):
+        return None
+    steps = {b.storage_offset() - a.storage_offset() for a, b in zip(xs, xs[1:])}
+    step = steps.pop() if len(steps) == 1 else -1
+    if step < 0:  # irregular or backwards spacing: no strided view covers them
+        return None
+    return x0.as_strided((len(xs), *x0.shape), (step, *x0.stride()), x0.storage_offset())
+
+
+def rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half") -> Tensor:
+    """The rotation written as one expression (cos/sin already in ``x``'s dtype); used under compile."""
     half = cos.shape[-1]
-    rot_dim = 2 * half
-    if rot_dim > x.shape[-1]:
-        raise ValueError(f"rotation needs {rot_dim} channels but x has head_dim {x.shape[-1]}")
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    xr, rest = x[..., :rot_dim], x[..., rot_dim:]
+    xr = x[..., :2 * half]
     if pairing == "half":
         x1, x2 = xr[..., :half], xr[..., half:]
         out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    elif pairing == "interleaved":
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
-        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
     else:
-        raise ValueError(f"pairing must be 'half' or 'interleaved', got {pairing!r}")
-    return out if rest.shape[-1] == 0 else torch.cat([out, rest], dim=-1)
+        x1, x2 = xr.unflatten(-1, (half, 2)).unbind(-1)
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    if xr.shape[-1] == x.shape[-1]:
+        return out
+    return torch.cat([out, x[..., 2 * half:].expand(*out.shape[:-1], -1)], dim=-1)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, pairing: str, inverse: bool = False) -> Tensor:
+    """Eager kernel: one output buffer, filled with ``out=`` / in-place ops on views (``inverse``: angle -> -angle).
+
+    The first pass multiplies every channel by a table padded with ones, so channels past ``rot_dim``
+    are copied in that same pass (``x * 1`` is exact) instead of by a narrow copy of their own.
+    """
+    half, head_dim = cos.shape[-1], x.shape[-1]
+    rot = 2 * half
+    width = head_dim if (head_dim - rot) % 2 == 0 else rot  # an odd leftover channel is copied on its own
+    lead = x.shape[:-1]
+    if cos.dim() > x.dim() or any(c not in (1, n) for c, n in zip(reversed(cos.shape[:-1]), reversed(lead))):
+        lead = torch.broadcast_shapes(lead, cos.shape[:-1])  # cos/sin widen x (or do not fit: raises)
+        out = x.new_empty(lead + x.shape[-1:])
+    else:
+        out = _empty_in_memory_order(x)
+    xw, ow = x[..., :width], out[..., :width]
+    if pairing == "interleaved" and x.dtype in (torch.float32, torch.float64) and _complex_view_ok(xw):
+        # (x[2i] + i x[2i+1]) * (cos + i sin): a single pass over x
+        cis = _pad_ones(torch.complex(cos, -sin if inverse else sin), (width - rot) // 2)
+        torch.mul(torch.view_as_complex(xw.unflatten(-1, (width // 2, 2))), cis,
+                  out=torch.view_as_complex(ow.unflatten(-1, (width // 2, 2))))
+    else:
+        if pairing == "half":
+            table = torch.cat([cos, cos], dim=-1)
+            x1, x2, o1, o2 = xw[..., :half], xw[..., half:rot], ow[..., :half], ow[..., half:rot]
+        else:  # bf16 / fp16 interleaved: strided views
+            table = cos.repeat_interleave(2, dim=-1)
+            x1, x2, o1, o2 = xw[..., 0:rot:2], xw[..., 1:rot:2], ow[..., 0:rot:2], ow[..., 1:rot:2]
+        torch.mul(xw, _pad_ones(table, width - rot), out=ow)
+        sign = -1.0 if inverse else 1.0
+        o1.addcmul_(x2, sin, value=-sign)  # x1 cos - x2 sin
+        o2.addcmul_(x1, sin, value=sign)   # x2 cos + x1 sin
+    if width < head_dim:
+        out[..., width:].copy_(x[..., width:])
+    return out
+
+
+def _empty_in_memory_order(x: Tensor) -> Tensor:
+    """A dense tensor shaped like ``x`` whose axes lie in memory in ``x``'s order (channels innermost).
+
+    For q/k split from a fused qkv (memory ``(B, T, H, d)``, shape ``(B, H, T, d)``) both x and the
+    result are then read/written front to back, as ``x * y`` would allocate it; a contiguous
+    ``(B, H, T, d)`` result would make every pass stride across x.
+    """
+    if x.stride(-1) != 1:
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+    order = sorted(range(x.dim() - 1), key=lambda i: (-x.stride(i), i)) + [x.dim() - 1]  # outermost first
+    out = x.new_empty([x.shape[i] for i in order])
+    return out.permute(sorted(range(x.dim()), key=order.__getitem__))
+
+
+def _pad_ones(t: Tensor, n: int) -> Tensor:
+    """``t`` ``(..., c)`` followed by ``n`` ones: ``(..., c + n)``."""
+    return t if n == 0 else torch.cat([t, t.new_ones(*t.shape[:-1], n)], dim=-1)
+
+
+def _complex_view_ok(t: Tensor) -> bool:
+    """Whether ``view_as_complex`` can read ``t`` ``(..., 2 * half)`` as pairs (unit last stride, even elsewhere)."""
+    return t.stride(-1) == 1 and t.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in t.stride()[:-1])
+
+
+class _Rotary(torch.autograd.Function):
+    """Rotation with a hand-written backward: d/dx is the inverse rotation, d/dcos and d/dsin are sums."""
+
+    @staticmethod
+    def forward(ctx, cos, sin, pairing, *xs):
+        ctx.pairing = pairing
+        ctx.shapes = [x.shape for x in xs]
+        ctx.save_for_backward(cos, sin, *(xs if any(ctx.needs_input_grad[:2]) else ()))
+        return tuple(_rotate(x, cos, sin, pairing) for x in xs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        cos, sin, *xs = ctx.saved_tensors
+        need_x = ctx.needs_input_grad[3:]
+        gxs = [None if g is None or not need else _rotate(g, cos, sin, ctx.pairing, inverse=True).sum_to_size(shape)
+               for g, need, shape in zip(grads, need_x, ctx.shapes)]
+        gcos = gsin = None
+        if any(ctx.needs_input_grad[:2]):
+            gcos, gsin = torch.zeros_like(cos), torch.zeros_like(sin)
+            for g, x in zip(grads, xs):
+                if g is not None:
+                    x1, x2 = _pairs(x, cos.shape[-1], ctx.pairing)
+                    g1, g2 = _pairs(g, cos.shape[-1], ctx.pairing)
+                    gcos += (g1 * x1 + g2 * x2).sum_to_size(cos.shape)
+                    gsin += (g2 * x1 - g1 * x2).sum_to_size(sin.shape)
+        return (gcos, gsin, None, *gxs)
+
+
+def _pairs(t: Tensor, half: int, pairing: str) -> tuple[Tensor, Tensor]:
+    """The two channel views ``(..., half)`` that one frequency rotates together."""
+    if pairing == "half":
+        return t[..., :half], t[..., half:2 * half]
+    return t[..., 0:2 * half:2], t[..., 1:2 * half:2]

@@ -1,0 +1,89 @@
+"""Training-step time of a small reference ViT (``models.vit.ViT``) with rope or alibi vs no encoding.
+
+One step = forward, cross-entropy, backward, AdamW step. The models of one grid are timed in the
+same rounds, in a shuffled order per round, and the median is reported with the overhead of each
+encoding over ``none``. Goal: <= 5% on CPU. Run from the repository root:
+
+    python benchmarks/bench_model.py --threads 1 --repeats 7 --json model.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # reference models live in a checkout
+from bench_rope import clock, time_interleaved  # noqa: E402  (same folder)
+from models.vit import ViT  # noqa: E402
+
+KINDS = ("none", "rope", "alibi")
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=7, help="timed rounds (median reported)")
+    p.add_argument("--grids", type=int, nargs="+", default=[14, 32], help="patch grid side (square)")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--dim", type=int, default=192)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--heads", type=int, default=3)
+    p.add_argument("--patch", type=int, default=4)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--clock", choices=["wall", "cpu"], default=None,
+                   help="default: cpu time on CPU with 1 thread (shared machine), wall time otherwise")
+    p.add_argument("--json", default=None)
+    return p
+
+
+def train_step(model: ViT, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor) -> None:
+    loss = F.cross_entropy(model(images), labels)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def bench_grid(side: int, args, device: torch.device) -> dict[str, float]:
+    """Median seconds per training step for each kind at a ``side x side`` patch grid."""
+    images = torch.randn(args.batch, 3, side * args.patch, side * args.patch, device=device)
+    labels = torch.randint(0, 10, (args.batch,), device=device)
+    steps = {}
+    for kind in KINDS:
+        torch.manual_seed(0)  # same weights everywhere but the encoding
+        model = ViT(num_classes=10, pe={"kind": kind}, dim=args.dim, depth=args.depth, heads=args.heads,
+                    patch_size=args.patch).to(device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        steps[kind] = lambda model=model, opt=opt: train_step(model, opt, images, labels)
+    return time_interleaved(steps, args.repeats, device, clock(args.clock), warmup=1)
+
+
+def main(args) -> list[dict]:
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    if args.clock is None:
+        args.clock = "cpu" if device.type == "cpu" and args.threads == 1 else "wall"
+    print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, repeats {args.repeats}, {args.clock} clock; "
+          f"ViT dim={args.dim} depth={args.depth} heads={args.heads} patch={args.patch} batch={args.batch}, cls token, AdamW")
+    rows = []
+    for side in args.grids:
+        t = bench_grid(side, args, device)
+        print(f"\ngrid {side}x{side} ({side * side} patches + cls)")
+        for kind in KINDS:
+            overhead = (t[kind] / t["none"] - 1) * 100
+            print(f"  {kind:6s} {t[kind] * 1e3:9.1f} ms/step  {overhead:+6.1f}% vs none")
+            rows.append({"grid": [side, side], "kind": kind, "ms_per_step": t[kind] * 1e3, "overhead_pct": overhead})
+    if args.json:
+        meta = {"torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
+                "date": time.strftime("%Y-%m-%d %H:%M"), **{k: v for k, v in vars(args).items() if k != "json"}}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())

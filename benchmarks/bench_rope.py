@@ -1,0 +1,176 @@
+"""Speed of applying RoPE to q and k: ndpe (eager, compiled) vs timm vs rotary-embedding-torch vs the floor.
+
+Applying RoPE reads q and k once and writes them once, so the floor is ``q.clone(); k.clone()``.
+q and k are the non-contiguous views a fused qkv projection gives (``rearrange(qkv, "b t (three h
+d) -> three b h t d")``), as inside ``ndpe.Attention``; grid tokens only (no cls token). Every
+method is timed in the same rounds, in a shuffled order per round, so load noise hits all alike;
+figures are medians. cos/sin construction (cached per forward in ndpe) is timed separately.
+
+    python benchmarks/bench_rope.py --threads 1 --repeats 50 --json rope.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import time
+
+import torch
+from einops import rearrange
+from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
+
+import ndpe
+from ndpe.functional import rotate_reference
+
+SHAPES = {"vit-s 14x14": (14, 14), "32x32": (32, 32), "video 8x14x14": (8, 14, 14), "1d 4096": (4096,)}
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--repeats", type=int, default=50, help="timed rounds per shape (median reported)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--heads", type=int, default=6)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    p.add_argument("--clock", choices=["wall", "cpu"], default=None,
+                   help="default: cpu time on CPU with 1 thread (shared machine), wall time otherwise")
+    p.add_argument("--json", default=None, help="write all figures to this file")
+    return p
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def clock(name: str):
+    """``wall``: elapsed time. ``cpu``: this process's CPU time, which leaves out the time other jobs on a
+    shared machine hold the core (honest for 1 thread; with more it sums the threads)."""
+    return time.perf_counter if name == "wall" else time.process_time
+
+
+def time_interleaved(fns: dict, repeats: int, device: torch.device, timer=time.perf_counter,
+                     warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each fn, all fns timed in every round in a shuffled order."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    order, rng = list(fns), random.Random(0)
+    for _ in range(repeats):
+        rng.shuffle(order)
+        for name in order:
+            sync(device)
+            t0 = timer()
+            fns[name]()
+            sync(device)
+            times[name].append(timer() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def peer_tables(grid, head_dim: int, rot_dim: int, device, dtype):
+    """timm's cat(sin, cos) table and rotary-embedding-torch's angle table, both for ``rot_dim`` channels."""
+    dims = len(grid)
+    timm_rope = RotaryEmbeddingCat(2 * rot_dim // dims, in_pixels=False, device=device)  # 2D: dim = head_dim
+    ret_rope = RotaryEmbedding(rot_dim // dims, cache_if_possible=False).to(device)
+    build_timm = lambda: timm_rope.get_embed(list(grid)).to(dtype)  # (N, 2 * rot_dim)
+    build_ret = lambda: ret_rope.get_axial_freqs(*grid).flatten(0, -2)  # (N, rot_dim) angles
+    assert build_timm().shape[-1] == 2 * rot_dim and build_ret().shape[-1] == rot_dim
+    return build_timm, build_ret
+
+
+def bench_shape(name: str, grid, args, device, dtype) -> list[dict]:
+    dims, n = len(grid), 1
+    for g in grid:
+        n *= g
+    heads, head_dim = args.heads, args.head_dim
+    pe = {p: ndpe.make(dims=dims, kind="rope", dim=heads * head_dim, heads=heads, pairing=p).to(device)
+          for p in ("half", "interleaved")}
+    rot_dim = pe["half"].rot_dim  # video: 3 x 20 of 64 channels rotated, 4 passed through
+    qkv = torch.randn(args.batch, n, 3 * heads * head_dim, device=device, dtype=dtype)
+    q, k, _ = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
+    pos = {p: m(grid, dtype=dtype) for p, m in pe.items()}
+    build_timm, build_ret = peer_tables(grid, head_dim, rot_dim, device, dtype)
+    timm_emb, ret_freqs = build_timm(), build_ret()
+
+    def timm_apply(x):  # timm rotates every channel it is given: pass through the rest by hand
+        out = apply_rot_embed_cat(x[..., :rot_dim], timm_emb)
+        return out if rot_dim == head_dim else torch.cat([out, x[..., rot_dim:]], dim=-1)
+
+    apply = {
+        "floor (q.clone, k.clone)": lambda: (q.clone(), k.clone()),
+        "ndpe eager half": lambda: ndpe.apply_qk(q, k, pos["half"]),
+        "ndpe eager interleaved": lambda: ndpe.apply_qk(q, k, pos["interleaved"]),
+        "plain formula (ndpe before)": lambda: [rotate_reference(t, *pos["half"].rot, "half") for t in (q, k)],
+        "timm apply_rot_embed_cat": lambda: (timm_apply(q), timm_apply(k)),
+        "rotary-embedding-torch": lambda: (apply_rotary_emb(ret_freqs, q), apply_rotary_emb(ret_freqs, k)),
+    }
+    if not args.no_compile:
+        torch._dynamo.reset()  # fresh graphs per shape (no recompile limit across shapes)
+        for p in ("half", "interleaved"):
+            fn = torch.compile(lambda q, k, cos, sin, p=p: ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin), pairing=p)),
+                               fullgraph=True, dynamic=False)
+            torch.testing.assert_close(fn(q, k, *pos[p].rot)[0], ndpe.apply_qk(q, k, pos[p])[0])
+            apply[f"ndpe compiled {p}"] = lambda fn=fn, p=p: fn(q, k, *pos[p].rot)
+        # dynamic batch and token axes (mark_dynamic): one graph for every batch and grid size
+        dyn = torch.compile(lambda q, k, cos, sin: ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin))), fullgraph=True)
+        qd, kd, cos, sin = q.view(q.shape), k.view(k.shape), *(t.clone() for t in pos["half"].rot)  # own marks
+        for t, axes in ((qd, (0, 2)), (kd, (0, 2)), (cos, (1,)), (sin, (1,))):  # (B, H, N, d), (1, N, half)
+            for a in axes:
+                torch._dynamo.mark_dynamic(t, a)
+        apply["ndpe compiled half, dynamic B and N"] = lambda: dyn(qd, kd, cos, sin)
+    build = {
+        "build ndpe pe(grid) (uncached)": lambda: (pe["half"].clear_cache(), pe["half"](grid, dtype=dtype)),
+        "build timm get_embed": build_timm,
+        "build rotary-embedding-torch get_axial_freqs": build_ret,
+    }
+    with torch.no_grad():
+        timer = clock(args.clock)
+        times = time_interleaved(apply, args.repeats, device, timer)
+        times.update(time_interleaved(build, args.repeats, device, timer))
+    floor = times["floor (q.clone, k.clone)"]
+    moved = 4 * q.numel() * q.element_size()  # read q and k, write two outputs
+    rows = []
+    for method, t in times.items():
+        row = {"shape": name, "grid": list(grid), "batch": args.batch, "heads": heads, "head_dim": head_dim,
+               "rot_dim": rot_dim, "method": method, "ms": t * 1e3}
+        if not method.startswith("build"):
+            row.update(x_floor=t / floor, gb_s=moved / t / 1e9)
+        rows.append(row)
+    return rows
+
+
+def main(args) -> list[dict]:
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    torch.set_num_threads(args.threads)
+    if args.clock is None:
+        args.clock = "cpu" if device.type == "cpu" and args.threads == 1 else "wall"
+    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, device {device}, "
+          f"threads {torch.get_num_threads()}, dtype {args.dtype}, repeats {args.repeats}, {args.clock} clock, "
+          f"B={args.batch} H={args.heads} head_dim={args.head_dim}, grid tokens only (no cls)")
+    rows = []
+    for name in args.shapes:
+        shape_rows = bench_shape(name, SHAPES[name], args, device, dtype)
+        r0 = shape_rows[0]
+        print(f"\n{name}: grid {tuple(r0['grid'])}, N={torch.Size(r0['grid']).numel()}, rot_dim {r0['rot_dim']}")
+        for r in shape_rows:
+            extra = f"  x{r['x_floor']:5.2f} floor  {r['gb_s']:6.1f} GB/s" if "x_floor" in r else ""
+            print(f"  {r['method']:46s} {r['ms']:8.3f} ms{extra}")
+        rows += shape_rows
+    if args.json:
+        meta = {"torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
+                "dtype": args.dtype, "repeats": args.repeats, "clock": args.clock, "date": time.strftime("%Y-%m-%d %H:%M")}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main(get_args_parser().parse_args())
