@@ -117,7 +117,8 @@ def test_unknown_task_raises():
     ("coord", ["data.options.size=256"], "coord_err", None),
 ])
 def test_few_steps_lower_the_loss(tmp_path, kind, extra, metric, goal):
-    cfg = fake_config(tmp_path, kind, "train.epochs=8", "optim.lr=1e-2", *extra)
+    # text: unit-scale token embeddings (Vaswani et al.) move more slowly under Adam than GPT-2's 0.02 ones
+    cfg = fake_config(tmp_path, kind, f"train.epochs={16 if kind == 'text' else 8}", "optim.lr=1e-2", *extra)
     if kind == "text":
         cfg.model.causal = True  # target = previous token: a causal LM-style tagger can see it
     model, result = fit(cfg)
@@ -198,7 +199,7 @@ def _head(dataset, n):
 
 
 def test_copy_task_loss_drops(tmp_path):
-    cfg = built_in_config(tmp_path, "text_copy", "data.options.size=256", "train.steps=40", "optim.lr=3e-3",
+    cfg = built_in_config(tmp_path, "text_copy", "data.options.size=256", "train.steps=80", "optim.lr=3e-3",
                           "train.batch_size=32", "train.log_every=1", "data.options.length=4")
     cfg.train.epochs = 5
     main(cfg)

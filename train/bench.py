@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import multiprocessing as mp
 import os
 import platform
@@ -60,9 +61,9 @@ TASKS = {t.name: t for t in [
     Task("image/cifar10", "cifar10", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
          model_opts={"patch_size": 4}),
     Task("audio/tones", "tones", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
-         data={"syllables": 2}, model_opts={"patch_size": [10, 16]}),
+         data={"syllables": 2}, model_opts={"patch_size": [16, 16], "pool": "mean"}),
     Task("audio/speech_commands", "speech_commands", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
-         model_opts={"patch_size": [10, 16]}),
+         model_opts={"patch_size": [16, 16], "pool": "mean"}),
     Task("text/copy", "copy", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L"),
     Task("text/reverse", "reverse", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L"),
     Task("text/addition", "addition", "text", 1, "length", 8, (8, 16, 32), "acc", True, "L"),
@@ -93,12 +94,12 @@ class BenchConfig:
     data_root: str | None = None  # where real datasets live
     train_items: int = 2048  # built-in datasets: items per training split
     test_items: int = 256  # built-in datasets: items per test split and size
-    steps: dict = field(default_factory=dict)  # task -> optimizer steps (default_steps otherwise)
+    steps: dict = field(default_factory=lambda: {"audio/tones": 300})  # task -> optimizer steps (default_steps otherwise)
     default_steps: int = 150
     batch_size: int = 32
     lr: float = 2e-3
     warmup_steps: int = 20
-    dim: int = 64
+    dim: int = 48
     depth: int = 2
     heads: int = 4
     out_root: str = "runs"
@@ -243,6 +244,17 @@ def encoder_grid(model, x: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(int(n) for n in seen["grid"])
 
 
+def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
+    """:func:`run_cell`, turning a failure into a message so one broken cell does not stop the benchmark."""
+    start = time.perf_counter()
+    try:
+        rows, seconds = run_cell(args)
+        return rows, seconds, None
+    except Exception as e:  # reported per cell and in report.md; the cell is retried on the next run
+        _, task_name, kind, seed, _ = args
+        return [], time.perf_counter() - start, f"{task_name} {kind} seed {seed}: {type(e).__name__}: {e}"
+
+
 def run_cell(args: tuple) -> tuple[list[Row], float]:
     """Train and test one cell; returns its rows and wall time. Runs in a worker process."""
     cfg, task_name, kind, seed, run_dir = args
@@ -319,37 +331,50 @@ def run(cfg: BenchConfig, command: str) -> Path:
     print(f"generating {len(data)} built-in datasets (cached in {run_dir / 'data'})", flush=True)
     list(pool.imap_unordered(run_data_job, data) if pool else map(run_data_job, data))
     print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
-    results_iter = pool.imap_unordered(run_cell, jobs) if pool else map(run_cell, jobs)
+    results_iter = pool.imap_unordered(run_cell_safe, jobs) if pool else map(run_cell_safe, jobs)
+    failures = []
     try:
-        for rows, seconds in results_iter:
-            append_rows(results, rows)
+        for rows, seconds, error in results_iter:
             finished += 1
             elapsed = time.perf_counter() - start
-            eta = elapsed / finished * (len(jobs) - finished)
+            progress = f"[{total - len(jobs) + finished}/{total}]"
+            eta = f"elapsed {fmt_time(elapsed)}, ETA {fmt_time(elapsed / finished * (len(jobs) - finished))}"
+            if error is not None:
+                failures.append(error)
+                print(f"{progress} FAILED {error} | {eta}", flush=True)
+                continue
+            append_rows(results, rows)
             at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" for r in rows if r.variant == "-")
-            print(f"[{total - len(jobs) + finished}/{total}] {rows[0].task} {rows[0].kind} seed {rows[0].seed}: "
-                  f"{rows[0].metric} {at} ({seconds:.0f} s) | elapsed {fmt_time(elapsed)}, ETA {fmt_time(eta)}",
-                  flush=True)
+            print(f"{progress} {rows[0].task} {rows[0].kind} seed {rows[0].seed}: {rows[0].metric} {at} "
+                  f"({seconds:.0f} s) | {eta}", flush=True)
     finally:
         if pool is not None:
             pool.terminate()
     wall = time.perf_counter() - start
-    (run_dir / "wall_time.txt").write_text(f"{wall:.0f}\n")
-    report = write_report(run_dir, header(cfg, command, wall))
-    print(f"wrote {results} and {report} in {fmt_time(wall)}", flush=True)
+    info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall)}
+    (run_dir / "run_info.json").write_text(json.dumps(info) + "\n")
+    head = header(cfg, info)
+    if failures:
+        head += "\n- **failed cells** (rerun the same command to retry them):\n" + "\n".join(f"  - {f}" for f in failures)
+    report = write_report(run_dir, head)
+    print(f"wrote {results} and {report} in {fmt_time(wall)}" + (f"; {len(failures)} cell(s) FAILED" if failures else ""),
+          flush=True)
+    if failures:
+        raise SystemExit(1)
     return report
 
 
-def header(cfg: BenchConfig, command: str, wall: float) -> str:
+def header(cfg: BenchConfig, info: dict) -> str:
+    """The report's first lines: what ran, where, when, how long (``info`` from run_info.json)."""
     import ndpe
 
     cpu = platform.processor() or platform.machine()
     gpu = torch.cuda.get_device_name() if cfg.device != "cpu" and torch.cuda.is_available() else "none"
     return "\n".join([
         f"# ndpe benchmark report: `{cfg.name}`", "",
-        f"- command: `{command}`",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; wall time of this invocation: "
-        f"{fmt_time(wall)} ({cfg.workers} worker process(es))",
+        f"- command: `{info['command']}`",
+        f"- finished: {info['date']}; wall time of that invocation: {fmt_time(info['wall_s'])} "
+        f"({cfg.workers} worker process(es))",
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
         f"- seeds: {cfg.seeds}; model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads}; batch {cfg.batch_size}, "
@@ -377,8 +402,9 @@ def main(argv: list[str] | None = None) -> Path:
     command = "python -m train.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.report_only:
         run_dir = Path(cfg.out_root) / cfg.name
-        wall = float((run_dir / "wall_time.txt").read_text()) if (run_dir / "wall_time.txt").exists() else 0.0
-        return write_report(run_dir, header(cfg, command, wall))
+        if not (run_dir / "run_info.json").exists():
+            parser.error(f"{run_dir} holds no finished run (run_info.json): run the benchmark first")
+        return write_report(run_dir, header(cfg, json.loads((run_dir / "run_info.json").read_text())))
     return run(cfg, command)
 
 

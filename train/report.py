@@ -158,18 +158,20 @@ def plot_task(task: str, agg_task, sizes, metric: str, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for label, by_size in sorted(agg_task.items()):
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    colors, markers = plt.cm.tab20.colors, "osD^vP*Xhp<>"
+    for i, (label, by_size) in enumerate(sorted(agg_task.items())):
         xs = [r for r, _ in sizes if r in by_size]
         ys = [by_size[r].mean for r in xs]
         es = [by_size[r].std for r in xs]
         style = "--" if "(" in label else "-"
-        ax.errorbar(xs, ys, yerr=es, marker="o", ls=style, capsize=2, label=label)
+        ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], color=colors[i % len(colors)], ls=style,
+                    capsize=2, label=label)
     ax.set(xlabel="test size / train size", ylabel=metric, title=task)
     ax.set_xticks([r for r, _ in sizes], [f"{n}\n×{r:g}" for r, n in sizes])
     if metric == "perplexity":
         ax.set_yscale("log")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -241,8 +243,31 @@ def check_claim(claim: Claim, agg, info) -> str:
     detail = "; ".join(
         [f"agree: {', '.join(wins)}" if wins else "", f"within noise: {', '.join(ties)}" if ties else "",
          f"disagree: {', '.join(losses)}" if losses else ""])
+    first = min(min(by) for by in agg_task.values())
+    at_train = ", ".join(f"{k} {agg_task[k][first].mean:.3g}" for k in [*better, *worse] if first in agg_task[k])
+    context = f" In distribution (×{first:g}): {at_train}." if last != first else ""
     return (f"- **{claim.source}** — {claim.text}. Measured at ×{last:g} ({row.metric}): **{verdict}**. "
-            f"{detail.strip('; ').replace(';  ;', ';')}")
+            f"{detail.strip('; ').replace(';  ;', ';')}.{context}")
+
+
+def summary_table(agg, info) -> str:
+    """One row per encoding, one column per task: the metric at the training size → at the largest size."""
+    tasks = sorted(agg)
+    labels = sorted({label for t in tasks for label in agg[t]}, key=lambda l: (l.startswith("conv"), "(" in l, l))
+    head = ["encoding"] + [f"{t} ({info[t].metric}{'↑' if info[t].higher_is_better else '↓'})" for t in tasks]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label in labels:
+        cells = []
+        for t in tasks:
+            by = agg[t].get(label)
+            if not by:
+                cells.append("")
+                continue
+            first, last = min(by), max(by)
+            a = f"{by[first].mean:.3g}" if first == 1.0 else "–"
+            cells.append(a if last == first else f"{a} → {by[last].mean:.3g}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def write_report(run_dir: Path, header: str) -> Path:
@@ -253,7 +278,9 @@ def write_report(run_dir: Path, header: str) -> Path:
     for r in rows:
         if r.variant == "-" and r.size_ratio == 1.0:
             times[r.task][r.kind].append(r.train_time_s)
-    parts = [header, "", "Cells: mean ± std over seeds. **Bold**: best at that size; `~`: within noise of the best "
+    parts = [header, "", "## Summary", "",
+             "Mean over seeds at the training size → at the largest test size (× in the column tables below).", "",
+             summary_table(agg, info), "", "## Per task", "", "Cells: mean ± std over seeds. **Bold**: best at that size; `~`: within noise of the best "
              "(difference under two standard errors). Sizes are test size / train size.", ""]
     for task in sorted(agg):
         row = info[task]

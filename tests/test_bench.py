@@ -1,0 +1,75 @@
+"""The benchmark driver: a tiny end-to-end run, resume without redoing cells, failures reported, strict presets."""
+from __future__ import annotations
+
+import pytest
+
+from train import bench
+from train.config import ConfigError
+from train.report import read_rows
+
+TINY = ["tasks=[text/copy]", "kinds=[none,rope]", "seeds=[0]", "workers=1", "default_steps=2", "train_items=64",
+        "test_items=8", "batch_size=8", "dim=16", "heads=2", "depth=1", "rope_variants=[pi]"]
+
+
+def tiny(tmp_path, *extra):
+    return bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", [*TINY, f"out_root={tmp_path}", *extra])
+
+
+def test_tiny_run_writes_results_and_report_then_resumes(tmp_path, monkeypatch):
+    cfg = tiny(tmp_path)
+    report = bench.run(cfg, "test")
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    # 2 kinds x 3 test sizes, plus the rope (pi) variant at the 2 larger sizes
+    assert len(rows) == 2 * 3 + 2
+    assert {r.size_ratio for r in rows} == {1.0, 2.0, 4.0}
+    assert {(r.kind, r.variant) for r in rows} == {("none", "-"), ("rope", "-"), ("rope", "pi")}
+    assert all(0.0 <= r.value <= 1.0 for r in rows)
+    text = report.read_text()
+    assert "### text/copy" in text and "rope (pi)" in text and "Kazemnejad" in text
+
+    def must_not_run(args):
+        raise AssertionError(f"finished cell {args[1:4]} was run again")
+
+    monkeypatch.setattr(bench, "run_cell", must_not_run)
+    bench.run(cfg, "test")  # every cell is in results.csv: nothing is retrained
+    assert len(read_rows(tmp_path / "quick" / "results.csv")) == len(rows)
+
+
+def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch):
+    real = bench.run_cell
+
+    def flaky(args):
+        if args[2] == "rope":
+            raise RuntimeError("boom")
+        return real(args)
+
+    monkeypatch.setattr(bench, "run_cell", flaky)
+    with pytest.raises(SystemExit):
+        bench.run(tiny(tmp_path), "test")
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert {r.kind for r in rows} == {"none"}
+    assert "text/copy rope seed 0: RuntimeError: boom" in (tmp_path / "quick" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("tasks=[image/imagenet]", "unknown task"),
+    ("kinds=[ropee]", "unknown kind"),
+    ("rope_variants=[xpos]", "unknown rope_variants"),
+    ("seeds=zero", "seeds"),
+    ("stepz=3", "unknown config key"),
+])
+def test_bad_preset_values_are_named(override, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", [override])
+
+
+def test_cells_skip_kinds_that_do_not_apply():
+    cfg = bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", ["tasks=[text/copy,coord/uniform]", "seeds=[0]"])
+    cells = bench.cells_for(cfg)
+    assert ("text/copy", "rope-mixed", 0) not in cells  # rope-mixed is 2D/3D only
+    assert [k for t, k, s in cells if t == "coord/uniform"] == ["conv", "conv+coord"]
+
+
+def test_presets_load():
+    for path in sorted(bench.CONFIG_DIR.glob("*.yaml")):
+        assert bench.cells_for(bench.load_bench_config(path, []))
