@@ -103,3 +103,21 @@ def test_causal_mask():
     x = torch.randn(1, 1, 3, 4)
     torch.testing.assert_close(F.scaled_dot_product_attention(x, x, x, attn_mask=m),
                                F.scaled_dot_product_attention(x, x, x, is_causal=True))
+
+
+def test_combine_merges_kinds():
+    """learned absolute + ALiBi: the add of one and the bias of the other, in one PosOut."""
+    learned = ndpe.make(dims=2, kind="learned", dim=16, heads=2, grid_shape=(3, 4))
+    alibi = ndpe.make(dims=2, kind="alibi", dim=16, heads=2)
+    both = ndpe.Combine(learned, alibi)
+    out = both((3, 4), num_prefix=1)
+    torch.testing.assert_close(out.add, learned((3, 4), num_prefix=1).add)
+    torch.testing.assert_close(out.bias, alibi((3, 4), num_prefix=1).bias)
+    assert both.kind == "learned+alibi" and both.cat_dim == 0 and not both.coordinate_based
+    coord = ndpe.make(dims=2, kind="coord", dim=16, heads=2)
+    assert ndpe.Combine(coord, alibi).cat_dim == coord.cat_dim
+    with pytest.raises(ValueError, match="same dims, dim and heads"):
+        ndpe.Combine(alibi, ndpe.make(dims=2, kind="alibi", dim=16, heads=4))
+    with pytest.raises(ValueError, match="two rotary"):
+        r = ndpe.make(dims=2, kind="rope", dim=16, heads=2)
+        ndpe.Combine(r, r)((3, 4))

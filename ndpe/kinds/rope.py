@@ -43,7 +43,6 @@ from torch import Tensor
 
 from ..base import Encoding
 from ..contract import PAIRINGS, PosOut
-from ..coords import COORD_MODES
 from ..registry import register
 from ..scaling import NEEDS_TRAIN_SHAPE, SCALINGS, axial_inv_freq, dynamic_ntk_theta, ntk_exponent, scaled_inv_freq
 
@@ -83,10 +82,8 @@ def per_axis(value, dims: int, name: str, *, low: float, inclusive: bool = True)
     return tuple(float(v) for v in values)
 
 
-def check_choices(coords: str, pairing: str) -> None:
-    """Validate the ``coords`` and ``pairing`` options shared by the rotary kinds."""
-    if coords not in COORD_MODES:
-        raise ValueError(f"coords must be one of {COORD_MODES}, got {coords!r}")
+def check_pairing(pairing: str) -> None:
+    """Validate the ``pairing`` option shared by the rotary kinds (``coords`` is checked by the base class)."""
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
 
@@ -118,7 +115,7 @@ class RoPE(Encoding):
         self.axis_dims = resolve_axis_dims(self.head_dim, dims, axis_dims)
         self.rot_dim = sum(self.axis_dims)
         self.theta = per_axis(theta, dims, "theta", low=1.0, inclusive=False)
-        check_choices(coords, pairing)
+        check_pairing(pairing)
         self.coords_mode, self.pairing = coords, pairing
         self.scaling, self.scale, self.train_shape = self._check_scaling(scaling, scale, train_shape)
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))

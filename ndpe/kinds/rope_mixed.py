@@ -37,7 +37,7 @@ from ..base import Encoding
 from ..contract import PosOut
 from ..registry import register
 from ..scaling import axial_inv_freq
-from .rope import check_choices, per_axis, resolve_axis_dims
+from .rope import check_pairing, per_axis, resolve_axis_dims
 
 
 def random_rotations(n: int, dims: int, *, generator: torch.Generator | None = None) -> Tensor:
@@ -86,7 +86,7 @@ class RoPEMixed(Encoding):
         if isinstance(theta, (tuple, list)):
             raise TypeError(f"rope-mixed takes one theta (its frequencies mix the axes), got {theta!r}")
         self.theta = per_axis(theta, 1, "theta", low=1.0, inclusive=False)[0]
-        check_choices(coords, pairing)
+        check_pairing(pairing)
         self.axis_dims = resolve_axis_dims(self.head_dim, dims, None)
         self.rot_dim = sum(self.axis_dims)
         self.coords_mode, self.pairing = coords, pairing
