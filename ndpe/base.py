@@ -128,7 +128,8 @@ class Encoding(nn.Module):
         return out
 
     def _cacheable(self) -> bool:
-        if torch.compiler.is_compiling():
+        # inference-mode tensors cannot be saved for a later backward: never cache them (nor serve them)
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
             return False
         return not any(p.requires_grad for p in self.parameters())
 

@@ -33,9 +33,19 @@ class Combine(nn.Module):
         self.coordinate_based = all(pe.coordinate_based for pe in encodings)
         self.kind = "+".join(pe.kind for pe in encodings)
 
+    def _check_one_unit(self) -> None:
+        modes = {pe.kind: pe.coords_mode for pe in self.encodings}
+        if len(set(modes.values())) > 1:
+            raise ValueError(f"explicit positions need one coordinate unit, but the combined kinds use {modes}; "
+                             "build them with the same coords= option")
+
     def coords(self, grid_shape):
+        """Default coordinates ``(N, dims)``, shared by every combined encoding (one unit required)."""
+        self._check_one_unit()
         return self.encodings[0].coords(grid_shape)
 
     def forward(self, grid_shape=None, *, positions=None, num_prefix=0, dtype=None) -> PosOut:
+        if positions is not None:
+            self._check_one_unit()
         return merge(*(pe(grid_shape, positions=positions, num_prefix=num_prefix, dtype=dtype)
                        for pe in self.encodings))

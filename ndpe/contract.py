@@ -109,6 +109,9 @@ def merge(*outs: PosOut) -> PosOut:
         return None if not ts else sum(ts[1:], ts[0])
 
     cats = [o.cat for o in outs if o.cat is not None]
+    if cats:  # batched and unbatched outputs: broadcast the leading dims, as add and bias do
+        lead = torch.broadcast_shapes(*(c.shape[:-1] for c in cats))
+        cats = [c.expand(*lead, c.shape[-1]) for c in cats]
     return PosOut(
         add=total("add"),
         cat=torch.cat(cats, dim=-1) if cats else None,
@@ -128,7 +131,7 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
         return x
     if pos.add is not None:
         _check_tokens(x, pos.add, "add")
-        x = x + pos.add
+        x = x + pos.add.to(x.dtype)
     if pos.cat is not None:
         _check_tokens(x, pos.cat, "cat")
         cat = pos.cat.to(x.dtype).expand(*x.shape[:-1], pos.cat.shape[-1])

@@ -73,3 +73,21 @@ def test_cells_skip_kinds_that_do_not_apply():
 def test_presets_load():
     for path in sorted(bench.CONFIG_DIR.glob("*.yaml")):
         assert bench.cells_for(bench.load_bench_config(path, []))
+
+
+def test_resume_refuses_other_settings_and_reports_only_the_selection(tmp_path):
+    bench.run(tiny(tmp_path), "test")
+    with pytest.raises(ConfigError, match="other settings"):
+        bench.run(tiny(tmp_path, "dim=32"), "test")  # same run name, other model: never mixed
+    report = bench.run(tiny(tmp_path, "kinds=[none]"), "test")  # a sub-selection: nothing retrained
+    text = report.read_text()
+    assert "| none |" in text and "| rope |" not in text
+
+
+def test_scaled_rope_keeps_the_trained_options():
+    import ndpe
+
+    pe = ndpe.make(dims=2, kind="rope", dim=32, heads=2, theta=100.0, pairing="interleaved", axis_dims=(4, 8))
+    scaled = bench.scaled_rope(pe, "yarn", (4, 4), (8, 6))
+    assert (scaled.theta, scaled.pairing, scaled.axis_dims) == (pe.theta, pe.pairing, pe.axis_dims)
+    assert scaled.scaling == "yarn" and scaled.scale == (2.0, 1.5) and not scaled.training

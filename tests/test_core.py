@@ -121,3 +121,35 @@ def test_combine_merges_kinds():
     with pytest.raises(ValueError, match="two rotary"):
         r = ndpe.make(dims=2, kind="rope", dim=16, heads=2)
         ndpe.Combine(r, r)((3, 4))
+
+
+def test_outputs_made_in_inference_mode_do_not_reach_training():
+    """A validation pass under torch.inference_mode must not poison the cache for the next training step."""
+    pe = ndpe.make(dims=1, kind="rope", dim=32, heads=2)
+    with torch.inference_mode():
+        pe((8,))
+    q = torch.randn(1, 2, 8, 16, requires_grad=True)
+    a, b = ndpe.apply_qk(q, q, pe((8,)))
+    (a.sum() + b.sum()).backward()
+    assert q.grad is not None
+
+
+def test_merge_broadcasts_batched_and_unbatched_cats():
+    a = ndpe.PosOut(cat=torch.zeros(6, 2))
+    b = ndpe.PosOut(cat=torch.ones(3, 6, 1))
+    m = ndpe.merge(a, b)
+    assert m.cat.shape == (3, 6, 3) and (m.cat[..., 2] == 1).all()
+
+
+def test_apply_tokens_keeps_the_token_dtype():
+    x = torch.randn(2, 4, 8, dtype=torch.bfloat16)
+    assert ndpe.apply_tokens(x, ndpe.PosOut(add=torch.ones(4, 8))).dtype == torch.bfloat16
+
+
+def test_combine_refuses_positions_in_mixed_units():
+    both = ndpe.Combine(ndpe.make(dims=2, kind="rope", dim=32, heads=2), ndpe.make(dims=2, kind="coord", dim=32, heads=2))
+    both((3, 4))  # each kind builds its own default coordinates: fine
+    with pytest.raises(ValueError, match="one coordinate unit"):
+        both((3, 4), positions=torch.zeros(12, 2))
+    with pytest.raises(ValueError, match="one coordinate unit"):
+        both.coords((3, 4))

@@ -1,21 +1,23 @@
 """The cross-domain benchmark: every encoding x every domain, trained at one size, tested beyond it.
 
     python -m train.bench --quick                       # built-in data, ~10 min on a 2-core CPU
-    python -m train.bench --config configs/bench/full.yaml     # one GPU, ~10 min on an H100
+    python -m train.bench --config configs/bench/full.yaml     # one GPU (sized for ~10 min on an H100; untimed)
     python -m train.bench --config configs/bench/real.yaml data_root=/data   # CIFAR-10, Speech Commands
-    python -m train.bench --quick kinds=[rope,alibi] seeds=[0]          # any key=value override
+    python -m train.bench --quick name=mine kinds=[rope,alibi] seeds=[0]   # any key=value override
 
 A *cell* is one (task, encoding, seed): it trains a reference model (``train.main.fit``) and
 evaluates it at the training size and at every larger test size; rotary encodings are also
 evaluated with test-time scaling (position interpolation, NTK, YaRN). Each finished cell's rows
 are appended to ``runs/<name>/results.csv`` in one fsynced write, so an interrupted benchmark
-resumes where it stopped (finished cells are skipped; a cell cut off midway is redone).
+resumes where it stopped (finished cells are skipped; a cell cut off midway is redone); a run
+directory refuses cells trained under other settings (``fingerprint.txt``).
 ``report.md`` and the plots are rewritten from the CSV at the end (``--report-only`` redoes them).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -244,6 +246,16 @@ def encoder_grid(model, x: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(int(n) for n in seen["grid"])
 
 
+def scaled_rope(pe, variant: str, train_grid: tuple[int, ...], test_grid: tuple[int, ...]):
+    """A copy of the trained rope encoding ``pe`` with test-time scaling ``variant`` (pi, ntk, yarn)."""
+    import ndpe
+
+    scale = tuple(max(t / s, 1.0) for t, s in zip(test_grid, train_grid))
+    return ndpe.make(dims=pe.dims, kind="rope", dim=pe.dim, heads=pe.heads, axis_dims=pe.axis_dims,
+                     theta=pe.theta, coords=pe.coords_mode, pairing=pe.pairing, scaling=SCALINGS[variant],
+                     scale=scale, **({"train_shape": train_grid} if variant == "yarn" else {})).eval()
+
+
 def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
     """:func:`run_cell`, turning a failure into a message so one broken cell does not stop the benchmark."""
     start = time.perf_counter()
@@ -288,13 +300,12 @@ def run_cell(args: tuple) -> tuple[list[Row], float]:
                 if ratio <= 1.0:
                     continue  # scaling changes nothing at the training size
                 test_grid = encoder_grid(model, build_data(tcfg, "test", **opts)[0][0])
-                scale = tuple(max(t / s, 1.0) for t, s in zip(test_grid, train_grid))
-                model.encoder.pe = ndpe.make(dims=task.dims, kind="rope", dim=cfg.dim, heads=cfg.heads,
-                                             scaling=SCALINGS[variant], scale=scale,
-                                             **({"train_shape": train_grid} if variant == "yarn" else {}))
-            metrics = evaluate_model(model, tcfg, split="test", **opts)
-            if original is not None:
-                model.encoder.pe = original
+                model.encoder.pe = scaled_rope(original, variant, train_grid, test_grid)
+            try:
+                metrics = evaluate_model(model, tcfg, split="test", **opts)
+            finally:
+                if original is not None:
+                    model.encoder.pe = original
             label = task.data["split_mode"] if task.conv else None
             rows.append(Row(domain=task_name.split("/")[0], task=task_name, kind=kind, variant=variant, seed=seed,
                             train_size=label or f"{task.train_size:g}{task.unit}",
@@ -310,11 +321,36 @@ def fmt_time(seconds: float) -> str:
     return f"{m}:{s:02d}"
 
 
+# what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
+SELECTION = ("name", "tasks", "kinds", "seeds", "workers", "out_root")
+
+
+def fingerprint(cfg: BenchConfig) -> str:
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
+    return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_fingerprint(cfg: BenchConfig, run_dir: Path, *, resuming: bool) -> None:
+    """Refuse to add cells trained under other settings to an existing run (and say how to start another)."""
+    path = run_dir / "fingerprint.txt"
+    if resuming and path.exists() and path.read_text().strip() != fingerprint(cfg):
+        raise ConfigError(f"{run_dir} holds results trained with other settings (see its bench_config.yaml); "
+                          f"pass name=<new name> to start another run, or delete {run_dir}")
+    path.write_text(fingerprint(cfg) + "\n")
+
+
+def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:
+    """The rows of the cells this configuration selects (a run directory may hold more)."""
+    cells = set(cells_for(cfg))
+    return [r for r in rows if (r.task, r.kind, r.seed) in cells]
+
+
 def run(cfg: BenchConfig, command: str) -> Path:
     run_dir = Path(cfg.out_root) / cfg.name
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     results = run_dir / "results.csv"
+    check_fingerprint(cfg, run_dir, resuming=results.exists())
+    (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     done = {(r.task, r.kind, r.seed) for r in read_rows(results)}
     todo = [c for c in cells_for(cfg) if c not in done]
     total = len(todo) + len(done & set(cells_for(cfg)))
@@ -351,12 +387,15 @@ def run(cfg: BenchConfig, command: str) -> Path:
         if pool is not None:
             pool.terminate()
     wall = time.perf_counter() - start
-    info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall)}
-    (run_dir / "run_info.json").write_text(json.dumps(info) + "\n")
+    info_path = run_dir / "run_info.json"
+    if jobs or not info_path.exists():  # an invocation that trained nothing keeps the last one's record
+        info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall)}
+        info_path.write_text(json.dumps(info) + "\n")
+    info = json.loads(info_path.read_text())
     head = header(cfg, info)
     if failures:
         head += "\n- **failed cells** (rerun the same command to retry them):\n" + "\n".join(f"  - {f}" for f in failures)
-    report = write_report(run_dir, head)
+    report = write_report(run_dir, head, select=lambda rows: selected_rows(cfg, rows))
     print(f"wrote {results} and {report} in {fmt_time(wall)}" + (f"; {len(failures)} cell(s) FAILED" if failures else ""),
           flush=True)
     if failures:
@@ -404,7 +443,8 @@ def main(argv: list[str] | None = None) -> Path:
         run_dir = Path(cfg.out_root) / cfg.name
         if not (run_dir / "run_info.json").exists():
             parser.error(f"{run_dir} holds no finished run (run_info.json): run the benchmark first")
-        return write_report(run_dir, header(cfg, json.loads((run_dir / "run_info.json").read_text())))
+        return write_report(run_dir, header(cfg, json.loads((run_dir / "run_info.json").read_text())),
+                            select=lambda rows: selected_rows(cfg, rows))
     return run(cfg, command)
 
 

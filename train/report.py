@@ -270,9 +270,11 @@ def summary_table(agg, info) -> str:
     return "\n".join(lines)
 
 
-def write_report(run_dir: Path, header: str) -> Path:
-    """Write report.md and plots for ``run_dir/results.csv``; returns the report path."""
+def write_report(run_dir: Path, header: str, select=None) -> Path:
+    """Write report.md and plots for ``run_dir/results.csv`` (``select`` filters its rows); returns the path."""
     rows = read_rows(run_dir / "results.csv")
+    if select is not None:
+        rows = select(rows)
     agg, info = aggregate(rows), task_info(rows)
     times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
