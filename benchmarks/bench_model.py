@@ -20,8 +20,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # reference models live in a checkout
 from bench_rope import clock, time_interleaved  # noqa: E402  (same folder)
 from models.vit import ViT  # noqa: E402
+from ndpe.functional import set_rotary_kernel  # noqa: E402
 
-KINDS = ("none", "rope", "alibi")
+ROTARY_KERNELS = ("eager", "compile", "triton")  # ndpe.functional.set_rotary_kernel
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="default: cpu time on CPU with 1 thread (shared machine), wall time otherwise")
+    p.add_argument("--rope-kernels", nargs="+", default=["eager", "compile"], choices=ROTARY_KERNELS,
+                   help="time rope with each rotary kernel (set_rotary_kernel); the first is the plain 'rope' row")
     p.add_argument("--json", default=None)
     return p
 
@@ -48,18 +51,29 @@ def train_step(model: ViT, opt: torch.optim.Optimizer, images: torch.Tensor, lab
     opt.step()
 
 
+def row_names(args) -> list[str]:
+    """``none``, ``rope`` (first rotary kernel), ``rope [kernel]`` for the others, ``alibi``."""
+    return ["none", "rope", *(f"rope [{k}]" for k in args.rope_kernels[1:]), "alibi"]
+
+
 def bench_grid(side: int, args, device: torch.device) -> dict[str, float]:
-    """Median seconds per training step for each kind at a ``side x side`` patch grid."""
+    """Median seconds per training step for each row of :func:`row_names` at a ``side x side`` patch grid."""
     images = torch.randn(args.batch, 3, side * args.patch, side * args.patch, device=device)
     labels = torch.randint(0, 10, (args.batch,), device=device)
     steps = {}
-    for kind in KINDS:
+    for name in row_names(args):
+        kind = name.split()[0]
+        kernel = name[len("rope ["):-1] if name.startswith("rope [") else args.rope_kernels[0]
         torch.manual_seed(0)  # same weights everywhere but the encoding
         model = ViT(num_classes=10, pe={"kind": kind}, dim=args.dim, depth=args.depth, heads=args.heads,
                     patch_size=args.patch).to(device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        steps[kind] = lambda model=model, opt=opt: train_step(model, opt, images, labels)
-    return time_interleaved(steps, args.repeats, device, clock(args.clock), warmup=1)
+
+        def step(model=model, opt=opt, kernel=kernel):
+            set_rotary_kernel(kernel)  # rows run in shuffled order: each sets its own
+            train_step(model, opt, images, labels)
+        steps[name] = step
+    return time_interleaved(steps, args.repeats, device, clock(args.clock), warmup=2)
 
 
 def main(args) -> list[dict]:
@@ -68,15 +82,16 @@ def main(args) -> list[dict]:
     if args.clock is None:
         args.clock = "cpu" if device.type == "cpu" and args.threads == 1 else "wall"
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, repeats {args.repeats}, {args.clock} clock; "
-          f"ViT dim={args.dim} depth={args.depth} heads={args.heads} patch={args.patch} batch={args.batch}, cls token, AdamW")
+          f"ViT dim={args.dim} depth={args.depth} heads={args.heads} patch={args.patch} batch={args.batch}, cls token, AdamW; "
+          f"rope rows: rotary kernel {args.rope_kernels[0]!r}, then {args.rope_kernels[1:]}")
     rows = []
     for side in args.grids:
         t = bench_grid(side, args, device)
         print(f"\ngrid {side}x{side} ({side * side} patches + cls)")
-        for kind in KINDS:
-            overhead = (t[kind] / t["none"] - 1) * 100
-            print(f"  {kind:6s} {t[kind] * 1e3:9.1f} ms/step  {overhead:+6.1f}% vs none")
-            rows.append({"grid": [side, side], "kind": kind, "ms_per_step": t[kind] * 1e3, "overhead_pct": overhead})
+        for name in row_names(args):
+            overhead = (t[name] / t["none"] - 1) * 100
+            print(f"  {name:16s} {t[name] * 1e3:9.1f} ms/step  {overhead:+6.1f}% vs none")
+            rows.append({"grid": [side, side], "kind": name, "ms_per_step": t[name] * 1e3, "overhead_pct": overhead})
     if args.json:
         meta = {"torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
                 "date": time.strftime("%Y-%m-%d %H:%M"), **{k: v for k, v in vars(args).items() if k != "json"}}

@@ -23,7 +23,8 @@ from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
 from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
 
 import ndpe
-from ndpe.functional import rotate_reference
+from ndpe import _triton
+from ndpe.functional import rotate_reference, set_rotary_kernel
 
 SHAPES = {"vit-s 14x14": (14, 14), "32x32": (32, 32), "video 8x14x14": (8, 14, 14), "1d 4096": (4096,)}
 
@@ -104,16 +105,24 @@ def bench_shape(name: str, grid, args, device, dtype) -> list[dict]:
         out = apply_rot_embed_cat(x[..., :rot_dim], timm_emb)
         return out if rot_dim == head_dim else torch.cat([out, x[..., rot_dim:]], dim=-1)
 
+    def with_kernel(kernel, p):  # rows run in shuffled order: each sets its own rotary kernel
+        return lambda: (set_rotary_kernel(kernel), ndpe.apply_qk(q, k, pos[p]))
+
     apply = {
         "floor (q.clone, k.clone)": lambda: (q.clone(), k.clone()),
-        "ndpe eager half": lambda: ndpe.apply_qk(q, k, pos["half"]),
-        "ndpe eager interleaved": lambda: ndpe.apply_qk(q, k, pos["interleaved"]),
+        "ndpe eager half": with_kernel("eager", "half"),
+        "ndpe eager interleaved": with_kernel("eager", "interleaved"),
         "plain formula (ndpe before)": lambda: [rotate_reference(t, *pos["half"].rot, "half") for t in (q, k)],
         "timm apply_rot_embed_cat": lambda: (timm_apply(q), timm_apply(k)),
         "rotary-embedding-torch": lambda: (apply_rotary_emb(ret_freqs, q), apply_rotary_emb(ret_freqs, k)),
     }
+    if _triton.available(q, k):  # CUDA (the default "auto" kernel there)
+        for p in ("half", "interleaved"):
+            torch.testing.assert_close(with_kernel("triton", p)()[1][0], with_kernel("eager", p)()[1][0])
+            apply[f"ndpe triton {p}"] = with_kernel("triton", p)
     if not args.no_compile:
         torch._dynamo.reset()  # fresh graphs per shape (no recompile limit across shapes)
+        apply["ndpe set_rotary_kernel('compile') half"] = with_kernel("compile", "half")
         for p in ("half", "interleaved"):
             fn = torch.compile(lambda q, k, cos, sin, p=p: ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin), pairing=p)),
                                fullgraph=True, dynamic=False)

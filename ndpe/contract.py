@@ -164,10 +164,19 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
 
 
 def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None) -> Tensor | None:
-    """The additive attention-logit bias ``(*, T, T)`` to hand to SDPA as ``attn_mask``, or None."""
+    """The additive attention-logit bias to hand to SDPA as ``attn_mask``, or None.
+
+    A per-head ``(heads, T, T)`` bias comes back as the view ``(1, heads, T, T)``: SDPA's fused CPU
+    kernel takes 2-D and 4-D masks only and falls back to the unfused math path (2-3x slower at
+    T = 1024, with an extra ``B x heads x T x T`` buffer) for a 3-D one.
+
+    >>> attn_bias(PosOut(bias=torch.zeros(4, 9, 9))).shape
+    torch.Size([1, 4, 9, 9])
+    """
     if pos is None or pos.bias is None:
         return None
-    return pos.bias if dtype is None else pos.bias.to(dtype)
+    bias = pos.bias if dtype is None else pos.bias.to(dtype)
+    return bias.unsqueeze(0) if bias.dim() == 3 else bias
 
 
 def _check_tokens(x: Tensor, t: Tensor, name: str) -> None:

@@ -6,13 +6,45 @@ one preallocated output (laid out in the input's memory order) with ``out=`` and
 float32/float64 take a single complex multiply; q and k split from one fused qkv buffer are read
 through one stacked view. Autograd goes through a small ``autograd.Function`` whose backward is
 the inverse rotation. Under ``torch.compile`` the plain formula is traced instead, which Inductor
-fuses into one kernel. ``benchmarks/bench_rope.py`` measures every path against ``x.clone()``.
+fuses into one kernel. Outside compile, :func:`set_rotary_kernel` picks a fused kernel instead of
+the PyTorch ops: ndpe's Triton kernel (``ndpe/_triton.py``, the default for CUDA tensors) or the
+plain formula compiled once by Inductor (any device, opt-in). ``benchmarks/bench_rope.py``
+measures every path against ``x.clone()``.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+
+KERNELS = ("auto", "eager", "compile", "triton")
+_kernel = "auto"
+
+
+def set_rotary_kernel(name: str) -> str:
+    """Choose how :func:`apply_rotary` / :func:`ndpe.apply_qk` run outside ``torch.compile``; returns the previous choice.
+
+    - ``"auto"`` (default): ``"triton"`` for CUDA tensors when Triton is installed, else ``"eager"``.
+    - ``"eager"``: PyTorch ops. Interleaved float32 pairs take one pass over x; half pairs take three
+      (no eager op reads channel i and i + rot_dim/2 together), about 3x a copy of q and k.
+    - ``"compile"``: the plain formula compiled once by ``torch.compile(dynamic=True)``; Inductor fuses
+      forward and backward into one loop each (C++ on CPU, Triton on GPU). The first call compiles
+      (seconds); new batch and grid sizes reuse the graph. For eager models on CPU.
+    - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles); CUDA only, raises otherwise.
+
+    Under ``torch.compile`` the formula is always traced into the surrounding graph.
+
+    >>> previous = set_rotary_kernel("eager"); set_rotary_kernel(previous)
+    'eager'
+    """
+    global _kernel
+    if name not in KERNELS:
+        raise ValueError(f"rotary kernel must be one of {KERNELS}, got {name!r}")
+    previous, _kernel = _kernel, name
+    return previous
 
 
 # Stack q and k only while the joint output stays within 32 MiB: above it glibc serves every
@@ -55,11 +87,24 @@ def apply_rotary_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing:
                              f"build the encoding with dim = heads * head_dim of this attention")
     if len({x.dtype for x in xs}) > 1:
         return tuple(apply_rotary(x, cos, sin, pairing) for x in xs)
-    cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
     if torch.compiler.is_compiling():  # plain formula: Inductor fuses it into one kernel
-        return tuple(rotate_reference(x, cos, sin, pairing) for x in xs)
+        return _rotate_reference_many(xs, cos.to(xs[0].dtype), sin.to(xs[0].dtype), pairing)
+    kernel = _kernel
+    if kernel == "compile":
+        return _compiled()(xs, cos.to(xs[0].dtype), sin.to(xs[0].dtype), pairing)
+    if kernel in ("auto", "triton"):
+        from . import _triton
+        if _triton.available(*xs, cos, sin):
+            cos, sin = cos.float(), sin.float()  # float32 angles whatever x's dtype
+            if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
+                return _Rotary.apply(cos, sin, pairing, True, *xs)
+            return _fused(xs, cos, sin, pairing)
+        if kernel == "triton":
+            raise RuntimeError("set_rotary_kernel('triton') needs Triton and CUDA tensors of float32/float16/bfloat16; "
+                               f"got {xs[0].device} {xs[0].dtype} tensors (use 'auto', 'eager' or 'compile')")
+    cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-        return _Rotary.apply(cos, sin, pairing, *xs)
+        return _Rotary.apply(cos, sin, pairing, False, *xs)
     stacked = _stacked_view(xs)
     if stacked is not None and stacked.numel() * stacked.element_size() <= _STACK_MAX_BYTES:
         # q and k from one fused qkv buffer: one pass over both
@@ -80,19 +125,30 @@ def _stacked_view(xs: tuple[Tensor, ...]) -> Tensor | None:
     return x0.as_strided((len(xs), *x0.shape), (step, *x0.stride()), x0.storage_offset())
 
 
+def _rotate_reference_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str) -> tuple[Tensor, ...]:
+    return tuple(rotate_reference(x, cos, sin, pairing) for x in xs)
+
+
+@functools.cache
+def _compiled():
+    """The ``"compile"`` kernel: one dynamic-shape graph (recompiled per pairing, dtype and rank only)."""
+    return torch.compile(_rotate_reference_many, dynamic=True, fullgraph=True)
+
+
 def rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half") -> Tensor:
     """The rotation written as one expression (cos/sin already in ``x``'s dtype); used under compile."""
     half = cos.shape[-1]
-    xr = x[..., :2 * half]
+    rot = 2 * half
     if pairing == "half":
-        x1, x2 = xr[..., :half], xr[..., half:]
-        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        x1, x2 = x[..., :half], x[..., half:rot]
+        parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
     else:
-        x1, x2 = xr.unflatten(-1, (half, 2)).unbind(-1)
-        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-    if xr.shape[-1] == x.shape[-1]:
-        return out
-    return torch.cat([out, x[..., 2 * half:].expand(*out.shape[:-1], -1)], dim=-1)
+        x1, x2 = x[..., :rot].unflatten(-1, (half, 2)).unbind(-1)
+        parts = [torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)]
+    if rot == x.shape[-1]:
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    # one flat cat with the pass-through channels: Inductor emits one loop (a nested cat cost 1.5x more)
+    return torch.cat([*parts, x[..., rot:].expand(*parts[0].shape[:-1], -1)], dim=-1)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, pairing: str, inverse: bool = False) -> Tensor:
@@ -132,6 +188,14 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, pairing: str, inverse: bool = F
     return out
 
 
+def _fused(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str, inverse: bool = False) -> tuple[Tensor, ...]:
+    """The Triton kernel: one launch for same-shape, same-stride tensors (q and k), else one each (e.g. GQA)."""
+    from . import _triton
+    if len({(x.shape, x.stride()) for x in xs}) > 1:
+        return tuple(_triton.rotary((x,), cos, sin, pairing, inverse)[0] for x in xs)
+    return _triton.rotary(xs, cos, sin, pairing, inverse)
+
+
 def _empty_in_memory_order(x: Tensor) -> Tensor:
     """A dense tensor shaped like ``x`` whose axes lie in memory in ``x``'s order (channels innermost).
 
@@ -160,29 +224,39 @@ class _Rotary(torch.autograd.Function):
     """Rotation with a hand-written backward: d/dx is the inverse rotation, d/dcos and d/dsin are sums."""
 
     @staticmethod
-    def forward(ctx, cos, sin, pairing, *xs):
-        ctx.pairing = pairing
+    def forward(ctx, cos, sin, pairing, fused, *xs):
+        ctx.pairing, ctx.fused = pairing, fused
         ctx.shapes = [x.shape for x in xs]
         ctx.save_for_backward(cos, sin, *(xs if any(ctx.needs_input_grad[:2]) else ()))
+        if fused:
+            return _fused(xs, cos, sin, pairing)
         return tuple(_rotate(x, cos, sin, pairing) for x in xs)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads):
         cos, sin, *xs = ctx.saved_tensors
-        need_x = ctx.needs_input_grad[3:]
-        gxs = [None if g is None or not need else _rotate(g, cos, sin, ctx.pairing, inverse=True).sum_to_size(shape)
-               for g, need, shape in zip(grads, need_x, ctx.shapes)]
+        need_x = ctx.needs_input_grad[4:]
+        todo = [i for i, (g, need) in enumerate(zip(grads, need_x)) if g is not None and need]
+        gxs = [None] * len(grads)
+        if ctx.fused and todo:
+            rotated = _fused(tuple(grads[i] for i in todo), cos, sin, ctx.pairing, inverse=True)
+        else:
+            rotated = [_rotate(grads[i], cos, sin, ctx.pairing, inverse=True) for i in todo]
+        for i, r in zip(todo, rotated):
+            gxs[i] = r.sum_to_size(ctx.shapes[i])
         gcos = gsin = None
         if any(ctx.needs_input_grad[:2]):
-            gcos, gsin = torch.zeros_like(cos), torch.zeros_like(sin)
+            acc = torch.promote_types(cos.dtype, torch.float32)  # sums over batch and heads: at least float32
+            gcos, gsin = cos.new_zeros(cos.shape, dtype=acc), sin.new_zeros(sin.shape, dtype=acc)
             for g, x in zip(grads, xs):
                 if g is not None:
-                    x1, x2 = _pairs(x, cos.shape[-1], ctx.pairing)
-                    g1, g2 = _pairs(g, cos.shape[-1], ctx.pairing)
+                    x1, x2 = (t.to(acc) for t in _pairs(x, cos.shape[-1], ctx.pairing))
+                    g1, g2 = (t.to(acc) for t in _pairs(g, cos.shape[-1], ctx.pairing))
                     gcos += (g1 * x1 + g2 * x2).sum_to_size(cos.shape)
                     gsin += (g2 * x1 - g1 * x2).sum_to_size(sin.shape)
-        return (gcos, gsin, None, *gxs)
+            gcos, gsin = gcos.to(cos.dtype), gsin.to(sin.dtype)
+        return (gcos, gsin, None, None, *gxs)
 
 
 def _pairs(t: Tensor, half: int, pairing: str) -> tuple[Tensor, Tensor]:

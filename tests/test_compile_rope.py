@@ -77,3 +77,46 @@ def test_inductor_dynamic_matches_eager():
                 out, _ = fn(qkv, cos, sin, 2, "half")
             torch.testing.assert_close(out, rotate_qkv(qkv, cos, sin, 2, "half")[0])
     assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.fixture
+def rotary_kernel():
+    """Set a rotary kernel for one test, restoring the previous one after."""
+    from ndpe.functional import set_rotary_kernel
+    previous = set_rotary_kernel("auto")
+    yield set_rotary_kernel
+    set_rotary_kernel(previous)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_compile_kernel_matches_eager_forward_and_backward(rotary_kernel, pairing):
+    """``set_rotary_kernel("compile")`` from eager code: same values and gradients, one graph for new sizes."""
+    heads, head_dim = 2, 10  # 4 + 4 of 10 channels rotated, 2 passed through
+    pe = ndpe.make(dims=2, kind="rope", dim=heads * head_dim, heads=heads, pairing=pairing, axis_dims=(4, 4))
+
+    def run(batch, grid):
+        torch.manual_seed(0)
+        qkv = torch.randn(batch, 1 + grid[0] * grid[1], 3 * heads * head_dim, requires_grad=True)
+        q, k, v = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
+        q, k = ndpe.apply_qk(q, k, pe(grid, num_prefix=1))
+        loss = (q * k).sum() + (q * v).square().sum()
+        return q.detach(), torch.autograd.grad(loss, qkv)[0]
+
+    for batch, grid in [(3, (3, 4)), (4, (5, 3))]:  # no size equal to heads (duck sizing would tie them)
+        rotary_kernel("eager")
+        ref = run(batch, grid)
+        rotary_kernel("compile")
+        for got, want in zip(run(batch, grid), ref):
+            torch.testing.assert_close(got, want)
+    assert counters["stats"]["unique_graphs"] == 1  # the second batch and grid reused the graph
+
+
+def test_rotary_kernel_choices(rotary_kernel):
+    with pytest.raises(ValueError, match=r"rotary kernel must be one of \('auto', 'eager', 'compile', 'triton'\), got 'fast'"):
+        rotary_kernel("fast")
+    if torch.cuda.is_available():
+        pytest.skip("the Triton kernel may run here")
+    rotary_kernel("triton")  # CPU tensors without the Triton interpreter: refused with the reason
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(RuntimeError, match="needs Triton and CUDA tensors"):
+        ndpe.apply_qk(q, q, ndpe.PosOut(rot=(torch.ones(3, 2), torch.zeros(3, 2))))
