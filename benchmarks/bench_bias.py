@@ -4,7 +4,9 @@ Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 
     bias MB       heads * N * N * 4 bytes of the float32 bias
     build ms      the first call on a grid: alibi the bias, relative index build + table gather
     fwd ms        every later call: alibi a cache hit, relative the table gather (the index is cached)
-    sdpa ms       F.scaled_dot_product_attention with no mask, then with the bias as attn_mask
+    sdpa ms       F.scaled_dot_product_attention with no mask, then with the bias as attn_mask:
+                  ``ndpe.attn_bias`` hands it over as (1, heads, N, N), which SDPA's fused CPU kernel
+                  takes; "3-D" is the raw (heads, N, N) PosOut.bias, which sends SDPA to its math path
     flex ms       the same attention through torch.compile(flex_attention) with a score_mod
                   (no N x N tensor), after one compile per shape (compile time printed apart)
 
@@ -52,9 +54,10 @@ def bench(kind: str, n: int, args) -> dict:
     with torch.no_grad():
         row["build ms"] = timed(build, args.repeats)
         row["fwd ms"] = timed(lambda: pe(grid), args.repeats)
-        mask = pe(grid).bias
+        mask, mask3 = ndpe.attn_bias(pe(grid)), pe(grid).bias
         row["sdpa ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v), args.repeats)
         row["sdpa+bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.repeats)
+        row["3-D bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask3), args.repeats)
         if args.flex:
             t0 = time.perf_counter()
             try:
@@ -72,7 +75,7 @@ def main(args) -> None:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, heads {args.heads}, "
           f"head_dim {args.head_dim}, median of {args.repeats}")
-    cols = ["kind", "N", "bias MB", "build ms", "fwd ms", "sdpa ms", "sdpa+bias ms"] + (
+    cols = ["kind", "N", "bias MB", "build ms", "fwd ms", "sdpa ms", "sdpa+bias ms", "3-D bias ms"] + (
         ["flex ms", "compile s", "flex err"] if args.flex else [])
     print(" | ".join(f"{c:>12}" for c in cols))
     for n in args.sizes:

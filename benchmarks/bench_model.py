@@ -22,7 +22,7 @@ from bench_rope import clock, time_interleaved  # noqa: E402  (same folder)
 from models.vit import ViT  # noqa: E402
 from ndpe.functional import set_rotary_kernel  # noqa: E402
 
-ROTARY_KERNELS = ("eager", "compile", "triton")  # ndpe.functional.set_rotary_kernel
+ROTARY_KERNELS = ("auto", "eager", "compile", "triton")  # ndpe.functional.set_rotary_kernel
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -38,8 +38,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="default: cpu time on CPU with 1 thread (shared machine), wall time otherwise")
-    p.add_argument("--rope-kernels", nargs="+", default=["eager", "compile"], choices=ROTARY_KERNELS,
-                   help="time rope with each rotary kernel (set_rotary_kernel); the first is the plain 'rope' row")
+    p.add_argument("--rope-kernels", nargs="+", default=["auto", "compile"], choices=ROTARY_KERNELS,
+                   help="time rope with each rotary kernel (set_rotary_kernel; 'auto': triton on CUDA, eager ops "
+                        "on CPU); the first is the plain 'rope' row")
     p.add_argument("--json", default=None)
     return p
 

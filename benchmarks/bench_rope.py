@@ -7,6 +7,7 @@ method is timed in the same rounds, in a shuffled order per round, so load noise
 figures are medians. cos/sin construction (cached per forward in ndpe) is timed separately.
 
     python benchmarks/bench_rope.py --threads 1 --repeats 50 --json rope.json
+    python benchmarks/bench_rope.py --grad --batch 4 --heads 3 --shapes "tiny 2x2" "vit-s 14x14"   # training share
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ import ndpe
 from ndpe import _triton
 from ndpe.functional import rotate_reference, set_rotary_kernel
 
-SHAPES = {"vit-s 14x14": (14, 14), "32x32": (32, 32), "video 8x14x14": (8, 14, 14), "1d 4096": (4096,)}
+SHAPES = {"vit-s 14x14": (14, 14), "32x32": (32, 32), "video 8x14x14": (8, 14, 14), "1d 4096": (4096,),
+          "tiny 2x2": (2, 2)}  # tiny: the fixed cost of a call (not in the default run)
+DEFAULT_SHAPES = ["vit-s 14x14", "32x32", "video 8x14x14", "1d 4096"]
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -38,7 +41,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, choices=list(SHAPES))
+    p.add_argument("--grad", action="store_true",
+                   help="time forward + backward from the fused qkv (a training step's share); default forward under no_grad")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="default: cpu time on CPU with 1 thread (shared machine), wall time otherwise")
@@ -95,8 +100,9 @@ def bench_shape(name: str, grid, args, device, dtype) -> list[dict]:
     pe = {p: ndpe.make(dims=dims, kind="rope", dim=heads * head_dim, heads=heads, pairing=p).to(device)
           for p in ("half", "interleaved")}
     rot_dim = pe["half"].rot_dim  # video: 3 x 20 of 64 channels rotated, 4 passed through
-    qkv = torch.randn(args.batch, n, 3 * heads * head_dim, device=device, dtype=dtype)
-    q, k, _ = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
+    qkv = torch.randn(args.batch, n, 3 * heads * head_dim, device=device, dtype=dtype, requires_grad=args.grad)
+    split = lambda: rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)[:2]  # noqa: E731
+    q, k = split()
     pos = {p: m(grid, dtype=dtype) for p, m in pe.items()}
     build_timm, build_ret = peer_tables(grid, head_dim, rot_dim, device, dtype)
     timm_emb, ret_freqs = build_timm(), build_ret()
@@ -106,19 +112,24 @@ def bench_shape(name: str, grid, args, device, dtype) -> list[dict]:
         return out if rot_dim == head_dim else torch.cat([out, x[..., rot_dim:]], dim=-1)
 
     def with_kernel(kernel, p):  # rows run in shuffled order: each sets its own rotary kernel
-        return lambda: (set_rotary_kernel(kernel), ndpe.apply_qk(q, k, pos[p]))
+        def run(q, k):
+            set_rotary_kernel(kernel)
+            return ndpe.apply_qk(q, k, pos[p])
+        return run
 
+    # every method maps (q, k) to the rotated (q, k)
     apply = {
-        "floor (q.clone, k.clone)": lambda: (q.clone(), k.clone()),
+        "floor (q.clone, k.clone)": lambda q, k: (q.clone(), k.clone()),
         "ndpe eager half": with_kernel("eager", "half"),
         "ndpe eager interleaved": with_kernel("eager", "interleaved"),
-        "plain formula (ndpe before)": lambda: [rotate_reference(t, *pos["half"].rot, "half") for t in (q, k)],
-        "timm apply_rot_embed_cat": lambda: (timm_apply(q), timm_apply(k)),
-        "rotary-embedding-torch": lambda: (apply_rotary_emb(ret_freqs, q), apply_rotary_emb(ret_freqs, k)),
+        "plain formula (ndpe before)": lambda q, k: [rotate_reference(t, *pos["half"].rot, "half") for t in (q, k)],
+        "timm apply_rot_embed_cat": lambda q, k: (timm_apply(q), timm_apply(k)),
+        "rotary-embedding-torch": lambda q, k: (apply_rotary_emb(ret_freqs, q), apply_rotary_emb(ret_freqs, k)),
     }
     if _triton.available(q, k):  # CUDA (the default "auto" kernel there)
         for p in ("half", "interleaved"):
-            torch.testing.assert_close(with_kernel("triton", p)()[1][0], with_kernel("eager", p)()[1][0])
+            with torch.no_grad():
+                torch.testing.assert_close(with_kernel("triton", p)(q, k)[0], with_kernel("eager", p)(q, k)[0])
             apply[f"ndpe triton {p}"] = with_kernel("triton", p)
     if not args.no_compile:
         torch._dynamo.reset()  # fresh graphs per shape (no recompile limit across shapes)
@@ -126,30 +137,52 @@ def bench_shape(name: str, grid, args, device, dtype) -> list[dict]:
         for p in ("half", "interleaved"):
             fn = torch.compile(lambda q, k, cos, sin, p=p: ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin), pairing=p)),
                                fullgraph=True, dynamic=False)
-            torch.testing.assert_close(fn(q, k, *pos[p].rot)[0], ndpe.apply_qk(q, k, pos[p])[0])
-            apply[f"ndpe compiled {p}"] = lambda fn=fn, p=p: fn(q, k, *pos[p].rot)
+            apply[f"ndpe compiled {p}"] = lambda q, k, fn=fn, p=p: fn(q, k, *pos[p].rot)
         # dynamic batch and token axes (mark_dynamic): one graph for every batch and grid size
         dyn = torch.compile(lambda q, k, cos, sin: ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin))), fullgraph=True)
-        qd, kd, cos, sin = q.view(q.shape), k.view(k.shape), *(t.clone() for t in pos["half"].rot)  # own marks
-        for t, axes in ((qd, (0, 2)), (kd, (0, 2)), (cos, (1,)), (sin, (1,))):  # (B, H, N, d), (1, N, half)
-            for a in axes:
-                torch._dynamo.mark_dynamic(t, a)
-        apply["ndpe compiled half, dynamic B and N"] = lambda: dyn(qd, kd, cos, sin)
+        cos, sin = (t.clone() for t in pos["half"].rot)  # own marks
+        for t in (cos, sin):  # (1, N, half)
+            torch._dynamo.mark_dynamic(t, 1)
+
+        def dynamic(q, k):
+            q, k = q.view(q.shape), k.view(k.shape)  # fresh views to mark: (B, H, N, d)
+            for t in (q, k):
+                torch._dynamo.mark_dynamic(t, 0)
+                torch._dynamo.mark_dynamic(t, 2)
+            return dyn(q, k, cos, sin)
+        apply["ndpe compiled half, dynamic B and N"] = dynamic
+    with torch.no_grad():
+        want = {p: ndpe.apply_qk(q, k, pos[p]) for p in pos}
+        for method, f in apply.items():  # every ndpe path rotates like the default kernel (peers: tests/test_rope_peers.py)
+            if method.startswith(("ndpe", "plain")):
+                p = "interleaved" if "interleaved" in method else "half"
+                torch.testing.assert_close(f(q, k)[0], want[p][0], rtol=1e-4, atol=1e-4)
+    grads = [torch.randn_like(q), torch.randn_like(k)]
+
+    def timed(f):
+        if not args.grad:
+            return lambda: f(q, k)
+
+        def step():  # forward and backward from the fused qkv leaf, as in a training step
+            torch.autograd.backward(list(f(*split())), grads)
+            qkv.grad = None
+        return step
     build = {
         "build ndpe pe(grid) (uncached)": lambda: (pe["half"].clear_cache(), pe["half"](grid, dtype=dtype)),
         "build timm get_embed": build_timm,
         "build rotary-embedding-torch get_axial_freqs": build_ret,
     }
+    timer = clock(args.clock)
+    with torch.set_grad_enabled(args.grad):
+        times = time_interleaved({m: timed(f) for m, f in apply.items()}, args.repeats, device, timer)
     with torch.no_grad():
-        timer = clock(args.clock)
-        times = time_interleaved(apply, args.repeats, device, timer)
         times.update(time_interleaved(build, args.repeats, device, timer))
     floor = times["floor (q.clone, k.clone)"]
-    moved = 4 * q.numel() * q.element_size()  # read q and k, write two outputs
+    moved = 4 * q.numel() * q.element_size() * (2 if args.grad else 1)  # read q and k, write two outputs (and back)
     rows = []
     for method, t in times.items():
         row = {"shape": name, "grid": list(grid), "batch": args.batch, "heads": heads, "head_dim": head_dim,
-               "rot_dim": rot_dim, "method": method, "ms": t * 1e3}
+               "rot_dim": rot_dim, "grad": args.grad, "method": method, "ms": t * 1e3}
         if not method.startswith("build"):
             row.update(x_floor=t / floor, gb_s=moved / t / 1e9)
         rows.append(row)
@@ -163,7 +196,8 @@ def main(args) -> list[dict]:
         args.clock = "cpu" if device.type == "cpu" and args.threads == 1 else "wall"
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, device {device}, "
           f"threads {torch.get_num_threads()}, dtype {args.dtype}, repeats {args.repeats}, {args.clock} clock, "
-          f"B={args.batch} H={args.heads} head_dim={args.head_dim}, grid tokens only (no cls)")
+          f"B={args.batch} H={args.heads} head_dim={args.head_dim}, grid tokens only (no cls), "
+          f"{'forward + backward' if args.grad else 'forward under no_grad'}")
     rows = []
     for name in args.shapes:
         shape_rows = bench_shape(name, SHAPES[name], args, device, dtype)
@@ -175,7 +209,7 @@ def main(args) -> list[dict]:
         rows += shape_rows
     if args.json:
         meta = {"torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
-                "dtype": args.dtype, "repeats": args.repeats, "clock": args.clock, "date": time.strftime("%Y-%m-%d %H:%M")}
+                "dtype": args.dtype, "grad": args.grad, "batch": args.batch, "heads": args.heads, "repeats": args.repeats, "clock": args.clock, "date": time.strftime("%Y-%m-%d %H:%M")}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
     return rows

@@ -30,9 +30,10 @@ def set_rotary_kernel(name: str) -> str:
     - ``"auto"`` (default): ``"triton"`` for CUDA tensors when Triton is installed, else ``"eager"``.
     - ``"eager"``: PyTorch ops. Interleaved float32 pairs take one pass over x; half pairs take three
       (no eager op reads channel i and i + rot_dim/2 together), about 3x a copy of q and k.
-    - ``"compile"``: the plain formula compiled once by ``torch.compile(dynamic=True)``; Inductor fuses
-      forward and backward into one loop each (C++ on CPU, Triton on GPU). The first call compiles
-      (seconds); new batch and grid sizes reuse the graph. For eager models on CPU.
+    - ``"compile"``: the plain formula compiled by ``torch.compile``; Inductor fuses forward and
+      backward into one loop each (C++ on CPU, Triton on GPU). The first call compiles a graph for
+      its shape (seconds), the first new shape a dynamic graph that later sizes reuse. For eager
+      models on CPU.
     - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles); CUDA only, raises otherwise.
 
     Under ``torch.compile`` the formula is always traced into the surrounding graph.
@@ -105,11 +106,19 @@ def apply_rotary_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing:
     cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
         return _Rotary.apply(cos, sin, pairing, False, *xs)
+    return _rotate_many(xs, cos, sin, pairing)
+
+
+def _rotate_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str) -> tuple[Tensor, ...]:
+    """The eager kernel on each of ``xs``; q and k from one fused qkv buffer go through it in one pass."""
     stacked = _stacked_view(xs)
-    if stacked is not None and stacked.numel() * stacked.element_size() <= _STACK_MAX_BYTES:
-        # q and k from one fused qkv buffer: one pass over both
-        return tuple(_rotate(stacked, cos, sin, pairing).unbind(0))
-    return tuple(_rotate(x, cos, sin, pairing) for x in xs)
+    if stacked is None or stacked.numel() * stacked.element_size() > _STACK_MAX_BYTES:
+        return tuple(_rotate(x, cos, sin, pairing) for x in xs)
+    out = _rotate(stacked, cos, sin, pairing)
+    # separate tensors over the one buffer (not views of it): each may be modified in place, also
+    # when they are the outputs of the autograd Function
+    storage = out.untyped_storage()
+    return tuple(out.new_empty(0).set_(storage, o.storage_offset(), o.shape, o.stride()) for o in out.unbind(0))
 
 
 def _stacked_view(xs: tuple[Tensor, ...]) -> Tensor | None:
@@ -131,8 +140,10 @@ def _rotate_reference_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pai
 
 @functools.cache
 def _compiled():
-    """The ``"compile"`` kernel: one dynamic-shape graph (recompiled per pairing, dtype and rank only)."""
-    return torch.compile(_rotate_reference_many, dynamic=True, fullgraph=True)
+    """The ``"compile"`` kernel, with torch.compile's automatic dynamic shapes: the first shape gets a
+    graph specialized to it (the fastest code; compare the "compiled half" and "dynamic B and N" rows
+    of bench_rope.py), the first new shape one dynamic graph that every later size reuses."""
+    return torch.compile(_rotate_reference_many, fullgraph=True)
 
 
 def rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half") -> Tensor:
@@ -205,9 +216,7 @@ def _empty_in_memory_order(x: Tensor) -> Tensor:
     """
     if x.stride(-1) != 1:
         return torch.empty_like(x, memory_format=torch.contiguous_format)
-    order = sorted(range(x.dim() - 1), key=lambda i: (-x.stride(i), i)) + [x.dim() - 1]  # outermost first
-    out = x.new_empty([x.shape[i] for i in order])
-    return out.permute(sorted(range(x.dim()), key=order.__getitem__))
+    return torch.empty_like(x)  # preserve_format: dense strides in x's axis order (also for x with gaps)
 
 
 def _pad_ones(t: Tensor, n: int) -> Tensor:
@@ -230,7 +239,7 @@ class _Rotary(torch.autograd.Function):
         ctx.save_for_backward(cos, sin, *(xs if any(ctx.needs_input_grad[:2]) else ()))
         if fused:
             return _fused(xs, cos, sin, pairing)
-        return tuple(_rotate(x, cos, sin, pairing) for x in xs)
+        return _rotate_many(xs, cos, sin, pairing)
 
     @staticmethod
     @once_differentiable

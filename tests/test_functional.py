@@ -126,6 +126,25 @@ def test_inputs_untouched_and_outputs_fresh(grad):
     torch.testing.assert_close(k_out, ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin)))[1])
 
 
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_outputs_modified_in_place_under_autograd(pairing):
+    """q and k come out of one pass over the qkv buffer, yet are separate tensors: in-place ops on
+    them (``q *= scale``) are allowed with autograd and give the plain formula's gradients."""
+    qkv = torch.randn(B, N, 3 * H * 8, dtype=torch.float64, requires_grad=True)
+    cos, sin = (t.double() for t in angles(N, 4))
+
+    def grad(rotate):
+        q, k, v = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=H)
+        q, k = rotate(q, k)
+        q.mul_(0.5)
+        k.add_(1.0)
+        return torch.autograd.grad(((q * k).sum(-1, keepdim=True) * v).sum(), qkv)[0]
+
+    fast = grad(lambda q, k: ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin), pairing=pairing)))
+    ref = grad(lambda q, k: [rotate_reference(t, cos, sin, pairing) for t in (q, k)])
+    torch.testing.assert_close(fast, ref)
+
+
 def test_pairings_are_one_rotation_up_to_channel_permutation():
     x = torch.randn(B, H, N, 8)
     cos, sin = angles(N, 4)
