@@ -39,8 +39,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="default: cpu time on CPU with 1 thread (shared machine), wall time otherwise")
     p.add_argument("--rope-kernels", nargs="+", default=["auto", "compile"], choices=ROTARY_KERNELS,
-                   help="time rope with each rotary kernel (set_rotary_kernel; 'auto': triton on CUDA, eager ops "
-                        "on CPU); the first is the plain 'rope' row")
+                   help="time rope with each rotary kernel (set_rotary_kernel); the first is the plain 'rope' row")
     p.add_argument("--json", default=None)
     return p
 

@@ -126,7 +126,7 @@ def bench_shape(name: str, grid, args, device, dtype) -> list[dict]:
         "timm apply_rot_embed_cat": lambda q, k: (timm_apply(q), timm_apply(k)),
         "rotary-embedding-torch": lambda q, k: (apply_rotary_emb(ret_freqs, q), apply_rotary_emb(ret_freqs, k)),
     }
-    if _triton.available(q, k):  # CUDA (the default "auto" kernel there)
+    if _triton.available(q, k):  # CUDA
         for p in ("half", "interleaved"):
             with torch.no_grad():
                 torch.testing.assert_close(with_kernel("triton", p)(q, k)[0], with_kernel("eager", p)(q, k)[0])

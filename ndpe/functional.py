@@ -1,4 +1,4 @@
-"""Pure tensor functions shared by kinds and models (no modules, no state).
+"""Pure tensor functions shared by kinds and models (no modules; one setting, the rotary kernel).
 
 Applying RoPE is memory traffic: read q and k once, write them once. The eager path writes into
 one preallocated output (laid out in the input's memory order) with ``out=`` and in-place
@@ -7,9 +7,9 @@ float32/float64 take a single complex multiply; q and k split from one fused qkv
 through one stacked view. Autograd goes through a small ``autograd.Function`` whose backward is
 the inverse rotation. Under ``torch.compile`` the plain formula is traced instead, which Inductor
 fuses into one kernel. Outside compile, :func:`set_rotary_kernel` picks a fused kernel instead of
-the PyTorch ops: ndpe's Triton kernel (``ndpe/_triton.py``, the default for CUDA tensors) or the
-plain formula compiled once by Inductor (any device, opt-in). ``benchmarks/bench_rope.py``
-measures every path against ``x.clone()``.
+the PyTorch ops (opt-in): ndpe's Triton kernel (``ndpe/_triton.py``, CUDA) or the plain formula
+compiled by Inductor (any device). ``benchmarks/bench_rope.py`` measures every path against
+``x.clone()``.
 """
 from __future__ import annotations
 
@@ -27,14 +27,17 @@ _kernel = "auto"
 def set_rotary_kernel(name: str) -> str:
     """Choose how :func:`apply_rotary` / :func:`ndpe.apply_qk` run outside ``torch.compile``; returns the previous choice.
 
-    - ``"auto"`` (default): ``"triton"`` for CUDA tensors when Triton is installed, else ``"eager"``.
+    - ``"auto"`` (default): today ``"eager"`` on every device. The Triton kernel is tested under
+      Triton's interpreter and compiled for sm_90, but has not run on a GPU yet; it becomes the CUDA
+      choice of ``"auto"`` once measured there (``benchmarks/bench_rope.py --device cuda``).
     - ``"eager"``: PyTorch ops. Interleaved float32 pairs take one pass over x; half pairs take three
       (no eager op reads channel i and i + rot_dim/2 together), about 3x a copy of q and k.
     - ``"compile"``: the plain formula compiled by ``torch.compile``; Inductor fuses forward and
       backward into one loop each (C++ on CPU, Triton on GPU). The first call compiles a graph for
       its shape (seconds), the first new shape a dynamic graph that later sizes reuse. For eager
       models on CPU.
-    - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles); CUDA only, raises otherwise.
+    - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles and arithmetic, stored
+      in x's dtype); CUDA tensors (CPU tensors only under ``TRITON_INTERPRET=1``), raises otherwise.
 
     Under ``torch.compile`` the formula is always traced into the surrounding graph.
 
@@ -60,7 +63,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half") -> 
     (e.g. ``(T, half)``, ``(heads, T, half)``, ``(B, 1, T, half)``). ``pairing="half"`` rotates
     (x[i], x[i + rot_dim/2]) (GPT-NeoX / HF); ``"interleaved"`` rotates (x[2i], x[2i+1])
     (RoFormer, rotary-embedding-torch, timm). Channels past ``rot_dim`` pass through. cos/sin are
-    cast to ``x``'s dtype; the result is a new dense tensor of ``x``'s dtype whose axes lie in memory
+    cast to ``x``'s dtype (the ``"triton"`` kernel of :func:`set_rotary_kernel` keeps them and its
+    arithmetic in float32); the result is a new dense tensor of ``x``'s dtype whose axes lie in memory
     in ``x``'s order, like ``x * 1`` (``x`` is not modified), differentiable in ``x``, ``cos``, ``sin``.
 
     >>> x = torch.randn(2, 4, 5, 8)                        # (B, heads, T, head_dim)
@@ -93,16 +97,16 @@ def apply_rotary_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing:
     kernel = _kernel
     if kernel == "compile":
         return _compiled()(xs, cos.to(xs[0].dtype), sin.to(xs[0].dtype), pairing)
-    if kernel in ("auto", "triton"):
+    if kernel == "triton":
         from . import _triton
-        if _triton.available(*xs, cos, sin):
-            cos, sin = cos.float(), sin.float()  # float32 angles whatever x's dtype
-            if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-                return _Rotary.apply(cos, sin, pairing, True, *xs)
-            return _fused(xs, cos, sin, pairing)
-        if kernel == "triton":
-            raise RuntimeError("set_rotary_kernel('triton') needs Triton and CUDA tensors of float32/float16/bfloat16; "
-                               f"got {xs[0].device} {xs[0].dtype} tensors (use 'auto', 'eager' or 'compile')")
+        if not _triton.available(*xs):
+            raise RuntimeError("set_rotary_kernel('triton') needs Triton and q/k as CUDA tensors of float32/float16/"
+                               f"bfloat16 with unit channel stride; got {xs[0].device} {xs[0].dtype} tensors "
+                               "(use 'auto', 'eager' or 'compile')")
+        cos, sin = cos.to(xs[0].device, torch.float32), sin.to(xs[0].device, torch.float32)  # float32 angles
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
+            return _Rotary.apply(cos, sin, pairing, True, *xs)
+        return _triton.rotary(xs, cos, sin, pairing)
     cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
         return _Rotary.apply(cos, sin, pairing, False, *xs)
@@ -116,7 +120,7 @@ def _rotate_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str)
         return tuple(_rotate(x, cos, sin, pairing) for x in xs)
     out = _rotate(stacked, cos, sin, pairing)
     # separate tensors over the one buffer (not views of it): each may be modified in place, also
-    # when they are the outputs of the autograd Function
+    # when they are the outputs of the autograd Function. The buffer lives while either does.
     storage = out.untyped_storage()
     return tuple(out.new_empty(0).set_(storage, o.storage_offset(), o.shape, o.stride()) for o in out.unbind(0))
 
@@ -199,14 +203,6 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, pairing: str, inverse: bool = F
     return out
 
 
-def _fused(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str, inverse: bool = False) -> tuple[Tensor, ...]:
-    """The Triton kernel: one launch for same-shape, same-stride tensors (q and k), else one each (e.g. GQA)."""
-    from . import _triton
-    if len({(x.shape, x.stride()) for x in xs}) > 1:
-        return tuple(_triton.rotary((x,), cos, sin, pairing, inverse)[0] for x in xs)
-    return _triton.rotary(xs, cos, sin, pairing, inverse)
-
-
 def _empty_in_memory_order(x: Tensor) -> Tensor:
     """A dense tensor shaped like ``x`` whose axes lie in memory in ``x``'s order (channels innermost).
 
@@ -238,7 +234,8 @@ class _Rotary(torch.autograd.Function):
         ctx.shapes = [x.shape for x in xs]
         ctx.save_for_backward(cos, sin, *(xs if any(ctx.needs_input_grad[:2]) else ()))
         if fused:
-            return _fused(xs, cos, sin, pairing)
+            from . import _triton
+            return _triton.rotary(xs, cos, sin, pairing)
         return _rotate_many(xs, cos, sin, pairing)
 
     @staticmethod
@@ -249,7 +246,11 @@ class _Rotary(torch.autograd.Function):
         todo = [i for i, (g, need) in enumerate(zip(grads, need_x)) if g is not None and need]
         gxs = [None] * len(grads)
         if ctx.fused and todo:
-            rotated = _fused(tuple(grads[i] for i in todo), cos, sin, ctx.pairing, inverse=True)
+            from . import _triton
+            # incoming gradients may have any strides (expanded, transposed by q @ k.mT): the kernel
+            # needs unit channel stride
+            gs = tuple(grads[i] if grads[i].stride(-1) == 1 else grads[i].contiguous() for i in todo)
+            rotated = _triton.rotary(gs, cos, sin, ctx.pairing, inverse=True)
         else:
             rotated = [_rotate(grads[i], cos, sin, ctx.pairing, inverse=True) for i in todo]
         for i, r in zip(todo, rotated):

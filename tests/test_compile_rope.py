@@ -111,12 +111,13 @@ def test_compile_kernel_matches_eager_forward_and_backward(rotary_kernel, pairin
     assert counters["stats"]["unique_graphs"] == 2  # static for the first shape, one dynamic graph for the rest
 
 
-def test_rotary_kernel_choices(rotary_kernel):
+def test_rotary_kernel_choices(rotary_kernel, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the interpreter would take CPU tensors
     with pytest.raises(ValueError, match=r"rotary kernel must be one of \('auto', 'eager', 'compile', 'triton'\), got 'fast'"):
         rotary_kernel("fast")
     if torch.cuda.is_available():
         pytest.skip("the Triton kernel may run here")
     rotary_kernel("triton")  # CPU tensors without the Triton interpreter: refused with the reason
     q = torch.randn(1, 1, 3, 4)
-    with pytest.raises(RuntimeError, match="needs Triton and CUDA tensors"):
+    with pytest.raises(RuntimeError, match="needs Triton and q/k as CUDA tensors"):
         ndpe.apply_qk(q, q, ndpe.PosOut(rot=(torch.ones(3, 2), torch.zeros(3, 2))))

@@ -142,7 +142,7 @@ def test_low_precision_accuracy(dtype, pairing, x_shape, cs_shape):
     ref = rotate_reference(x.double(), cos.double(), sin.double(), pairing)
     eager = _rotate(x, cos.to(dtype), sin.to(dtype), pairing)
     assert (f32.to(dtype).double() - ref).abs().max() <= (eager.double() - ref).abs().max()
-    # angles already in x's dtype (apply_rotary_many casts them): still one rounding of exact math
+    # angles already in x's dtype (as the eager path casts them): still one rounding of exact math
     cl, sl = cos.to(dtype), sin.to(dtype)
     ref_l = rotate_reference(x.double(), cl.double(), sl.double(), pairing)
     assert (T.rotary((x,), cl, sl, pairing)[0].double() - ref_l).abs().max() <= bound
@@ -247,3 +247,26 @@ def test_apply_qk_through_the_kernel_with_autograd(pairing):
 
     for got, want in zip(run("triton"), run("eager")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_backward_takes_gradients_of_any_strides():
+    """Gradients reaching the kernel's backward may be transposed (``q @ k.mT``) or expanded
+    (``sum``); they are made channel-contiguous for the kernel and match the eager path."""
+    import ndpe
+    from ndpe.functional import set_rotary_kernel
+
+    heads, head_dim, n = 2, 8, 6
+    qkv = randn(2, n, 3 * heads * head_dim).requires_grad_()
+    cos, sin = angles(n, 4)
+
+    def grad(kernel, loss_fn):
+        previous = set_rotary_kernel(kernel)
+        try:
+            q, k, _ = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
+            q, k = ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin)))
+            return torch.autograd.grad(loss_fn(q, k), qkv)[0]
+        finally:
+            set_rotary_kernel(previous)
+
+    for loss_fn in (lambda q, k: (q @ k.mT).square().sum(), lambda q, k: q.sum() + 2 * k.sum()):
+        torch.testing.assert_close(grad("triton", loss_fn), grad("eager", loss_fn), rtol=1e-5, atol=1e-5)
