@@ -270,3 +270,40 @@ def test_backward_takes_gradients_of_any_strides():
 
     for loss_fn in (lambda q, k: (q @ k.mT).square().sum(), lambda q, k: q.sum() + 2 * k.sum()):
         torch.testing.assert_close(grad("triton", loss_fn), grad("eager", loss_fn), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled kernel, not the interpreter)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_on_cuda_matches_eager(monkeypatch, dtype, pairing):
+    """The real kernel on a GPU: forward and gradients through ``apply_qk`` against the eager kernel
+    (float32 math in both for fp32; bf16 within the precision bound of a float64 reference)."""
+    import ndpe
+    from ndpe.functional import set_rotary_kernel
+
+    monkeypatch.delenv("TRITON_INTERPRET")
+    heads, head_dim, grid = 6, 64, (3, 8, 8)  # video-like: rot 60 of 64 channels
+    pe = ndpe.make(dims=3, kind="rope", dim=heads * head_dim, heads=heads, pairing=pairing).cuda()
+    pos = pe(grid, num_prefix=1)
+    qkv = randn(2, pos.num_tokens, 3 * heads * head_dim).cuda().to(dtype).requires_grad_()
+
+    def run(kernel):
+        previous = set_rotary_kernel(kernel)
+        try:
+            q, k, v = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
+            q, k = ndpe.apply_qk(q, k, pos)
+            return q.detach(), torch.autograd.grad((q @ k.mT).float().square().mean(), qkv)[0]
+        finally:
+            set_rotary_kernel(previous)
+
+    (q_t, g_t), (q_e, g_e) = run("triton"), run("eager")
+    if dtype == torch.float32:
+        torch.testing.assert_close(q_t, q_e, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(g_t, g_e, rtol=1e-4, atol=1e-5)
+    else:
+        q, _, _ = rearrange(qkv.detach(), "b t (three h d) -> three b h t d", three=3, h=heads)
+        cos, sin = pe(grid, num_prefix=1, dtype=torch.float64).rot
+        ref = rotate_reference(q.double(), cos, sin, pairing)
+        bound = 2 * torch.finfo(dtype).eps * q.double().abs().max()
+        assert (q_t.double() - ref).abs().max() <= bound
+        torch.testing.assert_close(g_t.float(), g_e.float(), rtol=3e-2, atol=3e-2)
