@@ -13,7 +13,9 @@ compiled by Inductor (any device). ``benchmarks/bench_rope.py`` measures every p
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -49,6 +51,20 @@ def set_rotary_kernel(name: str) -> str:
         raise ValueError(f"rotary kernel must be one of {KERNELS}, got {name!r}")
     previous, _kernel = _kernel, name
     return previous
+
+
+@contextlib.contextmanager
+def rotary_kernel(name: str) -> Iterator[None]:
+    """:func:`set_rotary_kernel` for a ``with`` block, restoring the previous choice on exit.
+
+    >>> with rotary_kernel("eager"):
+    ...     pass
+    """
+    previous = set_rotary_kernel(name)
+    try:
+        yield
+    finally:
+        set_rotary_kernel(previous)
 
 
 # Stack q and k only while the joint output stays within 32 MiB: above it glibc serves every

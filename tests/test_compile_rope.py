@@ -121,3 +121,13 @@ def test_rotary_kernel_choices(rotary_kernel, monkeypatch):
     q = torch.randn(1, 1, 3, 4)
     with pytest.raises(RuntimeError, match="needs Triton and q/k as CUDA tensors"):
         ndpe.apply_qk(q, q, ndpe.PosOut(rot=(torch.ones(3, 2), torch.zeros(3, 2))))
+
+
+def test_rotary_kernel_context_restores_on_error():
+    from ndpe import functional
+    before = functional._kernel
+    with pytest.raises(KeyError):
+        with functional.rotary_kernel("compile"):
+            assert functional._kernel == "compile"
+            raise KeyError("inside")
+    assert functional._kernel == before

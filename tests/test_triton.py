@@ -229,21 +229,18 @@ def test_apply_qk_through_the_kernel_with_autograd(pairing):
     """``set_rotary_kernel("triton")``: ``ndpe.apply_qk`` forward and backward (inverse rotation in the
     kernel, cos/sin sums in float32) equal the eager kernel's, learnable angles included."""
     import ndpe
-    from ndpe.functional import set_rotary_kernel
+    from ndpe.functional import rotary_kernel
 
     heads, head_dim, n = 3, 16, 13
     qkv = randn(2, n, 3 * heads * head_dim).requires_grad_()
     a = (torch.rand(heads, n, 6, generator=torch.Generator().manual_seed(2)) * 6).requires_grad_()  # rot 12 of 16
 
     def run(kernel):
-        previous = set_rotary_kernel(kernel)
-        try:
+        with rotary_kernel(kernel):
             q, k, v = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
             q, k = ndpe.apply_qk(q, k, ndpe.PosOut(rot=(a.cos(), a.sin()), pairing=pairing))
             loss = (q * k).sum() + (q * v).square().sum()
             return (q.detach(), k.detach(), *torch.autograd.grad(loss, (qkv, a)))
-        finally:
-            set_rotary_kernel(previous)
 
     for got, want in zip(run("triton"), run("eager")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -253,20 +250,17 @@ def test_backward_takes_gradients_of_any_strides():
     """Gradients reaching the kernel's backward may be transposed (``q @ k.mT``) or expanded
     (``sum``); they are made channel-contiguous for the kernel and match the eager path."""
     import ndpe
-    from ndpe.functional import set_rotary_kernel
+    from ndpe.functional import rotary_kernel
 
     heads, head_dim, n = 2, 8, 6
     qkv = randn(2, n, 3 * heads * head_dim).requires_grad_()
     cos, sin = angles(n, 4)
 
     def grad(kernel, loss_fn):
-        previous = set_rotary_kernel(kernel)
-        try:
+        with rotary_kernel(kernel):
             q, k, _ = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
             q, k = ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin)))
             return torch.autograd.grad(loss_fn(q, k), qkv)[0]
-        finally:
-            set_rotary_kernel(previous)
 
     for loss_fn in (lambda q, k: (q @ k.mT).square().sum(), lambda q, k: q.sum() + 2 * k.sum()):
         torch.testing.assert_close(grad("triton", loss_fn), grad("eager", loss_fn), rtol=1e-5, atol=1e-5)
@@ -279,7 +273,7 @@ def test_on_cuda_matches_eager(monkeypatch, dtype, pairing):
     """The real kernel on a GPU: forward and gradients through ``apply_qk`` against the eager kernel
     (float32 math in both for fp32; bf16 within the precision bound of a float64 reference)."""
     import ndpe
-    from ndpe.functional import set_rotary_kernel
+    from ndpe.functional import rotary_kernel
 
     monkeypatch.delenv("TRITON_INTERPRET")
     heads, head_dim, grid = 6, 64, (3, 8, 8)  # video-like: rot 60 of 64 channels
@@ -288,13 +282,10 @@ def test_on_cuda_matches_eager(monkeypatch, dtype, pairing):
     qkv = randn(2, pos.num_tokens, 3 * heads * head_dim).cuda().to(dtype).requires_grad_()
 
     def run(kernel):
-        previous = set_rotary_kernel(kernel)
-        try:
+        with rotary_kernel(kernel):
             q, k, v = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=heads)
             q, k = ndpe.apply_qk(q, k, pos)
             return q.detach(), torch.autograd.grad((q @ k.mT).float().square().mean(), qkv)[0]
-        finally:
-            set_rotary_kernel(previous)
 
     (q_t, g_t), (q_e, g_e) = run("triton"), run("eager")
     if dtype == torch.float32:
