@@ -18,21 +18,52 @@ def tiny(tmp_path, *extra):
 def test_tiny_run_writes_results_and_report_then_resumes(tmp_path, monkeypatch):
     cfg = tiny(tmp_path)
     report = bench.run(cfg, "test")
-    rows = read_rows(tmp_path / "quick" / "results.csv")
+    all_rows = read_rows(tmp_path / "quick" / "results.csv")
+    rows = [r for r in all_rows if r.kind != bench.FLOOR]
     # 2 kinds x 3 test sizes, plus the rope (pi) variant at the 2 larger sizes
     assert len(rows) == 2 * 3 + 2
     assert {r.size_ratio for r in rows} == {1.0, 2.0, 4.0}
     assert {(r.kind, r.variant) for r in rows} == {("none", "-"), ("rope", "-"), ("rope", "pi")}
     assert all(0.0 <= r.value <= 1.0 for r in rows)
+    floors = [r for r in all_rows if r.kind == bench.FLOOR]  # from the data: one row per floor and test size
+    assert sorted((r.variant, r.size_ratio) for r in floors) == sorted(
+        (v, s) for v in ("chance", "most-common-symbol") for s in (1.0, 2.0, 4.0))
+    assert all(r.seed == cfg.data_seed for r in floors)
     text = report.read_text()
-    assert "### text/copy" in text and "rope (pi)" in text and "Kazemnejad" in text
+    assert "### text/copy" in text and "rope (pi)" in text and "Kazemnejad" in text and "floor: chance" in text
+    cell_log = tmp_path / "quick" / "cells" / "text_copy_rope_0" / "log.jsonl"
+    assert cell_log.exists() and (cell_log.parent / "console.log").exists()  # each cell's own log
 
     def must_not_run(args):
         raise AssertionError(f"finished cell {args[1:4]} was run again")
 
     monkeypatch.setattr(bench, "run_cell", must_not_run)
     bench.run(cfg, "test")  # every cell is in results.csv: nothing is retrained
-    assert len(read_rows(tmp_path / "quick" / "results.csv")) == len(rows)
+    assert len(read_rows(tmp_path / "quick" / "results.csv")) == len(all_rows)
+
+
+def test_console_shows_one_line_per_cell(tmp_path, capsys):
+    bench.run(tiny(tmp_path), "test")
+    lines = capsys.readouterr().out.splitlines()
+    assert not [line for line in lines if line.lstrip().startswith("{")], "training JSON went to the console"
+    done = [line for line in lines if line.startswith("[")]
+    assert len(done) == 3 and all("ETA" in line for line in done)  # floor + 2 kinds
+
+
+def test_every_cell_sees_the_same_data(tmp_path):
+    cfg = tiny(tmp_path, "seeds=[0,1]", "data_seed=5")
+    configs = [bench.train_config(cfg, bench.TASKS[t], k, s, tmp_path) for t, k, s in bench.cells_for(cfg)]
+    assert {c.data.seed for c in configs} == {5} and {c.train.seed for c in configs} == {0, 1, 5}
+
+
+def test_task_kinds_select_per_task():
+    cfg = bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", [
+        "tasks=[text/copy,text/stdlib_lm]", "seeds=[0]", "kinds=[none]", "task_kinds={text/copy: [rope, alibi]}"])
+    cells = bench.cells_for(cfg)
+    assert [k for t, k, s in cells if t == "text/copy"] == [bench.FLOOR, "rope", "alibi"]
+    assert [k for t, k, s in cells if t == "text/stdlib_lm"] == [bench.FLOOR, "none"]
+    with pytest.raises(ConfigError, match="unknown task"):
+        bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", ["task_kinds={text/cpy: [rope]}"])
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch):
@@ -47,7 +78,7 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch)
     with pytest.raises(SystemExit):
         bench.run(tiny(tmp_path), "test")
     rows = read_rows(tmp_path / "quick" / "results.csv")
-    assert {r.kind for r in rows} == {"none"}
+    assert {r.kind for r in rows} == {"none", bench.FLOOR}
     assert "text/copy rope seed 0: RuntimeError: boom" in (tmp_path / "quick" / "report.md").read_text()
 
 
@@ -67,7 +98,7 @@ def test_cells_skip_kinds_that_do_not_apply():
     cfg = bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", ["tasks=[text/copy,coord/uniform]", "seeds=[0]"])
     cells = bench.cells_for(cfg)
     assert ("text/copy", "rope-mixed", 0) not in cells  # rope-mixed is 2D/3D only
-    assert [k for t, k, s in cells if t == "coord/uniform"] == ["conv", "conv+coord"]
+    assert [k for t, k, s in cells if t == "coord/uniform"] == [bench.FLOOR, "conv", "conv+coord"]
 
 
 def test_presets_load():

@@ -16,6 +16,7 @@ directory refuses cells trained under other settings (``fingerprint.txt``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -52,30 +53,57 @@ class Task:
     metric: str  # key of train.engine.summarize
     higher_is_better: bool
     unit: str = ""
-    data: dict = field(default_factory=dict)  # fixed dataset options
-    model_opts: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)  # fixed dataset options (train and val; test too unless test_data says)
+    model_opts: dict = field(default_factory=dict)  # model options; they win over the preset's dim / depth / heads
     conv: bool = False  # coordinate task: a conv net; kinds are "conv" / "conv+coord"
+    test_data: dict = field(default_factory=dict)  # dataset options of the test splits only
+    protocol: str = ""  # what the task tests and whose protocol it follows (printed in the report)
 
+
+KAZEMNEJAD = ("decoder-only (causal) model trained on lengths 1..L, tested at exactly L, 2L, 4L; per-token accuracy "
+              "of the teacher-forced output (all tokens right = greedy decoding right): Kazemnejad et al. 2023")
+PRESS = ("causal character LM trained on windows of C characters, perplexity on windows of C, 2C, 4C, 8C: "
+         "Press et al. 2022")
+ZOOM = "the same scene rendered at a higher resolution (more patches, same content): Heo et al. 2024"
+CANVAS = "a larger field with objects of the same pixel size (position extrapolation; not Heo et al.'s protocol)"
+LIU = ("a one-hot pixel in a 64x64 image -> its (row, col); CoordConv vs plain conv, as Liu et al. 2018 (their "
+       "supervised coordinate regression task and split)")
+CAUSAL_TEXT = {"data": {"causal": True, "min_length": 1}, "test_data": {"min_length": None},
+               "model_opts": {"causal": True}, "protocol": KAZEMNEJAD}
 
 TASKS = {t.name: t for t in [
     Task("image/shapes", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         model_opts={"patch_size": 4}),
+         model_opts={"patch_size": 4, "pool": "mean"}, protocol=CANVAS),
+    Task("image/shapes-zoom", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
+         data={"growth": "zoom"}, model_opts={"patch_size": 4, "pool": "mean"}, protocol=ZOOM),
+    Task("image/digits-zoom", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
+         data={"growth": "zoom"}, model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1}, protocol=ZOOM),
+    Task("image/digits-canvas", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
+         data={"growth": "canvas"}, model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1}, protocol=CANVAS),
     Task("image/cifar10", "cifar10", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         model_opts={"patch_size": 4}),
+         model_opts={"patch_size": 4, "pool": "mean"}, protocol=ZOOM),
     Task("audio/tones", "tones", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
-         data={"syllables": 2}, model_opts={"patch_size": [16, 16], "pool": "mean"}),
+         data={"syllables": 2}, model_opts={"patch_size": [8, 8], "pool": "mean"},
+         protocol="the same syllables in a longer clip (more time patches)"),
+    Task("audio/spoken", "spoken_words", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
+         model_opts={"patch_size": [8, 8], "pool": "mean"},
+         protocol="a synthesized keyword (held-out voices) at a random offset in a longer clip (more time patches)"),
     Task("audio/speech_commands", "speech_commands", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
-         model_opts={"patch_size": [16, 16], "pool": "mean"}),
-    Task("text/copy", "copy", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L"),
-    Task("text/reverse", "reverse", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L"),
-    Task("text/addition", "addition", "text", 1, "length", 8, (8, 16, 32), "acc", True, "L"),
+         model_opts={"patch_size": [8, 8], "pool": "mean"}, protocol="a keyword in a longer clip"),
+    Task("text/copy", "copy", "text", 1, "length", 8, (8, 16, 32), "acc", True, "L", **CAUSAL_TEXT),
+    Task("text/reverse", "reverse", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L", **CAUSAL_TEXT),
+    Task("text/addition", "addition", "text", 1, "length", 8, (8, 16, 32), "acc", True, "L", **CAUSAL_TEXT),
     Task("text/stdlib_lm", "stdlib_lm", "text", 1, "context", 64, (64, 128, 256, 512), "ppl", False, "C",
-         model_opts={"causal": True}),
-    Task("video/trajectory", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, "frames"),
-    Task("coord/uniform", "not_so_clevr", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
-         data={"split_mode": "uniform"}, model_opts={"channels": [16, 16, 16]}, conv=True),
-    Task("coord/quadrant", "not_so_clevr", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
-         data={"split_mode": "quadrant"}, model_opts={"channels": [16, 16, 16]}, conv=True),
+         model_opts={"causal": True}, protocol=PRESS),
+    Task("video/trajectory", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, "frames",
+         data={"motions": "linear", "disk_radius": 2.2, "zero_background": True},
+         model_opts={"tubelet": [1, 8, 8], "pool": "mean", "heads": 2},
+         protocol="the same motion at a higher frame rate (more frames); one-frame tubelets, so only positions "
+                  "tell the frame order (right/left, down/up)"),
+    Task("coord/uniform", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
+         data={"split_mode": "uniform"}, conv=True, protocol=LIU),
+    Task("coord/quadrant", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
+         data={"split_mode": "quadrant"}, conv=True, protocol=LIU),
 ]}
 
 
@@ -90,7 +118,9 @@ class BenchConfig:
         "none", "sinusoidal", "learned", "rope", "rope-mixed", "alibi", "relative", "coord", "fourier",
         "rope+cape", "sinusoidal+cape"])
     rope_variants: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    task_kinds: dict = field(default_factory=dict)  # task -> kinds, replacing `kinds` for that task
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # model seeds (initialization, batch order)
+    data_seed: int = 0  # one dataset for every encoding and seed: the floors and all cells see the same items
     workers: int = 2  # processes training cells in parallel (one thread each on CPU)
     device: str = "cpu"  # cpu | cuda | auto
     data_root: str | None = None  # where real datasets live
@@ -120,7 +150,10 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
         raise ConfigError(f"unknown rope_variants {bad_variants}; expected some of {sorted(SCALINGS)}")
     import ndpe
 
-    for kind in cfg.kinds:
+    unknown_tasks = sorted(set(cfg.task_kinds) - set(TASKS))
+    if unknown_tasks:
+        raise ConfigError(f"task_kinds names unknown task(s) {unknown_tasks}; expected some of {sorted(TASKS)}")
+    for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in kinds}:
         base = kind.split("+")[0]
         if base not in ndpe.available():
             raise ConfigError(f"unknown kind {kind!r}; expected a name from {sorted(ndpe.available())}, "
@@ -129,25 +162,42 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
 
 
 # -- cells -------------------------------------------------------------------------------------
-def cells_for(cfg: BenchConfig) -> list[tuple[str, str, int]]:
-    """Every (task, kind, seed) the preset asks for; kinds that do not apply to a task are left out."""
+FLOOR = "floor"  # the kind name of a task's floor rows (computed from the data, see train.floors)
+
+
+def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
+    """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds``, those that apply to its dims."""
     import ndpe
 
+    task = TASKS[task_name]
+    if task.conv:
+        return ["conv", "conv+coord"]
+    return [k for k in cfg.task_kinds.get(task_name, cfg.kinds) if task.dims in ndpe.available()[k.split("+")[0]]]
+
+
+def cells_for(cfg: BenchConfig) -> list[tuple[str, str, int]]:
+    """Every (task, kind, seed) the preset asks for, and each task's floor cell ``(task, "floor", data_seed)``."""
     cells = []
     for task_name in cfg.tasks:
-        task = TASKS[task_name]
-        kinds = ["conv", "conv+coord"] if task.conv else [
-            k for k in cfg.kinds if task.dims in ndpe.available()[k.split("+")[0]]]
-        cells += [(task_name, k, s) for k in kinds for s in cfg.seeds]
+        cells.append((task_name, FLOOR, cfg.data_seed))
+        cells += [(task_name, k, s) for k in kinds_for(cfg, task_name) for s in cfg.seeds]
     return cells
 
 
-def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None) -> dict:
-    """The model's ``pe`` entry for a benchmark kind name like ``"rope"`` or ``"sinusoidal+cape"``."""
+def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_grid: tuple[int, ...] | None = None) -> dict:
+    """The model's ``pe`` entry for a benchmark kind name like ``"rope"`` or ``"sinusoidal+cape"``.
+
+    ``learned`` tables: on 1D tasks a table as long as the longest test sequence, used as it is
+    (positions beyond the training length stay untrained, as in Kazemnejad et al. 2023); on 2D/3D
+    tasks a table of the training grid, resized to larger grids (as timm's ViT does).
+    """
     base, _, augment = kind.partition("+")
     options: dict = {}
     if base == "learned":
-        options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims]}
+        if task.dims == 1:
+            options = {"grid_shape": list(max_grid or train_grid), "resize": None}
+        else:
+            options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims]}
     if task.model_opts.get("causal"):
         if base == "alibi":
             options = {"causal": True}
@@ -185,17 +235,24 @@ def data_options(cfg: BenchConfig, task: Task, run_dir: Path, size=None) -> dict
     return opts
 
 
-def train_config(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir: Path, train_grid=None) -> Config:
+def test_options(task: Task, size) -> dict:
+    """The dataset options that turn a cell's data into its test split at ``size``."""
+    return {**task.test_data, **({} if task.conv else {task.size_key: size})}
+
+
+def train_config(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir: Path, train_grid=None,
+                 max_grid=None) -> Config:
     """The ``train.config.Config`` of one cell."""
-    model = {"name": task.model, **task.model_opts}
+    model = {"name": task.model}
     if task.conv:
         model["add_coords"] = kind == "conv+coord"
     else:
-        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads, pe=pe_config(kind, task, train_grid))
+        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads, pe=pe_config(kind, task, train_grid, max_grid))
+    model.update(task.model_opts)
     steps = int(cfg.steps.get(task.name, cfg.default_steps))
-    out_dir = Path(run_dir) / "cells" / f"{task.name.replace('/', '_')}_{kind}_{seed}"
+    out_dir = cell_dir(run_dir, task.name, kind, seed)
     raw = {
-        "data": {"name": "train.bench:bench_dataset", "root": cfg.data_root, "seed": seed,
+        "data": {"name": "train.bench:bench_dataset", "root": cfg.data_root, "seed": cfg.data_seed,
                  "options": data_options(cfg, task, run_dir), "eval_split": "val"},
         "model": model,
         "optim": {"lr": cfg.lr, "warmup_steps": min(cfg.warmup_steps, steps // 5), "weight_decay": 0.05},
@@ -212,19 +269,19 @@ def data_jobs(cfg: BenchConfig) -> list[tuple]:
         task = TASKS[task_name]
         if task.dataset in REAL:
             continue
-        for seed in cfg.seeds:
-            splits = [("train", task.train_size), ("val", task.train_size)]
-            splits += [("test", size) for size in task.test_sizes]
-            jobs += [(cfg, task_name, seed, split, size) for split, size in splits]
+        splits = [("train", None), ("val", None)] + [("test", size) for size in task.test_sizes]
+        jobs += [(cfg, task_name, split, size) for split, size in splits]
     return jobs
 
 
 def run_data_job(args: tuple) -> None:
-    cfg, task_name, seed, split, size = args
+    cfg, task_name, split, size = args
     torch.set_num_threads(1)
     task = TASKS[task_name]
-    opts = data_options(cfg, task, Path(cfg.out_root) / cfg.name, size)
-    bench_dataset(split, seed=seed, root=cfg.data_root, **opts)
+    opts = data_options(cfg, task, Path(cfg.out_root) / cfg.name)
+    if size is not None:
+        opts.update(test_options(task, size))
+    bench_dataset(split, seed=cfg.data_seed, root=cfg.data_root, **opts)
 
 
 def encoder_grid(model, x: torch.Tensor) -> tuple[int, ...] | None:
@@ -267,25 +324,63 @@ def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
         return [], time.perf_counter() - start, f"{task_name} {kind} seed {seed}: {type(e).__name__}: {e}"
 
 
+def cell_dir(run_dir, task_name: str, kind: str, seed: int) -> Path:
+    return Path(run_dir) / "cells" / f"{task_name.replace('/', '_')}_{kind}_{seed}"
+
+
 def run_cell(args: tuple) -> tuple[list[Row], float]:
-    """Train and test one cell; returns its rows and wall time. Runs in a worker process."""
+    """Train and test one cell (or compute a floor cell); returns its rows and wall time. Runs in a worker.
+
+    Everything the cell prints goes to ``cells/<cell>/console.log`` (the training log to ``log.jsonl``);
+    the console gets one line per finished cell from the driver.
+    """
     cfg, task_name, kind, seed, run_dir = args
-    if cfg.device == "cpu":
-        torch.set_num_threads(1)
-    import ndpe
+    out = cell_dir(run_dir, task_name, kind, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "console.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        return _run_cell(cfg, TASKS[task_name], kind, seed, run_dir)
+
+
+def _row(task: Task, kind: str, variant: str, seed: int, size, value: float, train_time: float) -> Row:
+    ratio = 1.0 if task.conv else float(size) / float(task.train_size)
+    label = task.data["split_mode"] if task.conv else None
+    return Row(domain=task.name.split("/")[0], task=task.name, kind=kind, variant=variant, seed=seed,
+               train_size=label or f"{task.train_size:g}{task.unit}", test_size=label or f"{size:g}{task.unit}",
+               size_ratio=ratio, metric=task.metric, value=float(value), higher_is_better=task.higher_is_better,
+               train_time_s=round(train_time, 2))
+
+
+def floor_rows(cfg: BenchConfig, task: Task, run_dir) -> list[Row]:
+    """The task's floors (train.floors) at every test size, computed from the cells' own data."""
+    from .floors import floors
+    from .main import build_data
+
+    tcfg = train_config(cfg, task, "none", cfg.data_seed, run_dir)  # only its data is used
+    train, val = build_data(tcfg, "train"), build_data(tcfg, "val")
+    rows = []
+    for size in task.test_sizes:
+        for name, value in floors(train, val, build_data(tcfg, "test", **test_options(task, size))).items():
+            rows.append(_row(task, FLOOR, name, cfg.data_seed, size, value, 0.0))
+    return rows
+
+
+def _run_cell(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir) -> tuple[list[Row], float]:
+    start = time.perf_counter()
+    if kind == FLOOR:
+        return floor_rows(cfg, task, run_dir), time.perf_counter() - start
     from models import build_model
 
     from .main import build_data, evaluate_model, fit, resolve_model_config
 
-    task = TASKS[task_name]
-    start = time.perf_counter()
-    train_grid = None
-    if not task.conv:  # the grid the encoder sees at the training size (learned tables are sized by it)
+    train_grid = max_grid = None
+    if not task.conv:  # the grids the encoder sees at the training and largest sizes (learned tables are sized by them)
         probe_cfg = train_config(cfg, task, "none", seed, run_dir)
         probe = build_data(probe_cfg, "val")
         resolve_model_config(probe_cfg, probe)
-        train_grid = encoder_grid(build_model(probe_cfg.model), probe[0][0])
-    tcfg = train_config(cfg, task, kind, seed, run_dir, train_grid)
+        probe_model = build_model(probe_cfg.model)
+        train_grid = encoder_grid(probe_model, probe[0][0])
+        max_grid = encoder_grid(probe_model, build_data(probe_cfg, "test", **test_options(task, task.test_sizes[-1]))[0][0])
+    tcfg = train_config(cfg, task, kind, seed, run_dir, train_grid, max_grid)
     model, _ = fit(tcfg)
     train_time = time.perf_counter() - start
     model.eval()
@@ -293,11 +388,10 @@ def run_cell(args: tuple) -> tuple[list[Row], float]:
     variants = ["-"] + (list(cfg.rope_variants) if kind == "rope" else [])
     original = getattr(getattr(model, "encoder", None), "pe", None)
     for size in task.test_sizes:
-        opts = {} if task.conv else {task.size_key: size}
-        ratio = 1.0 if task.conv else float(size) / float(task.train_size)
+        opts = test_options(task, size)
         for variant in variants:
             if variant != "-":
-                if ratio <= 1.0:
+                if float(size) <= float(task.train_size):
                     continue  # scaling changes nothing at the training size
                 test_grid = encoder_grid(model, build_data(tcfg, "test", **opts)[0][0])
                 model.encoder.pe = scaled_rope(original, variant, train_grid, test_grid)
@@ -306,12 +400,7 @@ def run_cell(args: tuple) -> tuple[list[Row], float]:
             finally:
                 if original is not None:
                     model.encoder.pe = original
-            label = task.data["split_mode"] if task.conv else None
-            rows.append(Row(domain=task_name.split("/")[0], task=task_name, kind=kind, variant=variant, seed=seed,
-                            train_size=label or f"{task.train_size:g}{task.unit}",
-                            test_size=label or f"{size:g}{task.unit}", size_ratio=ratio, metric=task.metric,
-                            value=float(metrics[task.metric]), higher_is_better=task.higher_is_better,
-                            train_time_s=round(train_time, 2)))
+            rows.append(_row(task, kind, variant, seed, size, metrics[task.metric], train_time))
     return rows, time.perf_counter() - start
 
 
@@ -380,7 +469,8 @@ def run(cfg: BenchConfig, command: str) -> Path:
                 print(f"{progress} FAILED {error} | {eta}", flush=True)
                 continue
             append_rows(results, rows)
-            at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" for r in rows if r.variant == "-")
+            at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" + ("" if r.variant == "-" else f" {r.variant}")
+                           for r in rows if r.variant == "-" or r.kind == FLOOR)
             print(f"{progress} {rows[0].task} {rows[0].kind} seed {rows[0].seed}: {rows[0].metric} {at} "
                   f"({seconds:.0f} s) | {eta}", flush=True)
     finally:

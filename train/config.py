@@ -61,6 +61,7 @@ class ModelConfig:
     tie_weights: bool | None = None
     channels: list[int] | None = None  # conv
     add_coords: bool | None = None  # conv: CoordConv layers
+    arch: str | None = None  # conv: default | coordconv_regressor | conv_uniform | conv_quadrant (Liu et al. 2018)
     with_r: bool | None = None
     pe: PEConfig = field(default_factory=PEConfig)
 

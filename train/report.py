@@ -1,18 +1,24 @@
 """Turn a benchmark's ``results.csv`` into ``report.md`` and plots.
 
 Each row of ``results.csv`` is one measurement: a trained model (domain, task, kind, seed)
-evaluated at one test size under one test-time variant. The report aggregates over seeds
-(mean +- std), one table per task, plots metric vs test size, and checks the trends the
-literature reports against the measured numbers.
+evaluated at one test size under one test-time variant, or a *floor* (``kind="floor"``,
+``variant=<floor name>``): what the task's data allows without learning, computed from the data.
+The report aggregates over seeds (mean ± std), one table and one plot per task with the floors
+drawn under the encodings, decides which kinds learned each task (beat the strongest floor in
+distribution), and checks the trends the literature reports, using only the kinds that learned.
 """
 from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+FLOOR = "floor"  # the ``kind`` of floor rows
+FLOOR_PREFIX = "floor: "  # the label of a floor row: "floor: majority"
 
 
 @dataclass
@@ -21,9 +27,9 @@ class Row:
 
     domain: str
     task: str
-    kind: str  # encoding as trained, e.g. "rope", "rope+cape", "conv+coord"
-    variant: str  # test-time variant, e.g. "-" or "yarn"
-    seed: int
+    kind: str  # encoding as trained, e.g. "rope", "rope+cape", "conv+coord"; "floor" for a floor
+    variant: str  # test-time variant, e.g. "-" or "yarn"; the floor's name for a floor
+    seed: int  # training seed; the data seed for a floor
     train_size: str
     test_size: str
     size_ratio: float  # test size / train size along the grown axis
@@ -34,10 +40,22 @@ class Row:
 
     @property
     def label(self) -> str:
+        if self.kind == FLOOR:
+            return FLOOR_PREFIX + self.variant
         return self.kind if self.variant == "-" else f"{self.kind} ({self.variant})"
 
 
 FIELDS = [f.name for f in fields(Row)]
+
+
+def is_floor(label: str) -> bool:
+    """Whether an aggregated label is a floor (see ``Row.label``)."""
+    return label.startswith(FLOOR_PREFIX)
+
+
+def kind_of(label: str) -> str:
+    """The kind of a label, without its test-time variant: "rope (yarn)" -> "rope"."""
+    return label.split(" (")[0]
 
 
 def append_rows(path: Path, rows: list[Row]) -> None:
@@ -56,6 +74,7 @@ def append_rows(path: Path, rows: list[Row]) -> None:
 
 
 def read_rows(path: Path) -> list[Row]:
+    """The rows of a results.csv (none when it does not exist)."""
     if not path.exists():
         return []
     out = []
@@ -76,6 +95,11 @@ class Cell:
     std: float
     n: int
 
+    @property
+    def se(self) -> float:
+        """Standard error of the mean (nan with fewer than two seeds)."""
+        return self.std / math.sqrt(self.n) if self.n > 1 else float("nan")
+
     def fmt(self, digits: int = 3) -> str:
         if math.isnan(self.mean):
             return "n/a"
@@ -83,7 +107,7 @@ class Cell:
 
 
 def aggregate(rows: list[Row]) -> dict[str, dict[str, dict[float, Cell]]]:
-    """task -> label -> size_ratio -> Cell (mean, std over seeds)."""
+    """task -> label -> size_ratio -> Cell (mean, std over seeds); floors under "floor: <name>"."""
     groups: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in rows:
         groups[r.task][r.label][r.size_ratio].append(r.value)
@@ -98,16 +122,37 @@ def aggregate(rows: list[Row]) -> dict[str, dict[str, dict[float, Cell]]]:
     return out
 
 
+def split_floors(agg_task: dict[str, dict[float, Cell]]) -> tuple[dict, dict]:
+    """(encodings, floors) of one task's aggregate; floors keyed by their name ("majority")."""
+    encodings = {label: by for label, by in agg_task.items() if not is_floor(label)}
+    floors = {label[len(FLOOR_PREFIX):]: by for label, by in agg_task.items() if is_floor(label)}
+    return encodings, floors
+
+
 def task_info(rows: list[Row]) -> dict[str, Row]:
     """One representative row per task (for its domain, metric, direction and sizes)."""
-    info = {}
-    for r in rows:
-        info.setdefault(r.task, r)
+    info: dict[str, Row] = {}
+    for r in rows:  # an encoding's row where there is one
+        if r.task not in info or (info[r.task].kind == FLOOR and r.kind != FLOOR):
+            info[r.task] = r
     return info
 
 
 def sizes_of(rows: list[Row], task: str) -> list[tuple[float, str]]:
+    """The (size_ratio, test_size) pairs of a task, smallest first."""
     return sorted({(r.size_ratio, r.test_size) for r in rows if r.task == task})
+
+
+UNIT_NAMES = {"px": "px", "s": "s", "L": "L", "C": "ch", "frames": "frames"}  # test_size suffix -> label unit
+
+
+def size_label(test_size: str, ratio: float) -> str:
+    """A readable test size: "48px", 1.5 -> "48 px (×1.5)"; "512C" -> "512 ch (×8)"; "quadrant" stays."""
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([A-Za-z]+)", test_size)
+    if m is None:
+        return test_size if ratio == 1.0 else f"{test_size} (×{ratio:g})"
+    number, unit = m.groups()
+    return f"{number} {UNIT_NAMES.get(unit, unit)} (×{ratio:g})"
 
 
 def within_noise(a: Cell, b: Cell) -> bool:
@@ -119,15 +164,112 @@ def within_noise(a: Cell, b: Cell) -> bool:
 
 
 def ranking(agg_task: dict[str, dict[float, Cell]], ratio: float, higher: bool) -> list[tuple[str, Cell]]:
-    cells = [(label, by[ratio]) for label, by in agg_task.items() if ratio in by]
+    """The encodings (floors excluded) at one size, best first."""
+    cells = [(label, by[ratio]) for label, by in agg_task.items() if ratio in by and not is_floor(label)]
     return sorted(cells, key=lambda lc: -lc[1].mean if higher else lc[1].mean)
 
 
+# --- floors: did a kind learn the task? -------------------------------------------------------
+
+def train_ratio(agg_task: dict[str, dict[float, Cell]]) -> float | None:
+    """The in-distribution size of a task: ratio 1.0, or its only size (None when neither exists)."""
+    ratios = {r for by in agg_task.values() for r in by}
+    if 1.0 in ratios:
+        return 1.0
+    return ratios.pop() if len(ratios) == 1 else None
+
+
+def strongest_floor(agg_task, ratio: float | None, higher: bool) -> tuple[str, Cell] | None:
+    """The floor hardest to beat at ``ratio`` (highest if higher is better, else lowest), or None."""
+    _, floors = split_floors(agg_task)
+    at = [(name, by[ratio]) for name, by in floors.items() if ratio in by]
+    if not at:
+        return None
+    return (max if higher else min)(at, key=lambda nc: nc[1].mean)
+
+
+def beats(cell: Cell, floor: Cell, higher: bool) -> bool | None:
+    """Whether ``cell`` beats ``floor`` by more than two standard errors of ``cell``; None with one seed."""
+    if cell.n < 2:
+        return None
+    margin = cell.mean - floor.mean if higher else floor.mean - cell.mean
+    return margin > 2 * cell.se
+
+
+@dataclass
+class FloorCheck:
+    """Which kinds of one task learned it: beat its strongest floor in distribution."""
+
+    ratio: float | None  # the in-distribution size
+    floor: tuple[str, Cell] | None  # (name, cell) of the strongest floor there; None if no floor was measured
+    learned: dict[str, Cell] = field(default_factory=dict)  # kind -> its in-distribution cell
+    not_learned: dict[str, Cell] = field(default_factory=dict)
+    not_shown: dict[str, Cell] = field(default_factory=dict)  # fewer than two seeds
+
+    def usable(self, label: str) -> bool:
+        """Whether ``label``'s kind may enter a comparison (learned, or no floor to check against)."""
+        return self.floor is None or kind_of(label) in self.learned
+
+
+def floor_check(agg_task, higher: bool) -> FloorCheck:
+    """Apply the "learned the task" rule to every kind of one task."""
+    ratio = train_ratio(agg_task)
+    check = FloorCheck(ratio, strongest_floor(agg_task, ratio, higher))
+    encodings, _ = split_floors(agg_task)
+    for label, by in sorted(encodings.items()):
+        if kind_of(label) != label or ratio not in by:
+            continue  # test-time variants are judged by their kind
+        if check.floor is None:
+            check.learned[label] = by[ratio]
+            continue
+        verdict = beats(by[ratio], check.floor[1], higher)
+        bucket = check.not_shown if verdict is None else check.learned if verdict else check.not_learned
+        bucket[label] = by[ratio]
+    return check
+
+
+def learned_section(agg, info) -> list[str]:
+    """Lines of the "Which kinds learned each task" section."""
+    lines = ["## Which kinds learned each task", "",
+             "A kind learned a task iff at the training size (×1, or the only size) its mean beats the task's "
+             "strongest floor there by more than two standard errors (std / √n over seeds); with one seed it "
+             "cannot be shown. The literature checks below compare only kinds that learned the task.", ""]
+    for task in sorted(agg):
+        higher = info[task].higher_is_better
+        check = floor_check(agg[task], higher)
+        head = f"- **{task}** ({info[task].metric}{'↑' if higher else '↓'})"
+        if check.floor is None:
+            lines.append(f"{head}: no floor measured; every kind counts as learned.")
+            continue
+        name, cell = check.floor
+        parts = [f"strongest floor {name} {cell.mean:.3g}",
+                 "above it: " + (", ".join(check.learned) or "none"),
+                 "not above it: " + (", ".join(f"{k} {c.fmt()}" for k, c in check.not_learned.items()) or "none")]
+        if check.not_shown:
+            parts.append("not shown (one seed): " + ", ".join(f"{k} {c.fmt()}" for k, c in check.not_shown.items()))
+        lines.append(f"{head}: " + "; ".join(parts) + ".")
+    return lines
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+def seeds_note(agg_task) -> str:
+    """"3 seeds" (or "2–3 seeds") over the encoding cells of a task."""
+    encodings, _ = split_floors(agg_task)
+    ns = sorted({c.n for by in encodings.values() for c in by.values()})
+    if not ns:
+        return "0 seeds"
+    span = f"{ns[0]}" if ns[0] == ns[-1] else f"{ns[0]}–{ns[-1]}"
+    return f"{span} seed{'s' if ns[-1] > 1 else ''}"
+
+
 def markdown_table(task: str, agg_task, sizes: list[tuple[float, str]], higher: bool, times: dict[str, float]) -> str:
-    head = ["encoding"] + [f"{name} (×{ratio:g})" for ratio, name in sizes] + ["train s/run"]
+    """Encodings ranked at the largest size (best bold, ``~`` within noise of it), then the floors."""
+    head = ["encoding"] + [size_label(name, ratio) for ratio, name in sizes] + ["train s/run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     top = {ratio: ranking(agg_task, ratio, higher)[0] for ratio, _ in sizes if ranking(agg_task, ratio, higher)}
-    for label, by_size in ranking_order(agg_task, sizes, higher):
+    encodings, floors = split_floors(agg_task)
+    for label, by_size in ranking_order(encodings, sizes, higher):
         cells = []
         for ratio, _ in sizes:
             cell = by_size.get(ratio)
@@ -141,119 +283,32 @@ def markdown_table(task: str, agg_task, sizes: list[tuple[float, str]], higher: 
             elif within_noise(cell, best):
                 text = f"{text} ~"
             cells.append(text)
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {times.get(label.split(' (')[0], float('nan')):.1f} |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
+    for name, by_size in sorted(floors.items()):
+        cells = [by_size[ratio].fmt() if ratio in by_size else "–" for ratio, _ in sizes]
+        lines.append(f"| {FLOOR_PREFIX}{name} | " + " | ".join(cells) + " | – |")
     return "\n".join(lines)
 
 
 def ranking_order(agg_task, sizes, higher):
-    """Rows sorted by the metric at the largest test size."""
+    """Rows sorted by the metric at the largest test size (rows without it last)."""
     last = sizes[-1][0]
-    return sorted(agg_task.items(), key=lambda kv: (kv[1].get(last, Cell(float("nan"), 0, 0)).mean * (-1 if higher else 1))
-                  if not math.isnan(kv[1].get(last, Cell(float("nan"), 0, 0)).mean) else math.inf)
 
+    def key(item):
+        cell = item[1].get(last)
+        if cell is None or math.isnan(cell.mean):
+            return math.inf
+        return -cell.mean if higher else cell.mean
 
-def plot_task(task: str, agg_task, sizes, metric: str, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    colors, markers = plt.cm.tab20.colors, "osD^vP*Xhp<>"
-    for i, (label, by_size) in enumerate(sorted(agg_task.items())):
-        xs = [r for r, _ in sizes if r in by_size]
-        ys = [by_size[r].mean for r in xs]
-        es = [by_size[r].std for r in xs]
-        style = "--" if "(" in label else "-"
-        ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], color=colors[i % len(colors)], ls=style,
-                    capsize=2, label=label)
-    ax.set(xlabel="test size / train size", ylabel=metric, title=task)
-    ax.set_xticks([r for r, _ in sizes], [f"{n}\n×{r:g}" for r, n in sizes])
-    if metric == "perplexity":
-        ax.set_yscale("log")
-    ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
-
-
-# --- literature trends, checked against the measurements --------------------------------------
-
-@dataclass
-class Claim:
-    """A trend a paper reports: ``better`` beats ``worse`` on ``task`` at the largest test size."""
-
-    source: str
-    text: str
-    task: str
-    better: list[str]
-    worse: list[str]
-
-
-CLAIMS = [
-    Claim("Heo et al. 2024", "RoPE-Mixed ≥ RoPE-Axial > learned/sinusoidal when images grow",
-          "image/shapes", ["rope-mixed", "rope"], ["learned", "sinusoidal"]),
-    Claim("Press et al. 2022", "ALiBi and T5-style biases hold perplexity beyond the training length; sinusoidal "
-          "and plain RoPE degrade", "text/stdlib_lm", ["alibi", "relative"], ["sinusoidal", "rope"]),
-    Claim("Kazemnejad et al. 2023", "NoPE/T5/ALiBi length-generalize better than APE/RoPE on copy/reverse-style "
-          "tasks", "text/copy", ["none", "relative", "alibi"], ["sinusoidal", "learned", "rope"]),
-    Claim("Kazemnejad et al. 2023", "NoPE/T5/ALiBi length-generalize better than APE/RoPE on copy/reverse-style "
-          "tasks", "text/reverse", ["none", "relative", "alibi"], ["sinusoidal", "learned", "rope"]),
-    Claim("Liu et al. 2018", "CoordConv solves the coordinate task including the held-out quadrant where plain conv "
-          "fails", "coord/quadrant", ["conv+coord"], ["conv"]),
-]
-
-
-def check_claim(claim: Claim, agg, info) -> str:
-    if claim.task not in agg:
-        return f"- **{claim.source}** — {claim.text}: not measured in this run (task `{claim.task}` not selected)."
-    agg_task = agg[claim.task]
-    row = info[claim.task]
-    last = max(max(by) for by in agg_task.values())
-    higher = row.higher_is_better
-
-    def val(label):
-        return agg_task.get(label, {}).get(last)
-
-    better = {k: val(k) for k in claim.better if val(k) is not None}
-    worse = {k: val(k) for k in claim.worse if val(k) is not None}
-    if not better or not worse:
-        return f"- **{claim.source}** — {claim.text}: kinds missing from this run."
-    sign = 1 if higher else -1
-    wins, ties, losses = [], [], []
-    for b, cb in better.items():
-        for w, cw in worse.items():
-            pair = f"{b} {cb.fmt()} vs {w} {cw.fmt()}"
-            if within_noise(cb, cw):
-                ties.append(pair)
-            elif sign * (cb.mean - cw.mean) > 0:
-                wins.append(pair)
-            else:
-                losses.append(pair)
-    total = len(wins) + len(ties) + len(losses)
-    if len(wins) == total:
-        verdict = "agrees"
-    elif not wins and not losses:
-        verdict = "inconclusive (all differences within noise)"
-    elif len(losses) > len(wins):
-        verdict = "disagrees"
-    else:
-        verdict = "partly agrees"
-    detail = "; ".join(
-        [f"agree: {', '.join(wins)}" if wins else "", f"within noise: {', '.join(ties)}" if ties else "",
-         f"disagree: {', '.join(losses)}" if losses else ""])
-    first = min(min(by) for by in agg_task.values())
-    at_train = ", ".join(f"{k} {agg_task[k][first].mean:.3g}" for k in [*better, *worse] if first in agg_task[k])
-    context = f" In distribution (×{first:g}): {at_train}." if last != first else ""
-    return (f"- **{claim.source}** — {claim.text}. Measured at ×{last:g} ({row.metric}): **{verdict}**. "
-            f"{detail.strip('; ').replace(';  ;', ';')}.{context}")
+    return sorted(agg_task.items(), key=key)
 
 
 def summary_table(agg, info) -> str:
-    """One row per encoding, one column per task: the metric at the training size → at the largest size."""
+    """One row per encoding, one column per task: the metric at the training size → at the largest size;
+    a last row with each task's strongest floor in distribution."""
     tasks = sorted(agg)
-    labels = sorted({label for t in tasks for label in agg[t]}, key=lambda l: (l.startswith("conv"), "(" in l, l))
+    labels = sorted({label for t in tasks for label in agg[t] if not is_floor(label)},
+                    key=lambda l: (l.startswith("conv"), "(" in l, l))
     head = ["encoding"] + [f"{t} ({info[t].metric}{'↑' if info[t].higher_is_better else '↓'})" for t in tasks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label in labels:
@@ -267,31 +322,230 @@ def summary_table(agg, info) -> str:
             a = f"{by[first].mean:.3g}" if first == 1.0 else "–"
             cells.append(a if last == first else f"{a} → {by[last].mean:.3g}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    floor_cells = []
+    for t in tasks:
+        floor = strongest_floor(agg[t], train_ratio(agg[t]), info[t].higher_is_better)
+        floor_cells.append(f"{floor[0]} {floor[1].mean:.3g}" if floor else "")
+    lines.append("| *strongest floor* | " + " | ".join(floor_cells) + " |")
     return "\n".join(lines)
+
+
+# --- literature trends, checked against the measurements --------------------------------------
+
+ONE_PIXEL = 2 / 63  # one pixel of a 64-pixel image in [-1, 1] coordinates
+
+
+@dataclass
+class Claim:
+    """A trend a paper reports on ``task``.
+
+    Comparison: every kind of ``better`` beats every kind of ``middle`` and ``worse``, and ``middle``
+    beats ``worse`` (only kinds that learned the task take part). ``measure`` says what is compared:
+    "largest" (the metric at the largest test size) or "degradation" (how much it worsens from the
+    training size to the largest). Threshold: with ``threshold`` set, every kind of ``meets`` is on
+    the good side of it and every kind of ``misses`` is not (judged for all kinds: an absolute bar
+    needs no floor). ``note`` qualifies the protocol (e.g. "extrapolation, not the paper's protocol").
+    """
+
+    source: str
+    text: str
+    task: str
+    better: list[str]
+    worse: list[str]
+    middle: list[str] = field(default_factory=list)
+    measure: str = "largest"
+    threshold: float | None = None
+    meets: list[str] = field(default_factory=list)
+    misses: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def tiers(self) -> list[list[str]]:
+        """The comparison's groups, best first (empty groups dropped)."""
+        return [t for t in (self.better, self.middle, self.worse) if t]
+
+
+KAZEMNEJAD = ("Kazemnejad et al. 2023", "decoder-only causal models trained on lengths up to L and tested at 2L "
+              "and 4L: NoPE (`none`) and T5's relative bias length-generalize better than absolute (`learned`, "
+              "`sinusoidal`) and rotary encodings; ALiBi in between")
+HEO = ("Heo et al. 2024", "RoPE-Mixed ≥ RoPE-Axial (`rope-mixed`, `rope`) > `learned`/`sinusoidal` at the larger "
+       "resolution (the ≥ between the two RoPEs is not checked)")
+LIU = "Liu et al. 2018"
+CLAIMS = [
+    *[Claim(*KAZEMNEJAD, task, ["none", "relative"], ["learned", "sinusoidal", "rope"], middle=["alibi"])
+      for task in ("text/copy", "text/reverse", "text/addition")],
+    Claim("Press et al. 2022", "on a causal character LM, ALiBi and T5-style bias (`relative`) keep perplexity at "
+          "longer contexts where sinusoidal and RoPE degrade", "text/stdlib_lm", ["alibi", "relative"],
+          ["sinusoidal", "rope"], measure="degradation"),
+    *[Claim(*HEO, task, ["rope-mixed", "rope"], ["learned", "sinusoidal"])
+      for task in ("image/shapes-zoom", "image/digits-zoom")],
+    *[Claim(*HEO, task, ["rope-mixed", "rope"], ["learned", "sinusoidal"],
+            note="extrapolation to a larger canvas, not the paper's protocol (which zooms the same image)")
+      for task in ("image/shapes", "image/digits-canvas")],
+    Claim(LIU, "CoordConv is near-perfect (error under one pixel, 2/63) on the uniform split", "coord/uniform",
+          [], [], threshold=ONE_PIXEL, meets=["conv+coord"]),
+    Claim(LIU, "CoordConv is near-perfect (error under one pixel, 2/63) on the held-out quadrant, where plain "
+          "conv fails", "coord/quadrant", ["conv+coord"], ["conv"], threshold=ONE_PIXEL, meets=["conv+coord"],
+          misses=["conv"]),
+]
+
+
+def measured_cell(by_size: dict[float, Cell], claim: Claim, first: float | None, last: float,
+                  higher: bool) -> Cell | None:
+    """What ``claim`` compares for one label: its cell at ``last``, or its worsening from ``first`` to ``last``
+    (positive = worse; std of an unpaired difference), or None if not measured."""
+    if claim.measure == "largest":
+        return by_size.get(last)
+    a, b = by_size.get(first), by_size.get(last)
+    if a is None or b is None:
+        return None
+    drop = (a.mean - b.mean) if higher else (b.mean - a.mean)
+    return Cell(drop, math.sqrt(a.std ** 2 + b.std ** 2), min(a.n, b.n))
+
+
+def compare(better: dict[str, Cell], worse: dict[str, Cell], higher: bool):
+    """Every pair better × worse sorted into (agree, within noise, disagree) strings."""
+    wins, ties, losses = [], [], []
+    for b, cb in better.items():
+        for w, cw in worse.items():
+            pair = f"{b} {cb.fmt()} vs {w} {cw.fmt()}"
+            if within_noise(cb, cw):
+                ties.append(pair)
+            elif (cb.mean > cw.mean) == higher:
+                wins.append(pair)
+            else:
+                losses.append(pair)
+    return wins, ties, losses
+
+
+def threshold_checks(claim: Claim, cells: dict[str, Cell], higher: bool):
+    """Each ``meets``/``misses`` kind against the threshold, as (agree, within noise, disagree) strings;
+    a cell is on one side when it clears the threshold by more than two standard errors."""
+    wins, ties, losses = [], [], []
+    op = ">" if higher else "<"
+    for label, should_meet in [*[(k, True) for k in claim.meets], *[(k, False) for k in claim.misses]]:
+        cell = cells.get(label)
+        if cell is None:
+            continue
+        good = cell.mean - claim.threshold if higher else claim.threshold - cell.mean
+        text = f"{label} {cell.fmt()} (should{'' if should_meet else ' not'} be {op} {claim.threshold:.3g})"
+        if cell.n < 2 or abs(good) <= 2 * cell.se:
+            ties.append(text)
+        elif (good > 0) == should_meet:
+            wins.append(text)
+        else:
+            losses.append(text)
+    return wins, ties, losses
+
+
+def verdict_of(wins: list, ties: list, losses: list) -> str:
+    """agrees / partly agrees / disagrees / inconclusive from sorted checks."""
+    if wins and not ties and not losses:
+        return "agrees"
+    if not wins and not losses:
+        return "inconclusive (all differences within noise)"
+    return "disagrees" if len(losses) > len(wins) else "partly agrees"
+
+
+def measure_text(claim: Claim, metric: str, first: float | None, last: float) -> str:
+    """What a claim's verdict measured, in words."""
+    if claim.measure == "degradation":
+        return f"the worsening of {metric} from ×{first:g} to ×{last:g} (smaller is better)"
+    if first == last:
+        return f"{metric} at its only test size"
+    return f"{metric} at ×{last:g}, the largest test size"
+
+
+def compare_tiers(tiers: list[dict[str, Cell]], higher: bool):
+    """Every earlier tier against every later one, as (agree, within noise, disagree) strings."""
+    pairs = [compare(upper, lower, higher) for i, upper in enumerate(tiers) for lower in tiers[i + 1:]]
+    return tuple(sum(part, []) for part in zip(*pairs)) if pairs else ([], [], [])
+
+
+def check_claim(claim: Claim, agg, info) -> str:
+    """One markdown line: the claim, what was measured, and whether the measurements agree.
+
+    Comparisons use only kinds that learned the task (the others are named as left out); with a side
+    left empty the comparison is not testable. Threshold checks take every kind measured."""
+    if claim.task not in agg:
+        return f"- **{claim.source}**, `{claim.task}`: not measured in this run (task not selected)."
+    head = f"- **{claim.source}**, `{claim.task}` — {claim.text}" + (f" [{claim.note}]" if claim.note else "")
+    agg_task, row = agg[claim.task], info[claim.task]
+    check = floor_check(agg_task, row.higher_is_better)
+    first, last = check.ratio, max(max(by) for by in agg_task.values())
+    if claim.measure == "degradation" and first is None:
+        return f"{head}. **not testable: no training-size measurement to degrade from**."
+    cmp_higher = row.higher_is_better and claim.measure != "degradation"  # a worsening is better smaller
+    labels = {k for t in claim.tiers for k in t} | set(claim.meets) | set(claim.misses)
+    cells = {k: c for k in labels if k in agg_task
+             and (c := measured_cell(agg_task[k], claim, first, last, row.higher_is_better)) is not None}
+    tiers = [{k: cells[k] for k in tier if k in cells and check.usable(k)} for tier in claim.tiers]
+    untestable = bool(claim.tiers) and any(not t for t in tiers)
+    wins, ties, losses = ([], [], []) if untestable else compare_tiers(tiers, cmp_higher)
+    if claim.threshold is not None:
+        for acc, new in zip((wins, ties, losses), threshold_checks(claim, cells, cmp_higher)):
+            acc.extend(new)
+
+    notes = []
+    if untestable:
+        why = "too few kinds left to compare (" + "; ".join(
+            f"{'/'.join(tier)} → {', '.join(t) or 'none'}" for tier, t in zip(claim.tiers, tiers)) + ")"
+        notes.append(f"comparison not testable: {why}" if wins or ties or losses else why)
+    left_out = sorted({kind_of(k) for tier in claim.tiers for k in tier if k in cells and not check.usable(k)})
+    below = [k for k in left_out if k not in check.not_shown]
+    if below:
+        notes.append(f"left out (did not beat the floor in distribution): {', '.join(below)}")
+    if len(below) < len(left_out):
+        notes.append(f"left out (one seed, cannot show it beat the floor): "
+                     f"{', '.join(k for k in left_out if k in check.not_shown)}")
+    missing = sorted(labels - set(cells))
+    if missing:
+        notes.append(f"not in this run: {', '.join(missing)}")
+    if check.floor is None and claim.tiers:
+        notes.append("no floor measured, so no kind is left out")
+    where = measure_text(claim, row.metric, first, last)
+    if not (wins or ties or losses):
+        return f"{head}. Measured: {where}. **not testable: {'; '.join(notes) or 'nothing measured'}**."
+    detail = "; ".join(f"{name}: {', '.join(items)}" for name, items in
+                       (("agree", wins), ("within noise", ties), ("disagree", losses)) if items)
+    tail = "".join(f" {n[0].upper()}{n[1:]}." for n in notes)
+    return f"{head}. Measured: {where}: **{verdict_of(wins, ties, losses)}**. {detail}.{tail}"
+
+
+# --- the report -------------------------------------------------------------------------------
+
+def train_times(rows: list[Row]) -> dict[str, dict[str, float]]:
+    """task -> kind -> mean training seconds per run (floors excluded)."""
+    times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r.kind != FLOOR and r.variant == "-" and r.size_ratio == 1.0:
+            times[r.task][r.kind].append(r.train_time_s)
+    return {t: {k: statistics.fmean(v) for k, v in by.items()} for t, by in times.items()}
 
 
 def write_report(run_dir: Path, header: str, select=None) -> Path:
     """Write report.md and plots for ``run_dir/results.csv`` (``select`` filters its rows); returns the path."""
+    from .plots import plot_task
+
     rows = read_rows(run_dir / "results.csv")
     if select is not None:
         rows = select(rows)
-    agg, info = aggregate(rows), task_info(rows)
-    times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r.variant == "-" and r.size_ratio == 1.0:
-            times[r.task][r.kind].append(r.train_time_s)
+    agg, info, times = aggregate(rows), task_info(rows), train_times(rows)
     parts = [header, "", "## Summary", "",
-             "Mean over seeds at the training size → at the largest test size (× in the column tables below).", "",
-             summary_table(agg, info), "", "## Per task", "", "Cells: mean ± std over seeds. **Bold**: best at that size; `~`: within noise of the best "
-             "(difference under two standard errors). Sizes are test size / train size.", ""]
+             "Mean over seeds at the training size → at the largest test size (× in the column tables below); "
+             "the last row is each task's strongest floor in distribution.", "",
+             summary_table(agg, info), "", *learned_section(agg, info), "", "## Per task", "",
+             "Cells: mean ± std over seeds. **Bold**: best at that size; `~`: within noise of the best "
+             "(difference under two standard errors). Sizes are test size / train size. `floor:` rows come "
+             "from the data, not a model (never bold); the plots draw them as dashed grey lines.", ""]
     for task in sorted(agg):
         row = info[task]
         sizes = sizes_of(rows, task)
         arrow = "higher is better" if row.higher_is_better else "lower is better"
-        plot = plot_task(task, agg[task], sizes, row.metric, run_dir / f"{task.replace('/', '_')}.png")
-        mean_times = {k: statistics.fmean(v) for k, v in times[task].items()}
-        parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}", "",
-                  markdown_table(task, agg[task], sizes, row.higher_is_better, mean_times), "",
+        plot = plot_task(task, agg[task], sizes, row.metric, run_dir / f"{task.replace('/', '_')}.png",
+                         higher=row.higher_is_better)
+        parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}, {seeds_note(agg[task])}", "",
+                  markdown_table(task, agg[task], sizes, row.higher_is_better, times.get(task, {})), "",
                   f"![{task}]({plot.name})", ""]
     parts += ["## Does it reproduce the literature?", ""]
     parts += [check_claim(c, agg, info) for c in CLAIMS]

@@ -7,19 +7,23 @@ name                domain  task      item                                 optio
 ``reverse``         text    tag       tokens (2L+1,), targets (2L+1,)      length (8), size
 ``addition``        text    tag       tokens (3L+3,), targets (3L+3,)      length (8), size
 ``stdlib_lm``       text    lm        x (C,), y (C,) next characters       context (128)
-``shapes``          image   classify  (3, S, S), 4 relations               image_size (32; 48, 64), size
+``shapes``          image   classify  (3, S, S), 4 relations               image_size (32; 48, 64), growth ("canvas"), size
 ``cifar10``         image   classify  (3, 32, 32), 10 classes              download, augment, val_size, image_size
+``digits``          image   classify  (3, S, S), 10 digits (sklearn 8x8)   image_size (32), growth ("zoom"), digit_size
 ``tones``           audio   classify  (1, 64, 1+100 d), 27 sequences       duration (1.0 s; 1.5, 2.0), size
 ``speech_commands`` audio   classify  (1, 64, 1+100 d), 12 or 35 words     classes (12), duration, download, ...
+``spoken``          audio   classify  (1, 64, 1+100 d), 35 words (espeak)  duration (1.0 s; 1.5, 2.0), size
 ``trajectory``      video   classify  (3, T, 16, 16), 8 paths              frames (8; 12, 16), frame_size, size
 ``not_so_clevr``    coord   regress   (1, 64, 64) -> (row, col) in [-1,1]  split_mode ("uniform" | "quadrant")
+``onehot_pixel``    coord   regress   (1, 64, 64) -> (row, col) in [-1,1]  split_mode, image_size (64), margin (0)
 ==================  ======  ========  ===================================  =====================================
 
 Splits: "train", "val", "test". Every dataset has ``domain``, ``task``, ``num_classes``
 (classes; vocabulary size for "lm"; output size for "regress") and, for text, ``vocab_size``.
 Tag targets are -100 where not scored. Built-in datasets (all but cifar10 and
 speech_commands) need no download and are a pure function of ``(seed, split, options)``;
-``size`` sets how many items they have (default 8192 train, 1024 val/test). ``root`` is
+``size`` sets how many items they have (default 8192 train, 1024 val/test;
+``digits`` has a fixed 1077 / 180 / 540 split; ``spoken`` needs the extra ``speech``). ``root`` is
 where on-disk data lives (default ``$NDPE_DATA`` or ``~/.cache/ndpe/data``); for
 ``stdlib_lm`` it replaces the stdlib folder; the generated datasets ignore it.
 
@@ -36,9 +40,11 @@ from torch.utils.data import Dataset
 
 from ._base import SPLITS, check_split
 from .cifar import CIFAR10
-from .coord import NotSoClevr
+from .coord import NotSoClevr, OneHotPixel
+from .digits import Digits
 from .shapes import Shapes
 from .speech_commands import SpeechCommands
+from .spoken import SpokenWords
 from .text import AdditionTask, CopyTask, ReverseTask, StdlibLM
 from .tones import Tones
 from .trajectory import Trajectory
@@ -65,7 +71,8 @@ def _info(cls: type) -> DatasetInfo:
 
 DATASETS: dict[str, DatasetInfo] = {
     cls.name: _info(cls)
-    for cls in (CopyTask, ReverseTask, AdditionTask, StdlibLM, Shapes, CIFAR10, Tones, SpeechCommands, Trajectory, NotSoClevr)
+    for cls in (CopyTask, ReverseTask, AdditionTask, StdlibLM, Shapes, CIFAR10, Digits, Tones, SpeechCommands, SpokenWords, Trajectory, NotSoClevr,
+                OneHotPixel)
 }
 
 

@@ -1,6 +1,7 @@
 """Text datasets: the tagging tasks copy / reverse / addition, and a character LM on Python's stdlib.
 
-Tagging layout (one output per position, solvable by a bidirectional encoder)::
+Tagging layout (one output per position, solvable by a bidirectional encoder; ``causal=True``
+gives the decoder-only layout of :class:`TagTask` instead)::
 
     copy     L=4:  tokens  3 1 4 1 | SEP | _ _ _ _        targets -100 x 5, then 3 1 4 1
     reverse  L=4:  tokens  3 1 4 1 | SEP | _ _ _ _        targets -100 x 5, then 1 4 1 3
@@ -38,24 +39,73 @@ IGNORE = -100
 
 
 class TagTask(SyntheticDataset):
-    """Base of the tagging tasks: items ``(tokens (L',), targets (L',))``, LongTensor."""
+    """Base of the tagging tasks: items ``(tokens (T,), targets (T,))``, LongTensor.
+
+    Subclasses draw one example, ``example(rng, n) -> (input tokens, output symbols)`` for ``n``
+    symbols per operand; this class lays it out:
+
+    - ``causal=False`` (bidirectional tagging): ``input SEP _ ... _`` with one blank per output,
+      targets -100 on the input part and the output symbols on the blanks;
+    - ``causal=True`` (decoder-only, as Kazemnejad et al. 2023): the sequence ``input SEP output``
+      shifted by one, ``tokens = seq[:-1]``, ``targets[i] = seq[i + 1]`` on the output part (-100
+      elsewhere). Teacher-forced, so a sequence is all right exactly when greedy decoding is
+      (``seq_acc`` is the exact-match rate of generation). ``min_length`` draws the length
+      uniformly from ``[min_length, length]`` per item (training "on lengths up to L") and pads
+      the end with blanks (targets -100): a causal model never sees the padding of a shorter item.
+    """
 
     domain, task = "text", "tag"
     num_classes = NUM_SYMBOLS
     vocab_size = NUM_SPECIAL + NUM_SYMBOLS
 
-    def __init__(self, split: str, *, seed: int = 0, length: int = 8, size: int | None = None):
+    def __init__(self, split: str, *, seed: int = 0, length: int = 8, size: int | None = None, causal: bool = False,
+                 min_length: int | None = None):
         super().__init__(split, seed=seed, size=size)
         check_min("length", length, 1)
-        self.length = int(length)
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        if min_length is not None:
+            if not causal:
+                raise ValueError("min_length (lengths varying per item) needs causal=True: a bidirectional model "
+                                 "would attend to the padding")
+            if not 1 <= min_length <= length:
+                raise ValueError(f"min_length must be in [1, length={length}], got {min_length}")
+        self.length, self.causal, self.min_length = int(length), causal, min_length
+
+    def example(self, rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def make(self, rng):
+        n = self.length if self.min_length is None else int(rng.integers(self.min_length, self.length + 1))
+        inputs, outputs = self.example(rng, n)
+        if not self.causal:
+            tokens = np.concatenate([inputs, [SEP], np.full(len(outputs), BLANK)])
+            targets = np.concatenate([np.full(len(inputs) + 1, IGNORE), outputs])
+        else:
+            seq = np.concatenate([inputs, [SEP], outputs + NUM_SPECIAL])
+            tokens = seq[:-1]
+            targets = np.concatenate([np.full(len(inputs), IGNORE), outputs])
+            full = self.full_length()
+            tokens = np.concatenate([tokens, np.full(full - len(tokens), BLANK)])
+            targets = np.concatenate([targets, np.full(full - len(targets), IGNORE)])
+        return torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(targets.astype(np.int64))
+
+    def full_length(self) -> int:
+        """Length of a causal item at ``n = length`` (every item is padded to it)."""
+        inputs, outputs = self.example(np.random.default_rng(0), self.length)
+        return len(inputs) + len(outputs)
 
 
 class CopyTask(TagTask):
-    """Copy ``L`` random symbols into the ``L`` blank slots after the separator. Sequence length ``2L + 1``.
+    """Copy ``L`` random symbols into the ``L`` blank slots after the separator. Sequence length ``2L + 1``
+    (``2L`` with ``causal=True``).
 
     >>> tokens, targets = CopyTask("train", length=4)[0]
     >>> tokens.shape, (targets[5:] + 3 == tokens[:4]).all().item()
     (torch.Size([9]), True)
+    >>> tokens, targets = CopyTask("train", length=4, causal=True)[0]   # predict the next token
+    >>> tokens.shape, (targets[4:] + 3 == tokens[:4]).all().item(), (tokens[5:] == tokens[:3]).all().item()
+    (torch.Size([8]), True, True)
     """
 
     name = "copy"
@@ -63,11 +113,9 @@ class CopyTask(TagTask):
     def output(self, symbols: np.ndarray) -> np.ndarray:
         return symbols
 
-    def make(self, rng):
-        symbols = rng.integers(0, NUM_SYMBOLS, self.length)  # (L,)
-        tokens = np.concatenate([symbols + NUM_SPECIAL, [SEP], np.full(self.length, BLANK)])
-        targets = np.concatenate([np.full(self.length + 1, IGNORE), self.output(symbols)])
-        return torch.from_numpy(tokens).long(), torch.from_numpy(targets).long()
+    def example(self, rng, n: int):
+        symbols = rng.integers(0, NUM_SYMBOLS, n)  # (n,)
+        return symbols + NUM_SPECIAL, self.output(symbols)
 
 
 class ReverseTask(CopyTask):
@@ -94,14 +142,12 @@ class AdditionTask(TagTask):
 
     name = "addition"
 
-    def make(self, rng):
-        a, b = rng.integers(0, 10, (2, self.length))  # digits, least significant first
-        place = 10 ** np.arange(self.length + 1, dtype=object)
+    def example(self, rng, n: int):
+        a, b = rng.integers(0, 10, (2, n))  # digits, least significant first
+        place = 10 ** np.arange(n + 1, dtype=object)
         total = int((a * place[:-1]).sum() + (b * place[:-1]).sum())  # exact (object ints) at any length
-        digits = np.array([(total // int(p)) % 10 for p in place])
-        tokens = np.concatenate([a + NUM_SPECIAL, [PLUS], b + NUM_SPECIAL, [SEP], np.full(self.length + 1, BLANK)])
-        targets = np.concatenate([np.full(2 * self.length + 2, IGNORE), digits])
-        return torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(targets.astype(np.int64))
+        digits = np.array([(total // int(p)) % 10 for p in place], dtype=np.int64)
+        return np.concatenate([a + NUM_SPECIAL, [PLUS], b + NUM_SPECIAL]), digits
 
 
 # ---------------------------------------------------------------- stdlib character LM

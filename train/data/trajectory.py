@@ -10,23 +10,30 @@ The path is fixed in clip time and sampled at ``t_k = k / (frames - 1)``, so 12 
 (for extrapolation) show the same motion at a higher frame rate. Start point, extent, colour
 (bright RGB) and a little pixel noise are random. Right/left, down/up and cw/ccw are time
 reversals of each other and cover the same pixels: the order of frames is the label.
-Items ``(float (3, T, H, W) normalised with mean = std = 0.5, int)``.
+``motions="linear"`` keeps classes 0-3 only: a model blind to frame order can tell the axis but
+not the direction (at most 1/2 right).
+Items ``(float (3, T, H, W), int)``, pixels normalised with mean = std = 0.5 (black is -1), or
+with ``zero_background=True`` scaled to [0, 2] (black is 0, same contrast): a token of empty
+background is then the embedding's bias alone, so the few tokens the disk covers stand out.
 """
 from __future__ import annotations
 
 import numpy as np
 from einops import rearrange
 
-from ._base import SyntheticDataset, check_min, to_unit_range
+import torch
+
+from ._base import SyntheticDataset, check_choice, check_min, to_unit_range
 
 CLASSES = ("right", "left", "down", "up", "clockwise", "counter-clockwise", "bounce-horizontal", "bounce-vertical")
 LINEAR = {0: (0, 1), 1: (0, -1), 2: (1, 0), 3: (-1, 0)}  # class -> unit (d_row, d_col)
-DISK_RADIUS = 1.5  # pixels, at every frame size
+DISK_RADIUS = 1.5  # pixels, at every frame size (default of the ``disk_radius`` option)
+MOTIONS = {"all": CLASSES, "linear": CLASSES[:4]}
 
 
-def path(label: int, t: np.ndarray, frame_size: int, rng) -> np.ndarray:
+def path(label: int, t: np.ndarray, frame_size: int, rng, radius: float = DISK_RADIUS) -> np.ndarray:
     """Disk centres ``(T, 2)`` (row, col) in pixel units for class ``label`` at clip times ``t``."""
-    margin = DISK_RADIUS + 1.0
+    margin = radius + 1.0
     if label in LINEAR:
         step = np.array(LINEAR[label]) * rng.uniform(0.4, 0.6) * frame_size
         start = rng.uniform(margin + np.maximum(-step, 0), frame_size - margin - np.maximum(step, 0))
@@ -43,12 +50,12 @@ def path(label: int, t: np.ndarray, frame_size: int, rng) -> np.ndarray:
     return start + (1 - np.abs(2 * t - 1))[:, None] * step
 
 
-def render(centres: np.ndarray, frame_size: int, colour) -> np.ndarray:
+def render(centres: np.ndarray, frame_size: int, colour, radius: float = DISK_RADIUS) -> np.ndarray:
     """Anti-aliased disks, ``(3, T, S, S)`` in [0, 1], one per frame at ``centres (T, 2)``."""
     grid = np.arange(frame_size) + 0.5
     dr = grid[None, :, None] - centres[:, 0, None, None]  # (T, S, 1)
     dc = grid[None, None, :] - centres[:, 1, None, None]  # (T, 1, S)
-    cover = np.clip(DISK_RADIUS + 0.5 - np.sqrt(dr**2 + dc**2), 0, 1)  # (T, S, S)
+    cover = np.clip(radius + 0.5 - np.sqrt(dr**2 + dc**2), 0, 1)  # (T, S, S)
     return rearrange(cover, "t h w -> 1 t h w") * np.asarray(colour).reshape(3, 1, 1, 1)
 
 
@@ -63,15 +70,27 @@ class Trajectory(SyntheticDataset):
     name, domain, task = "trajectory", "video", "classify"
     num_classes, classes = len(CLASSES), CLASSES
 
-    def __init__(self, split: str, *, seed: int = 0, frames: int = 8, frame_size: int = 16, size: int | None = None):
+    def __init__(self, split: str, *, seed: int = 0, frames: int = 8, frame_size: int = 16, size: int | None = None,
+                 motions: str = "all", disk_radius: float = DISK_RADIUS, zero_background: bool = False):
         super().__init__(split, seed=seed, size=size)
         check_min("frames", frames, 3)
         check_min("frame_size", frame_size, 12)
+        check_choice("motions", motions, tuple(MOTIONS))
+        if not 0.5 <= disk_radius <= frame_size / 7:
+            raise ValueError(f"disk_radius must be in [0.5, frame_size / 7 = {frame_size / 7:g}] so every path fits, "
+                             f"got {disk_radius}")
+        if not isinstance(zero_background, bool):
+            raise TypeError(f"zero_background must be a bool, got {zero_background!r}")
         self.frames, self.frame_size = int(frames), int(frame_size)
+        self.classes, self.num_classes = MOTIONS[motions], len(MOTIONS[motions])
+        self.disk_radius, self.zero_background = float(disk_radius), zero_background
 
     def make(self, rng):
-        label = int(rng.integers(len(CLASSES)))
-        centres = path(label, np.linspace(0, 1, self.frames), self.frame_size, rng)
+        label = int(rng.integers(self.num_classes))
+        centres = path(label, np.linspace(0, 1, self.frames), self.frame_size, rng, self.disk_radius)
         colour = rng.uniform(0.5, 1.0, 3)
-        video = render(centres, self.frame_size, colour) + rng.uniform(0, 0.05) * rng.standard_normal((3, self.frames, self.frame_size, self.frame_size))
-        return to_unit_range(np.clip(video, 0, 1)), label
+        noise = rng.uniform(0, 0.05) * rng.standard_normal((3, self.frames, self.frame_size, self.frame_size))
+        video = np.clip(render(centres, self.frame_size, colour, self.disk_radius) + noise, 0, 1)
+        if self.zero_background:
+            return torch.from_numpy((2 * video).astype(np.float32)), label
+        return to_unit_range(video), label

@@ -1,0 +1,69 @@
+"""Floors from the data: each against a naive reference or a case whose answer is known by hand."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from train.data import build_dataset
+from train.floors import classify_floors, mean_predictor, most_common_symbol, ngram_floors, ngram_ppl
+
+
+def naive_ngram_ppl(train, evaluate, order, vocab, k):
+    """Per-position loop: add-k n-gram counted inside training windows, history cut at the window start."""
+    counts, contexts = {}, {}
+    for w in train:
+        for n in range(1, order + 1):
+            for t in range(n - 1, len(w)):
+                gram = tuple(w[t - n + 1 : t + 1])
+                counts[gram] = counts.get(gram, 0) + 1
+                contexts[gram[:-1]] = contexts.get(gram[:-1], 0) + 1
+    nll, count = 0.0, 0
+    for w in evaluate:
+        for t in range(1, len(w)):
+            n = min(order, t + 1)
+            gram = tuple(w[t - n + 1 : t + 1])
+            p = (counts.get(gram, 0) + k) / (contexts.get(gram[:-1], 0) + k * vocab)
+            nll -= math.log(p)
+            count += 1
+    return math.exp(nll / count)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+@pytest.mark.parametrize("k", [0.01, 1.0])
+def test_ngram_matches_a_per_position_loop(order, k):
+    rng = np.random.default_rng(order)
+    train, evaluate = rng.integers(0, 5, (6, 9)), rng.integers(0, 5, (4, 7))
+    assert ngram_ppl(train, evaluate, order, 5, k) == pytest.approx(naive_ngram_ppl(train, evaluate, order, 5, k))
+
+
+def test_ngram_of_a_deterministic_text():
+    text = torch.tensor([[0, 1] * 8] * 4)  # "abab...": the next character is known from the last one
+    floors = ngram_floors(text, (text[:, :-1], text[:, 1:]), (text[:, :-1], text[:, 1:]), vocab=4)
+    assert floors["unigram"] == pytest.approx(2.0, rel=0.01) and floors["bigram"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_most_common_symbol_on_hand_made_sequences():
+    # token 3 + d is symbol d; 1 is the separator; scored targets are symbols, -100 elsewhere
+    tokens = torch.tensor([[3, 3, 4, 1, 0, 0, 0],    # input symbols 0 0 1: mode 0, right on 2 of 3 slots
+                           [5, 5, 6, 1, 6, 6, 6]])   # input 2 2 3: mode 2 (the 3s after the separator do not count)
+    targets = torch.tensor([[-100, -100, -100, -100, 0, 0, 1],
+                            [-100, -100, -100, -100, 2, 3, 3]])
+    assert most_common_symbol(tokens, targets) == pytest.approx(3 / 6)
+
+
+def test_most_common_symbol_of_copy_is_a_position_free_score():
+    tokens, targets = zip(*(build_dataset("copy", "test", length=8, size=200)[i] for i in range(200)))
+    tokens, targets = torch.stack(tokens), torch.stack(targets)
+    rate = most_common_symbol(tokens, targets)
+    mode = torch.stack([torch.bincount(t[:8] - 3, minlength=10).argmax() for t in tokens])
+    assert rate == pytest.approx(float((targets[:, 9:] == mode[:, None]).float().mean()))
+    assert 0.1 < rate < 0.4  # above chance: the mode of 8 draws from 10 symbols repeats
+
+
+def test_classify_and_regress_floors():
+    assert classify_floors(torch.tensor([2, 2, 1]), torch.tensor([2, 0, 2, 2]), 3) == {"chance": 1 / 3, "majority": 0.75}
+    train_y, test_y = torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([[0.5, 1.5]])
+    assert mean_predictor(train_y, test_y) == pytest.approx(1.0)
