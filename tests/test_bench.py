@@ -7,7 +7,7 @@ from train import bench
 from train.config import ConfigError
 from train.report import read_rows
 
-TINY = ["tasks=[text/copy]", "kinds=[none,rope]", "seeds=[0]", "workers=1", "default_steps=2", "train_items=64",
+TINY = ["tasks=[text/copy]", "kinds=[none,rope]", "task_kinds={}", "seeds=[0]", "workers=1", "default_steps=2", "train_items=64",
         "test_items=8", "batch_size=8", "dim=16", "heads=2", "depth=1", "rope_variants=[pi]"]
 
 
@@ -122,3 +122,19 @@ def test_scaled_rope_keeps_the_trained_options():
     scaled = bench.scaled_rope(pe, "yarn", (4, 4), (8, 6))
     assert (scaled.theta, scaled.pairing, scaled.axis_dims) == (pe.theta, pe.pairing, pe.axis_dims)
     assert scaled.scaling == "yarn" and scaled.scale == (2.0, 1.5) and not scaled.training
+
+
+def test_damaged_cache_file_is_named_and_regenerated(tmp_path):
+    import torch
+
+    from train.cache import cached_dataset, materialize
+
+    opts = {"length": 4, "size": 8}
+    path = materialize("copy", "val", seed=0, opts=opts, cache_dir=tmp_path)
+    good = torch.load(path, weights_only=True)["x"]
+    data = path.read_bytes()
+    for cut in (0, 10, len(data) // 2, len(data) - 1):
+        path.write_bytes(data[:cut])
+        with pytest.warns(UserWarning, match=f"cache file {path} is damaged"):
+            back = cached_dataset("val", seed=0, root=None, dataset="copy", cache=str(tmp_path), **opts)
+        assert torch.equal(back.x, good)

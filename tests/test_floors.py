@@ -67,3 +67,32 @@ def test_classify_and_regress_floors():
     assert classify_floors(torch.tensor([2, 2, 1]), torch.tensor([2, 0, 2, 2]), 3) == {"chance": 1 / 3, "majority": 0.75}
     train_y, test_y = torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([[0.5, 1.5]])
     assert mean_predictor(train_y, test_y) == pytest.approx(1.0)
+
+
+def test_quick_audio_task_needs_both_axes():
+    """The quick preset's audio task: a logistic regression on either one-axis summary stays near chance."""
+    from train.bench import TASKS
+    from train.floors import floors
+
+    task = TASKS["audio/tones"]
+
+    def data(split, size):
+        items = [build_dataset("tones", split, size=size, **task.data)[i] for i in range(size)]
+        return type("D", (), {"x": torch.stack([x for x, _ in items]), "y": torch.tensor([y for _, y in items]),
+                              "task": "classify", "domain": "audio", "num_classes": 9})()
+
+    train, test = data("train", 768), data("test", 256)
+    result = floors(train, test, test)
+    assert result["time-profile"] < 0.25 and result["frequency-profile"] < 0.25, result  # chance is 1/9
+
+
+def test_summary_floors_see_a_one_axis_task():
+    """Sanity: a label carried by one axis alone is found by that axis' summary (so the floor is not blind)."""
+    from train.floors import summary_floors
+
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 2, (400,), generator=gen)
+    x = torch.randn(400, 1, 8, 10, generator=gen)
+    x[:, :, 2, :] += 2.0 * y[:, None, None]  # class 1 is louder in frequency band 2 at all times
+    result = summary_floors(x[:300], y[:300], x[300:], y[300:])
+    assert result["frequency-profile"] > 0.95 and result["time-profile"] > 0.6

@@ -107,6 +107,17 @@ def test_init_is_trunc_normal_002():
     assert t.requires_grad
 
 
+@pytest.mark.parametrize("factorized", [False, True])
+def test_init_std_sets_the_table_scale(factorized):
+    torch.manual_seed(0)
+    pe = make(2, dim=64, grid_shape=(14, 14), init_std=1.0, factorized=factorized)
+    t = torch.cat([p.flatten() for p in pe.parameters()])
+    assert abs(t.std().item() - 0.88) < 0.05 and t.abs().max() <= 2.0  # N(0, 1) truncated at +-2 (timm): std 0.88
+    assert "init_std=1" in repr(pe)
+    pe.reset_parameters()
+    assert abs(torch.cat([p.flatten() for p in pe.parameters()]).std().item() - 0.88) < 0.05
+
+
 def test_factorized_add_and_concat():
     add = make(2, dim=6, grid_shape=(3, 5), factorized=True)
     t0, t1 = add.axis_tables
@@ -168,6 +179,11 @@ def test_augmentation_refused():
     (2, {"grid_shape": (4, 4), "combine": "mean"}, "combine must be one of"),
     (2, {"grid_shape": (4,)}, "has 1 axes but the encoding has dims=2"),
     (2, {"grid_shape": (4, 0)}, ">= 1"),
+    (1, {"grid_shape": (4,), "init_std": 0.0}, "init_std must be a finite number > 0"),
+    (1, {"grid_shape": (4,), "init_std": float("nan")}, "init_std must be a finite number > 0"),
+    (1, {"grid_shape": (4,), "init_std": float("inf")}, "init_std must be a finite number > 0"),
+    (1, {"grid_shape": (4,), "init_std": "1"}, "init_std must be a finite number > 0"),
+    (1, {"grid_shape": (4,), "init_std": True}, "init_std must be a finite number > 0"),
 ])
 def test_bad_options(dims, opts, match):
     with pytest.raises(ValueError, match=match):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import dataclasses
+
 import pytest
 
 from train.plots import task_figure
@@ -32,7 +34,7 @@ def test_csv_round_trip_and_aggregate(tmp_path):
     append_rows(tmp_path / "r.csv", rows[:2])
     append_rows(tmp_path / "r.csv", rows[2:])
     back = read_rows(tmp_path / "r.csv")
-    assert back == rows
+    assert [dataclasses.replace(r, cell_rows=0) for r in back] == rows and {r.cell_rows for r in back} == {1}
     agg = aggregate(back)
     cell = agg["text/copy"]["rope"][1.0]
     assert cell.mean == pytest.approx(0.8) and cell.std == pytest.approx(0.1414, abs=1e-3) and cell.n == 2
@@ -223,3 +225,62 @@ def test_one_seed_kind_left_out_as_not_shown():
     rows = runs({"a": 0.9, "b": 0.5, "floor: chance": 0.1}) + runs({"x": 0.9}, seeds=1)
     text = check_claim(claim, aggregate(rows), task_info(rows))
     assert "left out (one seed, cannot show it beat the floor): x" in text.lower() and "x 0.9 vs" not in text
+
+
+def _two_cells():
+    return [row("none", 0, r, 0.5 + r / 10) for r in (1.0, 2.0)] + [row("rope", 0, r, 0.9 - r / 10) for r in (1.0, 2.0)]
+
+
+def test_results_survive_a_cut_at_every_byte(tmp_path):
+    """A results.csv cut anywhere reads back as whole cells only; the next append repairs it."""
+    from train.report import read_rows
+
+    path = tmp_path / "results.csv"
+    rows = _two_cells()
+    append_rows(path, rows[:2])
+    append_rows(path, rows[2:])
+    data = path.read_bytes()
+    cells = {("none", 2), ("rope", 2)}
+    for cut in range(len(data) + 1):
+        path.write_bytes(data[:cut])
+        back = read_rows(path)
+        for kind in {r.kind for r in back}:
+            assert (kind, len([r for r in back if r.kind == kind])) in cells, f"cut at {cut}: partial cell {kind}"
+        assert [dataclasses.replace(r, cell_rows=0) for r in back] == [r for r in rows if r.kind in {b.kind for b in back}]
+        append_rows(path, [row("alibi", 0, 1.0, 0.3)])  # header and rows rewritten whole
+        again = read_rows(path)
+        assert again[-1].kind == "alibi" and again[:-1] == back and again[-1].cell_rows == 1
+    assert [r.kind for r in read_rows(path)] == ["none"] * 2 + ["rope"] * 2 + ["alibi"]
+
+
+def test_results_damaged_before_the_last_line_name_the_file(tmp_path):
+    from train.report import ResultsError, read_rows
+
+    path = tmp_path / "results.csv"
+    append_rows(path, _two_cells())
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2][:5]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ResultsError, match=r"results.csv: line 3 is damaged"):
+        read_rows(path)
+    path.write_text("domain,task\n" + "\n".join(lines[1:]) + "\n")
+    with pytest.raises(ResultsError, match="line 1 is not the results header"):
+        read_rows(path)
+
+
+def test_a_kill_during_append_leaves_the_old_file(tmp_path, monkeypatch):
+    import os
+
+    from train.report import read_rows
+
+    path = tmp_path / "results.csv"
+    append_rows(path, _two_cells()[:2])
+
+    def killed(src, dst):
+        raise KeyboardInterrupt  # the process dies between writing the temporary file and the rename
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        append_rows(path, _two_cells()[2:])
+    monkeypatch.undo()
+    assert [dataclasses.replace(r, cell_rows=0) for r in read_rows(path)] == _two_cells()[:2]

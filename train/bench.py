@@ -58,6 +58,7 @@ class Task:
     conv: bool = False  # coordinate task: a conv net; kinds are "conv" / "conv+coord"
     test_data: dict = field(default_factory=dict)  # dataset options of the test splits only
     protocol: str = ""  # what the task tests and whose protocol it follows (printed in the report)
+    archs: dict = field(default_factory=dict)  # coordinate tasks: kind ("conv", "conv+coord") -> ConvNet arch
 
 
 KAZEMNEJAD = ("decoder-only (causal) model trained on lengths 1..L, tested at exactly L, 2L, 4L; per-token accuracy "
@@ -77,9 +78,11 @@ TASKS = {t.name: t for t in [
     Task("image/shapes-zoom", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
          data={"growth": "zoom"}, model_opts={"patch_size": 4, "pool": "mean"}, protocol=ZOOM),
     Task("image/digits-zoom", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         data={"growth": "zoom"}, model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1}, protocol=ZOOM),
+         data={"growth": "zoom", "channels": 1}, model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1},
+         protocol=ZOOM),
     Task("image/digits-canvas", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         data={"growth": "canvas"}, model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1}, protocol=CANVAS),
+         data={"growth": "canvas", "digit_size": 24, "channels": 1},
+         model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1}, protocol=CANVAS),
     Task("image/cifar10", "cifar10", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
          model_opts={"patch_size": 4, "pool": "mean"}, protocol=ZOOM),
     Task("audio/tones", "tones", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
@@ -101,9 +104,11 @@ TASKS = {t.name: t for t in [
          protocol="the same motion at a higher frame rate (more frames); one-frame tubelets, so only positions "
                   "tell the frame order (right/left, down/up)"),
     Task("coord/uniform", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
-         data={"split_mode": "uniform"}, conv=True, protocol=LIU),
+         data={"split_mode": "uniform", "margin": 4}, conv=True, protocol=LIU,
+         archs={"conv": "conv_uniform", "conv+coord": "coordconv_regressor"}),
     Task("coord/quadrant", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
-         data={"split_mode": "quadrant"}, conv=True, protocol=LIU),
+         data={"split_mode": "quadrant", "margin": 4}, conv=True, protocol=LIU,
+         archs={"conv": "conv_quadrant", "conv+coord": "coordconv_regressor"}),
 ]}
 
 
@@ -119,6 +124,7 @@ class BenchConfig:
         "rope+cape", "sinusoidal+cape"])
     rope_variants: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])
     task_kinds: dict = field(default_factory=dict)  # task -> kinds, replacing `kinds` for that task
+    why: dict = field(default_factory=dict)  # task -> why these kinds (printed in the report)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # model seeds (initialization, batch order)
     data_seed: int = 0  # one dataset for every encoding and seed: the floors and all cells see the same items
     workers: int = 2  # processes training cells in parallel (one thread each on CPU)
@@ -130,6 +136,7 @@ class BenchConfig:
     default_steps: int = 150
     batch_size: int = 32
     lr: float = 2e-3
+    lrs: dict = field(default_factory=dict)  # task -> peak learning rate (lr otherwise)
     warmup_steps: int = 20
     dim: int = 48
     depth: int = 2
@@ -193,11 +200,11 @@ def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_gri
     """
     base, _, augment = kind.partition("+")
     options: dict = {}
-    if base == "learned":
+    if base == "learned":  # starts at the tokens' scale (see ndpe.kinds.learned: at 0.02 it hardly trains here)
         if task.dims == 1:
-            options = {"grid_shape": list(max_grid or train_grid), "resize": None}
+            options = {"grid_shape": list(max_grid or train_grid), "resize": None, "init_std": 1.0}
         else:
-            options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims]}
+            options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims], "init_std": 1.0}
     if task.model_opts.get("causal"):
         if base == "alibi":
             options = {"causal": True}
@@ -246,6 +253,8 @@ def train_config(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir: Pa
     model = {"name": task.model}
     if task.conv:
         model["add_coords"] = kind == "conv+coord"
+        if kind in task.archs:
+            model["arch"] = task.archs[kind]
     else:
         model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads, pe=pe_config(kind, task, train_grid, max_grid))
     model.update(task.model_opts)
@@ -255,7 +264,7 @@ def train_config(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir: Pa
         "data": {"name": "train.bench:bench_dataset", "root": cfg.data_root, "seed": cfg.data_seed,
                  "options": data_options(cfg, task, run_dir), "eval_split": "val"},
         "model": model,
-        "optim": {"lr": cfg.lr, "warmup_steps": min(cfg.warmup_steps, steps // 5), "weight_decay": 0.05},
+        "optim": {"lr": float(cfg.lrs.get(task.name, cfg.lr)), "warmup_steps": min(cfg.warmup_steps, steps // 5), "weight_decay": 0.05},
         "train": {"steps": steps, "batch_size": cfg.batch_size, "seed": seed, "device": cfg.device,
                   "out_dir": str(out_dir), "log_every": 10 ** 9, "save_every": 10 ** 9},
     }
@@ -494,24 +503,35 @@ def run(cfg: BenchConfig, command: str) -> Path:
 
 
 def header(cfg: BenchConfig, info: dict) -> str:
-    """The report's first lines: what ran, where, when, how long (``info`` from run_info.json)."""
+    """The report's first lines: what ran, where, when, how long (``info`` from run_info.json), and the selection."""
     import ndpe
 
     cpu = platform.processor() or platform.machine()
     gpu = torch.cuda.get_device_name() if cfg.device != "cpu" and torch.cuda.is_available() else "none"
-    return "\n".join([
+    lines = [
         f"# ndpe benchmark report: `{cfg.name}`", "",
         f"- command: `{info['command']}`",
         f"- finished: {info['date']}; wall time of that invocation: {fmt_time(info['wall_s'])} "
         f"({cfg.workers} worker process(es))",
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
-        f"- seeds: {cfg.seeds}; model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads}; batch {cfg.batch_size}, "
-        f"lr {cfg.lr}; steps: {cfg.default_steps} (per task: {cfg.steps or 'none'}); "
-        f"{cfg.train_items} training items, {cfg.test_items} test items per size",
+        f"- seeds: {cfg.seeds} (model initialization and batch order); data seed {cfg.data_seed} for every cell; "
+        f"model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads} (unless the task says otherwise); batch "
+        f"{cfg.batch_size}, lr {cfg.lr} (per task: {cfg.lrs or 'none'}); steps: {cfg.default_steps} (per task: "
+        f"{cfg.steps or 'none'}); {cfg.train_items} training items, {cfg.test_items} test items per size (fewer "
+        "where the dataset has fewer)",
         "- protocol: each model is trained at the first size and evaluated at every size; `(pi)`, `(ntk)`, `(yarn)`"
-        " rows are the same rope model evaluated with test-time scaling.",
-    ])
+        " rows are the same rope model evaluated with test-time scaling; floors are computed from the same data "
+        "(train/floors.py).", "",
+        "## Tasks and the encodings compared", "",
+        "| task | protocol | encodings | why these |", "|---|---|---|---|",
+    ]
+    for name in cfg.tasks:
+        task = TASKS[name]
+        opts = {k: v for k, v in task.model_opts.items() if k in ("heads", "patch_size", "tubelet", "pool", "causal")}
+        lines.append(f"| {name} | {task.protocol}{f' (model: {opts})' if opts else ''} | "
+                     f"{', '.join(kinds_for(cfg, name))} | {cfg.why.get(name, '')} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> Path:

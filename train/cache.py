@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -75,4 +76,10 @@ def cached_dataset(split: str, *, seed: int, root: str | None, dataset: str, cac
     ``dataset`` names the ``train.data`` dataset, ``cache`` the folder, ``opts`` its options.
     """
     path = materialize(dataset, split, seed=seed, opts=opts, cache_dir=Path(cache), root=root, limit=limit)
-    return TensorData(torch.load(path, weights_only=True))
+    try:
+        return TensorData(torch.load(path, weights_only=True))
+    except Exception as e:  # a file cut or damaged on disk (the write itself is atomic): name it, make it again
+        warnings.warn(f"cache file {path} is damaged ({type(e).__name__}: {e}); regenerating it", stacklevel=2)
+        path.unlink(missing_ok=True)
+        path = materialize(dataset, split, seed=seed, opts=opts, cache_dir=Path(cache), root=root, limit=limit)
+        return TensorData(torch.load(path, weights_only=True))

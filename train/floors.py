@@ -6,7 +6,10 @@ data the models see (the same training items, the same test items), never from a
 ==========  ============================================================================================
 task        floors
 ==========  ============================================================================================
-classify    ``chance`` (1 / classes); ``majority`` (the most common training label, scored on the test set)
+classify    ``chance`` (1 / classes); ``majority`` (the most common training label, scored on the test set);
+            audio only, at the training duration: ``time-profile`` / ``frequency-profile``, a logistic
+            regression on the log-mel averaged over frequency / over time: a task that needs both axes
+            of the spectrogram is not solved by either summary
 tag         ``chance``; ``most-common-symbol`` (every scored slot gets the most common symbol of the
             sequence's input part, before its first separator: what a model blind to order can do)
 lm          ``unigram``, ``bigram``, ``trigram`` perplexity: add-k n-grams fit on the training windows,
@@ -47,7 +50,10 @@ def floors(train: Dataset, val: Dataset, test: Dataset) -> dict[str, float]:
     """The floors of ``test`` (see the module docstring), from ``train`` (and ``val`` for tuning)."""
     task = train.task
     if task == "classify":
-        return classify_floors(tensors(train)[1], tensors(test)[1], int(train.num_classes))
+        out = classify_floors(tensors(train)[1], tensors(test)[1], int(train.num_classes))
+        if train.domain == "audio" and tensors(train)[0].shape[1:] == tensors(test)[0].shape[1:]:
+            out.update(summary_floors(*tensors(train), *tensors(test)))
+        return out
     if task == "tag":
         return {"chance": 1.0 / int(train.num_classes), "most-common-symbol": most_common_symbol(*tensors(test))}
     if task == "lm":
@@ -60,6 +66,21 @@ def floors(train: Dataset, val: Dataset, test: Dataset) -> dict[str, float]:
 def classify_floors(train_y: torch.Tensor, test_y: torch.Tensor, num_classes: int) -> dict[str, float]:
     majority = int(torch.bincount(train_y.long(), minlength=num_classes).argmax())
     return {"chance": 1.0 / num_classes, "majority": float((test_y == majority).float().mean())}
+
+
+def summary_floors(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
+                   test_y: torch.Tensor) -> dict[str, float]:
+    """Test accuracy of a logistic regression on each one-axis summary of ``(B, 1, freq, time)`` log-mels."""
+    from sklearn.linear_model import LogisticRegression  # the train extra
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    out = {}
+    for name, axis in (("time-profile", 2), ("frequency-profile", 3)):  # average over frequency / over time
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=2000))
+        clf.fit(train_x.mean(axis).flatten(1).numpy(), train_y.numpy())
+        out[name] = float(clf.score(test_x.mean(axis).flatten(1).numpy(), test_y.numpy()))
+    return out
 
 
 def most_common_symbol(tokens: torch.Tensor, targets: torch.Tensor) -> float:

@@ -10,6 +10,7 @@ distribution), and checks the trends the literature reports, using only the kind
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import re
 import statistics
@@ -37,6 +38,7 @@ class Row:
     value: float
     higher_is_better: bool
     train_time_s: float
+    cell_rows: int = 0  # rows its cell wrote (set by append_rows): a cell with fewer rows on disk was cut off
 
     @property
     def label(self) -> str:
@@ -46,6 +48,7 @@ class Row:
 
 
 FIELDS = [f.name for f in fields(Row)]
+OLD_FIELDS = FIELDS[:-1]  # results.csv before cell_rows: read as it is (cells assumed whole)
 
 
 def is_floor(label: str) -> bool:
@@ -58,33 +61,89 @@ def kind_of(label: str) -> str:
     return label.split(" (")[0]
 
 
+class ResultsError(ValueError):
+    """A results.csv damaged where it cannot be repaired (a bad header or a bad row before the last cell)."""
+
+
 def append_rows(path: Path, rows: list[Row]) -> None:
-    """Append rows to a CSV (header written when new); flushed and fsynced so an interrupt loses nothing."""
+    """Add rows to a results CSV atomically: the whole file is rewritten to a temporary file, fsynced and renamed.
+
+    A kill at any byte leaves either the old file or the new one, never a half-written row or a file
+    without its header. A damaged tail left by older versions or other tools is dropped here (see
+    :func:`read_rows`).
+    """
+    import io
     import os
 
-    new = not path.exists()
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, FIELDS)
-        if new:
-            writer.writeheader()
-        for r in rows:
-            writer.writerow({k: getattr(r, k) for k in FIELDS})
+    counts: dict = defaultdict(int)
+    for r in rows:
+        counts[(r.task, r.kind, r.seed)] += 1
+    rows = [dataclasses.replace(r, cell_rows=r.cell_rows or counts[(r.task, r.kind, r.seed)]) for r in rows]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for r in [*read_rows(path), *rows]:
+        writer.writerow({k: getattr(r, k) for k in FIELDS})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="") as f:
+        f.write(buf.getvalue())
         f.flush()
         os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
+
+
+def _parse(d: dict) -> Row:
+    return Row(domain=d["domain"], task=d["task"], kind=d["kind"], variant=d["variant"], seed=int(d["seed"]),
+               train_size=d["train_size"], test_size=d["test_size"], size_ratio=float(d["size_ratio"]),
+               metric=d["metric"], value=float(d["value"]), higher_is_better=d["higher_is_better"] == "True",
+               train_time_s=float(d["train_time_s"]), cell_rows=int(d.get("cell_rows", 0)))
 
 
 def read_rows(path: Path) -> list[Row]:
-    """The rows of a results.csv (none when it does not exist)."""
+    """The rows of a results.csv (none when it does not exist, is empty or holds a cut header).
+
+    A damaged last line (cut mid-row) is dropped together with every row of the cell it follows, and
+    so is a cell with fewer rows than it wrote (``cell_rows``: the file was cut at a line end), so
+    that cell is trained again; a damaged header or a damaged row before the last is an error that
+    names the file and the line.
+    """
     if not path.exists():
         return []
-    out = []
-    with open(path, newline="") as f:
-        for d in csv.DictReader(f):
-            out.append(Row(domain=d["domain"], task=d["task"], kind=d["kind"], variant=d["variant"],
-                           seed=int(d["seed"]), train_size=d["train_size"], test_size=d["test_size"],
-                           size_ratio=float(d["size_ratio"]), metric=d["metric"], value=float(d["value"]),
-                           higher_is_better=d["higher_is_better"] == "True", train_time_s=float(d["train_time_s"])))
-    return out
+    text = path.read_text()
+    lines = text.splitlines()
+    if not lines or (len(lines) == 1 and not text.endswith("\n")):
+        return []  # nothing, or a header cut before its end: no rows were ever complete
+    header = lines[0].split(",")
+    if header not in (FIELDS, OLD_FIELDS):
+        raise ResultsError(f"{path}: line 1 is not the results header {','.join(FIELDS)}; move the file away "
+                           "(the benchmark then starts a new one)")
+    out, damaged = [], None
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            values = next(csv.reader([line]))
+            if len(values) != len(header):
+                raise ValueError(f"{len(values)} fields, expected {len(header)}")
+            out.append(_parse(dict(zip(header, values))))
+        except (ValueError, StopIteration) as e:
+            if number != len(lines):
+                raise ResultsError(f"{path}: line {number} is damaged ({e}); only a cut last line is repaired "
+                                   "automatically") from None
+            damaged = number
+    if damaged is None and not text.endswith("\n"):
+        damaged = len(lines)  # a last row without its newline may be cut inside its last field
+        out.pop()
+    if damaged is not None and out:
+        last = (out[-1].task, out[-1].kind, out[-1].seed)
+        out = [r for r in out if (r.task, r.kind, r.seed) != last]
+    counts: dict = defaultdict(int)
+    for r in out:
+        counts[(r.task, r.kind, r.seed)] += 1
+    return [r for r in out if counts[(r.task, r.kind, r.seed)] >= r.cell_rows]
 
 
 @dataclass
