@@ -120,3 +120,46 @@ def test_coordconv_regressor_represents_the_exact_solution():
         images, targets = (torch.stack(t) for t in zip(*[data[i] for i in range(0, len(data), 7)]))
         with torch.no_grad():
             torch.testing.assert_close(model(images), targets, atol=1e-5, rtol=0)
+
+
+def _hot_pixel_wins(model, rows, cols):
+    """Per image, whether the hot pixel is the unique argmax of both pre-pool output maps (margin > 1e-3)."""
+    images = torch.zeros(len(rows), 1, 64, 64)
+    images[torch.arange(len(rows)), 0, rows, cols] = 1.0
+    pre_pool = torch.nn.Sequential(*list(model.features)[:-2])  # drop the global max pool and the flatten
+    with torch.no_grad():
+        maps = pre_pool(images).float().flatten(2)  # (n, 2, 4096)
+    hot = maps[torch.arange(len(rows)), :, rows * 64 + cols]  # (n, 2)
+    others = maps.clone()
+    others[torch.arange(len(rows)), :, rows * 64 + cols] = -float("inf")
+    return (hot > others.amax(-1) + 1e-3).all(dim=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 1234])
+def test_coordconv_value_init_makes_the_hot_pixel_win_the_max(seed):
+    """The property that makes training reliable: at init the hot pixel is the max of both output maps.
+
+    With the paper's init (value_gain=0) the max sits elsewhere for most images, so no gradient reaches
+    the value weights (see the models/conv.py docstring)."""
+    gen = torch.Generator().manual_seed(seed)
+    rows, cols = torch.randint(0, 64, (256,), generator=gen), torch.randint(0, 64, (256,), generator=gen)
+    rows[:4], cols[:4] = torch.tensor([0, 0, 63, 63]), torch.tensor([0, 63, 0, 63])  # the corners too
+    torch.manual_seed(seed)
+    model = ConvNet(num_classes=2, arch="coordconv_regressor", add_coords=True).eval()
+    assert bool(_hot_pixel_wins(model, rows, cols).all())
+    images = torch.zeros(4, 1, 64, 64)
+    images[torch.arange(4), 0, rows[:4], cols[:4]] = 1.0
+    with torch.no_grad():  # and every output starts at 0 (the value path cancels its bias)
+        torch.testing.assert_close(model(images), torch.zeros(4, 2))
+    torch.manual_seed(seed)
+    paper = ConvNet(num_classes=2, arch="coordconv_regressor", add_coords=True, value_gain=0).eval()
+    assert float(_hot_pixel_wins(paper, rows, cols).float().mean()) < 0.5
+
+
+def test_value_gain_only_for_the_coordconv_regressor():
+    with pytest.raises(ValueError, match="value_gain"):
+        ConvNet(num_classes=2, arch="conv_uniform", value_gain=10.0)
+    with pytest.raises(ValueError, match="value_gain"):
+        ConvNet(num_classes=2, arch="coordconv_regressor", add_coords=False, value_gain=10.0)
+    with pytest.raises(ValueError, match="value_gain"):
+        ConvNet(num_classes=2, arch="coordconv_regressor", add_coords=True, value_gain=-1.0)
