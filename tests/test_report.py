@@ -87,7 +87,7 @@ def test_floor_rows_in_tables(tmp_path):
     assert "**0.61 ± 0.01**" in lines[1], "the best encoding is bold even when a floor is higher"
     assert "**" not in lines[4] and "~" not in lines[4] and lines[4].endswith("| – |")
     assert "3 seeds" in table.splitlines()[0]
-    assert "| *strongest floor* | majority 0.9 |" in text, "summary: the highest floor for higher-is-better"
+    assert "| *floor to beat* | majority 0.9 |" in text, "summary: the highest floor for higher-is-better"
 
 
 def test_learned_rule():
@@ -284,3 +284,17 @@ def test_a_kill_during_append_leaves_the_old_file(tmp_path, monkeypatch):
         append_rows(path, _two_cells()[2:])
     monkeypatch.undo()
     assert [dataclasses.replace(r, cell_rows=0) for r in read_rows(path)] == _two_cells()[:2]
+
+
+def test_the_lm_is_held_to_its_reference_floor():
+    """text/stdlib_lm: learned = beats the bigram floor; the stronger trigram floor is reported beside it."""
+    from train.report import learned_section
+
+    def lm(kind, seed, value, variant="-"):
+        return row(kind, seed, 1.0, value, task="text/stdlib_lm", variant=variant, metric="ppl", higher=False)
+
+    rows = [lm("floor", 0, 12.0, "bigram"), lm("floor", 0, 7.0, "trigram")]
+    rows += [lm("alibi", s, 9.0 + 0.01 * s) for s in range(3)] + [lm("none", s, 12.5 + 0.01 * s) for s in range(3)]
+    text = "\n".join(learned_section(aggregate(rows), task_info(rows)))
+    assert "reference floor bigram 12; above it: alibi; not above it: none 12.5" in text
+    assert "above the strongest floor (trigram 7) too: no kind" in text

@@ -238,6 +238,21 @@ def train_ratio(agg_task: dict[str, dict[float, Cell]]) -> float | None:
     return ratios.pop() if len(ratios) == 1 else None
 
 
+# The floor a task's "learned" rule uses when it is not the strongest one: the character LM is held to
+# beating a bigram model (Press et al.'s trend needs models that use context; at the quick budget a
+# model of 48 channels and 2 layers is not expected to beat a trigram model, which the report also shows).
+REFERENCE_FLOORS = {"text/stdlib_lm": "bigram"}
+
+
+def reference_floor(task: str | None, agg_task, ratio: float | None, higher: bool) -> tuple[str, Cell] | None:
+    """The floor of the "learned" rule: :data:`REFERENCE_FLOORS` for ``task`` if measured, else the strongest."""
+    name = REFERENCE_FLOORS.get(task or "")
+    by = split_floors(agg_task)[1].get(name) if name else None
+    if by is not None and ratio in by:
+        return name, by[ratio]
+    return strongest_floor(agg_task, ratio, higher)
+
+
 def strongest_floor(agg_task, ratio: float | None, higher: bool) -> tuple[str, Cell] | None:
     """The floor hardest to beat at ``ratio`` (highest if higher is better, else lowest), or None."""
     _, floors = split_floors(agg_task)
@@ -270,10 +285,10 @@ class FloorCheck:
         return self.floor is None or kind_of(label) in self.learned
 
 
-def floor_check(agg_task, higher: bool) -> FloorCheck:
-    """Apply the "learned the task" rule to every kind of one task."""
+def floor_check(agg_task, higher: bool, task: str | None = None) -> FloorCheck:
+    """Apply the "learned the task" rule to every kind of one task (against its reference floor)."""
     ratio = train_ratio(agg_task)
-    check = FloorCheck(ratio, strongest_floor(agg_task, ratio, higher))
+    check = FloorCheck(ratio, reference_floor(task, agg_task, ratio, higher))
     encodings, _ = split_floors(agg_task)
     for label, by in sorted(encodings.items()):
         if kind_of(label) != label or ratio not in by:
@@ -292,18 +307,25 @@ def learned_section(agg, info) -> list[str]:
     lines = ["## Which kinds learned each task", "",
              "A kind learned a task iff at the training size (×1, or the only size) its mean beats the task's "
              "strongest floor there by more than two standard errors (std / √n over seeds); with one seed it "
-             "cannot be shown. The literature checks below compare only kinds that learned the task.", ""]
+             "cannot be shown. Exceptions (a named floor instead of the strongest): "
+             + ", ".join(f"{t}: {f}" for t, f in REFERENCE_FLOORS.items())
+             + ". The literature checks below compare only kinds that learned the task.", ""]
     for task in sorted(agg):
         higher = info[task].higher_is_better
-        check = floor_check(agg[task], higher)
+        check = floor_check(agg[task], higher, task)
         head = f"- **{task}** ({info[task].metric}{'↑' if higher else '↓'})"
         if check.floor is None:
             lines.append(f"{head}: no floor measured; every kind counts as learned.")
             continue
         name, cell = check.floor
-        parts = [f"strongest floor {name} {cell.mean:.3g}",
-                 "above it: " + (", ".join(check.learned) or "none"),
-                 "not above it: " + (", ".join(f"{k} {c.fmt()}" for k, c in check.not_learned.items()) or "none")]
+        parts = [f"{'reference' if task in REFERENCE_FLOORS else 'strongest'} floor {name} {cell.mean:.3g}",
+                 "above it: " + (", ".join(check.learned) or "no kind"),
+                 "not above it: " + (", ".join(f"{k} {c.fmt()}" for k, c in check.not_learned.items()) or "no kind")]
+        strongest = strongest_floor(agg[task], check.ratio, higher)
+        if strongest is not None and strongest[0] != name:
+            also = [k for k, c in check.learned.items() if beats(c, strongest[1], higher)]
+            parts.append(f"above the strongest floor ({strongest[0]} {strongest[1].mean:.3g}) too: "
+                         + (", ".join(also) or "no kind"))
         if check.not_shown:
             parts.append("not shown (one seed): " + ", ".join(f"{k} {c.fmt()}" for k, c in check.not_shown.items()))
         lines.append(f"{head}: " + "; ".join(parts) + ".")
@@ -364,7 +386,7 @@ def ranking_order(agg_task, sizes, higher):
 
 def summary_table(agg, info) -> str:
     """One row per encoding, one column per task: the metric at the training size → at the largest size;
-    a last row with each task's strongest floor in distribution."""
+    a last row with each task's reference floor in distribution (the strongest, unless REFERENCE_FLOORS says)."""
     tasks = sorted(agg)
     labels = sorted({label for t in tasks for label in agg[t] if not is_floor(label)},
                     key=lambda l: (l.startswith("conv"), "(" in l, l))
@@ -383,9 +405,9 @@ def summary_table(agg, info) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     floor_cells = []
     for t in tasks:
-        floor = strongest_floor(agg[t], train_ratio(agg[t]), info[t].higher_is_better)
+        floor = reference_floor(t, agg[t], train_ratio(agg[t]), info[t].higher_is_better)
         floor_cells.append(f"{floor[0]} {floor[1].mean:.3g}" if floor else "")
-    lines.append("| *strongest floor* | " + " | ".join(floor_cells) + " |")
+    lines.append("| *floor to beat* | " + " | ".join(floor_cells) + " |")
     return "\n".join(lines)
 
 
@@ -530,7 +552,7 @@ def check_claim(claim: Claim, agg, info) -> str:
         return f"- **{claim.source}**, `{claim.task}`: not measured in this run (task not selected)."
     head = f"- **{claim.source}**, `{claim.task}` — {claim.text}" + (f" [{claim.note}]" if claim.note else "")
     agg_task, row = agg[claim.task], info[claim.task]
-    check = floor_check(agg_task, row.higher_is_better)
+    check = floor_check(agg_task, row.higher_is_better, claim.task)
     first, last = check.ratio, max(max(by) for by in agg_task.values())
     if claim.measure == "degradation" and first is None:
         return f"{head}. **not testable: no training-size measurement to degrade from**."
@@ -592,7 +614,7 @@ def write_report(run_dir: Path, header: str, select=None) -> Path:
     agg, info, times = aggregate(rows), task_info(rows), train_times(rows)
     parts = [header, "", "## Summary", "",
              "Mean over seeds at the training size → at the largest test size (× in the column tables below); "
-             "the last row is each task's strongest floor in distribution.", "",
+             "the last row is the floor each task's kinds must beat in distribution.", "",
              summary_table(agg, info), "", *learned_section(agg, info), "", "## Per task", "",
              "Cells: mean ± std over seeds. **Bold**: best at that size; `~`: within noise of the best "
              "(difference under two standard errors). Sizes are test size / train size. `floor:` rows come "
