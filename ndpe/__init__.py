@@ -8,7 +8,7 @@
 """
 from . import kinds as _kinds  # noqa: F401  (registers every kind)
 from .attention import Attention, causal_mask
-from .base import Encoding
+from .base import Encoding, bias_budget, set_bias_budget
 from .combine import Combine
 from .contract import PosOut, apply_qk, apply_tokens, attn_bias, merge
 from .coords import grid_coords
@@ -17,6 +17,6 @@ from .registry import available, make, options, register
 
 __all__ = [
     "AddCoords", "Attention", "Combine", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
-    "causal_mask", "grid_coords", "make", "merge", "options", "register",
+    "bias_budget", "causal_mask", "grid_coords", "make", "merge", "options", "register", "set_bias_budget",
 ]
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from .checks import check_bool, check_int, check_number
 from .contract import PosOut, apply_qk, attn_bias
 
 
@@ -25,6 +26,12 @@ class Attention(nn.Module):
     def __init__(self, dim: int, heads: int = 8, *, qkv_bias: bool = True, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, causal: bool = False):
         super().__init__()
+        check_int(dim, "dim", low=1)
+        check_int(heads, "heads", low=1)
+        check_bool(qkv_bias, "qkv_bias")
+        check_bool(causal, "causal")
+        check_number(attn_drop, "attn_drop", low=0.0, high=1.0)
+        check_number(proj_drop, "proj_drop", low=0.0, high=1.0)
         if dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
         self.heads, self.causal, self.attn_drop = heads, causal, attn_drop
@@ -36,6 +43,12 @@ class Attention(nn.Module):
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         q, k = apply_qk(q, k, pos)
         mask = attn_bias(pos, q.dtype)
+        if mask is not None and mask.dim() >= 3 and mask.shape[-3] not in (1, self.heads):
+            raise ValueError(f"the encoding's bias has {mask.shape[-3]} heads but the attention has heads={self.heads}; "
+                             f"build the encoding with heads={self.heads}")
+        if mask is not None and mask.shape[-1] != x.shape[1]:
+            raise ValueError(f"tokens have length {x.shape[1]} but the encoding's bias covers {mask.shape[-1]} "
+                             "(grid + prefix)")
         drop = self.attn_drop if self.training else 0.0
         if mask is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=self.causal)

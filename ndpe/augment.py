@@ -23,16 +23,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-
-def _per_axis(value, dims: int, name: str, *, low: float) -> tuple[float, ...]:
-    values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
-    if len(values) != dims:
-        raise ValueError(f"{name} must be a number or a tuple of {dims} numbers (one per axis), got {value!r}")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        raise TypeError(f"{name} must hold numbers, got {value!r}")
-    if any(not math.isfinite(v) or v < low for v in values):
-        raise ValueError(f"{name} must be finite and >= {low}, got {value!r}")
-    return tuple(float(v) for v in values)
+from .checks import per_axis
 
 
 def _check_batch(positions: Tensor, batch_size: int | None, dims: int) -> tuple[Tensor, bool]:
@@ -80,9 +71,10 @@ class CAPE(nn.Module):
                  batch_size: int | None = None, generator: torch.Generator | None = None):
         super().__init__()
         self.dims = dims
-        self.max_global_shift = _per_axis(max_global_shift, dims, "max_global_shift", low=0.0)
-        self.max_local_shift = _per_axis(max_local_shift, dims, "max_local_shift", low=0.0)
-        self.max_global_scaling = _per_axis(max_global_scaling, 1, "max_global_scaling", low=1.0)[0]
+        self.max_global_shift = per_axis(max_global_shift, dims, "max_global_shift", low=0.0, what="finite and >= 0")
+        self.max_local_shift = per_axis(max_local_shift, dims, "max_local_shift", low=0.0, what="finite and >= 0")
+        self.max_global_scaling = per_axis(max_global_scaling, 1, "max_global_scaling", low=1.0,
+                                           what="finite and >= 1")[0]
         self.batch_size = _check_batch_size(batch_size)
         self.generator = generator
 
@@ -123,10 +115,10 @@ class RandomPositions(nn.Module):
                  generator: torch.Generator | None = None):
         super().__init__()
         self.dims = dims
-        lens = tuple(max_len) if isinstance(max_len, (tuple, list)) else (max_len,) * dims
-        if len(lens) != dims or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in lens):
-            raise ValueError(f"max_len must be a positive int or a tuple of {dims} positive ints, got {max_len!r}")
-        self.max_len = lens
+        try:
+            self.max_len = per_axis(max_len, dims, "max_len", low=1, integer=True)
+        except (TypeError, ValueError):
+            raise ValueError(f"max_len must be a positive int or a tuple of {dims} positive ints, got {max_len!r}") from None
         self.batch_size = _check_batch_size(batch_size)
         self.generator = generator
 

@@ -14,10 +14,38 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .checks import check_choice, check_dims, check_float_dtype, check_int
 from .contract import PosOut
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 
 _CACHE_SIZE = 16
+_BIAS_BUDGET = [1 << 30]  # bytes; see set_bias_budget
+
+
+def set_bias_budget(nbytes: int | None) -> int | None:
+    """Set the memory budget (bytes) of a materialized attention bias and return the previous one.
+
+    Bias kinds (``alibi``, ``relative``) build a ``(heads, T, T)`` float32 tensor plus ``(T, T)``
+    intermediates; a grid whose estimated peak exceeds the budget is refused before anything is
+    allocated (default 1 GiB). ``None`` disables the check. For large grids use :mod:`ndpe.flex`,
+    which never builds the bias (docs/bias.md).
+    """
+    if nbytes is not None:
+        check_int(nbytes, "bias budget (bytes)", low=1)
+    previous = _BIAS_BUDGET[0]
+    _BIAS_BUDGET[0] = nbytes
+    return previous
+
+
+def bias_budget() -> int | None:
+    """The current bias memory budget in bytes (None: unlimited)."""
+    return _BIAS_BUDGET[0]
+
+
+def _out_tensors(out: PosOut) -> tuple[Tensor, ...]:
+    """The tensors of a PosOut (add, cat, cos, sin, bias), for version checks."""
+    ts = (out.add, out.cat, out.bias) + (() if out.rot is None else tuple(out.rot))
+    return tuple(t for t in ts if t is not None)
 
 
 class Encoding(nn.Module):
@@ -40,11 +68,9 @@ class Encoding(nn.Module):
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1):
         super().__init__()
-        if dims not in self.supported_dims:
-            raise ValueError(f"kind {self.kind!r} supports dims {self.supported_dims}, got dims={dims!r}")
-        for name, value in (("dim", dim), ("heads", heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_dims(dims, self.kind, self.supported_dims)
+        check_int(dim, "dim", low=1)
+        check_int(heads, "heads", low=1)
         if dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
         self.dims, self.dim, self.heads = dims, dim, heads
@@ -72,8 +98,7 @@ class Encoding(nn.Module):
 
     @coords_mode.setter
     def coords_mode(self, mode: str) -> None:
-        if mode not in COORD_MODES:
-            raise ValueError(f"coords must be one of {COORD_MODES}, got {mode!r}")
+        check_choice(mode, "coords", COORD_MODES)
         self._coords_mode = mode
         self.clear_cache()
 
@@ -98,8 +123,8 @@ class Encoding(nn.Module):
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
                 num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut:
-        if isinstance(num_prefix, bool) or not isinstance(num_prefix, int) or num_prefix < 0:
-            raise ValueError(f"num_prefix must be an int >= 0, got {num_prefix!r}")
+        check_int(num_prefix, "num_prefix", low=0)
+        check_float_dtype(dtype)
         if grid_shape is None and positions is None:
             raise ValueError("pass grid_shape, positions, or both")
         if grid_shape is not None:
@@ -110,22 +135,48 @@ class Encoding(nn.Module):
             key = (grid_shape, num_prefix, self.device, dtype)
             hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+                out, tensors, versions = hit
+                # a caller's in-place change (pos.add.mul_(0), attn_bias(pos) += 5) bumps a version: recompute
+                if all(t._version == v for t, v in zip(tensors, versions)):
+                    self._cache.move_to_end(key)
+                    return out
+                del self._cache[key]
         if positions is None:
             positions = grid_coords(grid_shape, self.coords_mode, device=self.device)
         else:
             positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape))
         if augmenting:
             positions = self.augment(positions, grid_shape)
+        self._check_bias_size(positions, grid_shape, num_prefix)
         out = pad_prefix(self.encode(positions, grid_shape), num_prefix)
         if dtype is not None:
             out = out.to(dtype)
         if key is not None:
-            self._cache[key] = out
+            tensors = _out_tensors(out)
+            self._cache[key] = (out, tensors, tuple(t._version for t in tensors))
             if len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
         return out
+
+    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int | None:
+        """Estimated peak bytes of building this kind's ``(batch, heads, T, T)`` bias; None: no bias."""
+        return None
+
+    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int) -> None:
+        budget = _BIAS_BUDGET[0]
+        if budget is None or torch.compiler.is_compiling():
+            return
+        batch = positions.shape[0] if positions.ndim == 3 else 1
+        need = self.bias_bytes(batch, positions.shape[-2], num_prefix)
+        if need is None or need <= budget:
+            return
+        t = positions.shape[-2] + num_prefix
+        where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{positions.shape[-2]} positions"
+        shape = (batch, self.heads, t, t) if positions.ndim == 3 else (self.heads, t, t)
+        raise MemoryError(f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor: "
+                          f"~{need / 2**30:.2f} GiB with intermediates, over the {budget / 2**30:.2f} GiB budget; "
+                          "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md), "
+                          "or raise the budget with ndpe.set_bias_budget(bytes)")
 
     def _cacheable(self) -> bool:
         # inference-mode tensors cannot be saved for a later backward: never cache them (nor serve them)

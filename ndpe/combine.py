@@ -22,6 +22,9 @@ class Combine(nn.Module):
         super().__init__()
         if not encodings:
             raise ValueError("Combine needs at least one encoding")
+        for pe in encodings:
+            if not isinstance(pe, nn.Module) or not all(hasattr(pe, a) for a in ("dims", "dim", "heads")):
+                raise TypeError(f"Combine takes encodings built by ndpe.make, got {type(pe).__name__}")
         first = encodings[0]
         for pe in encodings[1:]:
             if (pe.dims, pe.dim, pe.heads) != (first.dims, first.dim, first.heads):

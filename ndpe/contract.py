@@ -18,6 +18,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor
 
+from .checks import check_float_dtype, check_float_tensor
 from .functional import apply_rotary_many
 
 PAIRINGS = ("half", "interleaved")
@@ -59,6 +60,7 @@ class PosOut:
 
     def to(self, dtype: torch.dtype) -> "PosOut":
         """Cast every tensor to ``dtype`` (angles were already computed in float32)."""
+        check_float_dtype(dtype)
         cast = {f.name: _cast(getattr(self, f.name), dtype) for f in fields(self) if f.name in ("add", "cat", "rot", "bias")}
         return replace(self, **cast)
 
@@ -129,6 +131,8 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
     """
     if pos is None:
         return x
+    _check_pos(pos)
+    check_float_tensor(x, "tokens x")
     if pos.add is not None:
         _check_tokens(x, pos.add, "add")
         x = x + pos.add.to(x.dtype)
@@ -153,8 +157,12 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
     [torch.Size([2, 4, 6, 8]), torch.Size([2, 4, 6, 8])]
     """
 
+    if pos is not None:
+        _check_pos(pos)
     if pos is None or pos.rot is None:
         return q, k
+    check_float_tensor(q, "q")
+    check_float_tensor(k, "k")
     cos, sin = pos.rot
     if q.shape[-2] != cos.shape[-2]:
         raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
@@ -173,10 +181,18 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None) -> Tensor | 
     >>> attn_bias(PosOut(bias=torch.zeros(4, 9, 9))).shape
     torch.Size([1, 4, 9, 9])
     """
+    check_float_dtype(dtype)
+    if pos is not None:
+        _check_pos(pos)
     if pos is None or pos.bias is None:
         return None
     bias = pos.bias if dtype is None else pos.bias.to(dtype)
     return bias.unsqueeze(0) if bias.dim() == 3 else bias
+
+
+def _check_pos(pos) -> None:
+    if not isinstance(pos, PosOut):
+        raise TypeError(f"pos must be an ndpe.PosOut (what pe(grid_shape) returns) or None, got {type(pos).__name__}")
 
 
 def _check_tokens(x: Tensor, t: Tensor, name: str) -> None:

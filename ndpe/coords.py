@@ -26,6 +26,8 @@ def check_grid_shape(grid_shape: Sequence[int], dims: int) -> tuple[int, ...]:
         grid_shape = (grid_shape,)
     if isinstance(grid_shape, Tensor):
         grid_shape = tuple(grid_shape.tolist())
+    if isinstance(grid_shape, (str, bytes)):
+        raise TypeError(f"grid_shape must be a tuple of {dims} ints, got {grid_shape!r}")
     try:
         shape = tuple(grid_shape)
     except TypeError:
@@ -71,6 +73,8 @@ def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None)
     """Validate explicit coordinates ``(N, dims)`` or ``(B, N, dims)``; returns them as float32 (float64 kept)."""
     if not isinstance(positions, Tensor):
         raise TypeError(f"positions must be a tensor of shape (N, {dims}) or (B, N, {dims}), got {type(positions).__name__}")
+    if positions.device.type == "meta":
+        raise ValueError("positions are on the meta device (shape only, no values); pass real coordinates")
     if positions.ndim not in (2, 3) or positions.shape[-1] != dims:
         raise ValueError(f"positions must have shape (N, {dims}) or (B, N, {dims}), got {tuple(positions.shape)}")
     if num_tokens is not None and positions.shape[-2] != num_tokens:

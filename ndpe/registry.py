@@ -12,6 +12,8 @@ from typing import Callable
 
 from torch import nn
 
+from .checks import check_dims
+
 _KINDS: dict[str, type[nn.Module]] = {}
 _DIMS: dict[str, tuple[int, ...]] = {}
 _BASE_ARGS = ("dims", "dim", "heads")
@@ -51,7 +53,7 @@ def options(kind: str) -> dict[str, object]:
 
 
 def _lookup(kind: str) -> type[nn.Module]:
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {sorted(_KINDS)}")
     return _KINDS[kind]
 
@@ -73,8 +75,7 @@ def make(*, dims: int, kind: str, dim: int, heads: int = 1, augment=None, **opts
     torch.Size([24, 64])
     """
     cls = _lookup(kind)
-    if dims not in _DIMS[kind]:
-        raise ValueError(f"kind {kind!r} supports dims {_DIMS[kind]}, got dims={dims!r}")
+    check_dims(dims, kind, _DIMS[kind])
     valid = options(kind)
     unknown = sorted(set(opts) - set(valid))
     if unknown:

@@ -153,3 +153,70 @@ def test_combine_refuses_positions_in_mixed_units():
         both((3, 4), positions=torch.zeros(12, 2))
     with pytest.raises(ValueError, match="one coordinate unit"):
         both.coords((3, 4))
+
+
+CACHED_FIELDS = [  # (kind, dims, opts, field)
+    ("sinusoidal", 2, {}, "add"),
+    ("coord", 2, {}, "cat"),
+    ("rope", 2, {}, "cos"),
+    ("rope", 2, {}, "sin"),
+    ("alibi", 2, {}, "bias"),
+]
+
+
+def _field(pos, name):
+    if name in ("cos", "sin"):
+        return pos.rot[0 if name == "cos" else 1]
+    return getattr(pos, name)
+
+
+@pytest.mark.parametrize("num_prefix", [0, 1])
+@pytest.mark.parametrize("kind,dims,opts,field", CACHED_FIELDS, ids=[f"{c[0]}-{c[3]}" for c in CACHED_FIELDS])
+def test_cache_survives_in_place_changes_by_the_caller(kind, dims, opts, field, num_prefix):
+    pe = ndpe.make(dims=dims, kind=kind, dim=32, heads=4, **opts)
+    ref = _field(pe((3, 4), num_prefix=num_prefix), field).clone()
+    _field(pe((3, 4), num_prefix=num_prefix), field).mul_(0).add_(7)  # the caller scribbles on its output
+    torch.testing.assert_close(_field(pe((3, 4), num_prefix=num_prefix), field), ref, rtol=0, atol=0)
+    assert pe((3, 4), num_prefix=num_prefix) is pe((3, 4), num_prefix=num_prefix)  # still cached afterwards
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float32, torch.bfloat16])
+def test_cache_survives_changes_through_attn_bias(dtype):
+    pe = ndpe.make(dims=1, kind="alibi", dim=32, heads=4)
+    ref = pe((4,), dtype=dtype).bias.clone()
+    m = ndpe.attn_bias(pe((4,), dtype=dtype))
+    m += 5  # a view of the cached bias when no cast happens
+    torch.testing.assert_close(pe((4,), dtype=dtype).bias, ref, rtol=0, atol=0)
+    torch.testing.assert_close(ndpe.attn_bias(pe((4,), dtype=dtype))[0], ref, rtol=0, atol=0)
+
+
+def test_cache_survives_changes_through_combine():
+    pe = ndpe.Combine(ndpe.make(dims=1, kind="sinusoidal", dim=32, heads=4), ndpe.make(dims=1, kind="alibi", dim=32, heads=4))
+    ref = pe((4,))
+    ref_add, ref_bias = ref.add.clone(), ref.bias.clone()
+    out = pe((4,))
+    out.add.zero_()
+    out.bias.zero_()
+    torch.testing.assert_close(pe((4,)).add, ref_add, rtol=0, atol=0)
+    torch.testing.assert_close(pe((4,)).bias, ref_bias, rtol=0, atol=0)
+
+
+def test_bias_size_guard_is_configurable_and_checked_before_allocating():
+    pe = ndpe.make(dims=2, kind="alibi", dim=32, heads=4)
+    with pytest.raises(MemoryError, match=r"\(4, 16384, 16384\) float32.*GiB budget.*ndpe\.flex"):
+        pe((128, 128))  # ~5 GiB: refused at once instead of allocating
+    previous = ndpe.set_bias_budget(1000)
+    try:
+        assert ndpe.bias_budget() == 1000
+        with pytest.raises(MemoryError, match="budget"):
+            pe((8, 8))
+        with pytest.raises(MemoryError, match="budget"):
+            ndpe.make(dims=2, kind="relative", dim=32, heads=4)((8, 8))
+        assert pe((2, 2)).bias.shape == (4, 4, 4)  # 4 x 4 tokens fit in 1000 bytes
+        ndpe.set_bias_budget(None)
+        assert pe((8, 8)).bias.shape == (4, 64, 64)
+    finally:
+        ndpe.set_bias_budget(previous)
+    assert ndpe.bias_budget() == previous
+    with pytest.raises(TypeError, match="bias budget"):
+        ndpe.set_bias_budget(1.5)

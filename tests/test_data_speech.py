@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import io
 import math
+import signal
+import subprocess
+import sys
 import tarfile
+import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +16,8 @@ import scipy.io.wavfile
 import torch
 
 from train.data import build_dataset
-from train.data.download import safe_extract, sha256_of
+import train.data.download as dl
+from train.data.download import MARKER, safe_extract, sha256_of
 from train.data.speech_commands import CLASSES_12, WORDS_35, download_speech_commands, read_wav
 
 SR = 16000
@@ -34,6 +40,7 @@ def write_tree(root) -> dict[str, str]:
     (root / "_background_noise_").mkdir()
     for name in ("white_noise.wav", "pink_noise.wav"):
         scipy.io.wavfile.write(root / "_background_noise_" / name, SR, (rng.uniform(-0.9, 0.9, int(1.5 * SR)) * 32767).astype(np.int16))
+    (root / MARKER).write_text("")  # a manual extraction, declared complete
     return splits
 
 
@@ -124,6 +131,9 @@ def test_missing_or_wrong_root_raises(tmp_path):
     (tmp_path / "validation_list.txt").write_text("")
     (tmp_path / "testing_list.txt").write_text("")
     (tmp_path / "hello").mkdir()
+    with pytest.raises(FileNotFoundError, match=MARKER):  # no marker: not known to be complete, never used
+        build_dataset("speech_commands", "train", root=str(tmp_path), classes=35)
+    (tmp_path / MARKER).write_text("")
     with pytest.raises(ValueError, match="'hello' is not a Speech Commands v2 word"):
         build_dataset("speech_commands", "train", root=str(tmp_path), classes=35)
 
@@ -144,19 +154,173 @@ def tar_of(tmp_path, members) -> str:
     return str(path)
 
 
-def test_download_verifies_sha256_then_extracts(tree, tmp_path):
-    source, _ = tree
-    archive = tmp_path / "src.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(source.rglob("*")):
-            tar.add(path, arcname=path.relative_to(source).as_posix(), recursive=False)
-    url, digest = archive.as_uri(), sha256_of(archive)
+def archive_of(source, path):
+    with tarfile.open(path, "w:gz") as tar:
+        for file in sorted(source.rglob("*")):
+            if file.name != MARKER:
+                tar.add(file, arcname="./" + file.relative_to(source).as_posix(), recursive=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(tree, tmp_path_factory):
+    """(url, sha256) of a .tar.gz of the tree, as a file:// URL."""
+    archive = archive_of(tree[0], tmp_path_factory.mktemp("served") / "src.tar.gz")
+    return archive.as_uri(), sha256_of(archive)
+
+
+def leftovers(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name != ".root.lock")
+
+
+def test_download_verifies_sha256_then_extracts(served, tmp_path):
+    url, digest = served
     with pytest.raises(OSError, match="checksum mismatch"):
-        download_speech_commands(tmp_path / "bad", url=url, sha256="0" * 64)
-    assert not any((tmp_path / "bad").iterdir())  # nothing kept, not even a partial file
-    root = download_speech_commands(tmp_path / "good", url=url, sha256=digest)
-    assert not (root / "speech_commands_v0.02.tar.gz").exists()
+        download_speech_commands(tmp_path / "root", url=url, sha256="0" * 64)
+    assert leftovers(tmp_path) == []  # nothing kept, not even a partial file
+    root = download_speech_commands(tmp_path / "root", url=url, sha256=digest)
+    assert leftovers(tmp_path) == ["root"] and (root / MARKER).read_text() == f"sha256 {digest}\n"
     assert len(build_dataset("speech_commands", "test", root=str(root), classes=35)) == len(WORDS)
+
+
+class Killed(BaseException):
+    """Stands for a kill: not an Exception, so no handler of ours swallows it."""
+
+
+def after(calls: int, real):
+    """``real`` that raises Killed on call number ``calls`` (1-based)."""
+    count = [0]
+
+    def wrapper(*args, **kwargs):
+        count[0] += 1
+        if count[0] >= calls:
+            raise Killed
+        return real(*args, **kwargs)
+
+    return wrapper
+
+
+def killed_reader(real_open):
+    def opener(url, start):
+        response = real_open(url, start)
+        response.read = after(2, response.read)  # one chunk arrives, then the process dies
+        return response
+
+    return opener
+
+
+def kill_after_marker(real):
+    def wrapper(folder, text):
+        real(folder, text)
+        raise Killed
+
+    return wrapper
+
+
+STAGES = {
+    "mid-download": lambda mp: (mp.setattr(dl, "_CHUNK", 1024), mp.setattr(dl, "_open_url", killed_reader(dl._open_url))),
+    "before-extraction": lambda mp: mp.setattr(dl, "safe_extract", after(1, dl.safe_extract)),
+    "mid-extraction": lambda mp: mp.setattr(dl, "_write_member", after(6, dl._write_member)),
+    "before-marker": lambda mp: mp.setattr(dl, "write_marker", after(1, dl.write_marker)),
+    "after-marker-before-rename": lambda mp: mp.setattr(dl, "write_marker", kill_after_marker(dl.write_marker)),
+}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_killed_download_is_never_used_and_is_cleaned_up(served, tmp_path, monkeypatch, stage):
+    url, digest = served
+    root = tmp_path / "root"
+    with monkeypatch.context() as mp:
+        STAGES[stage](mp)
+        with pytest.raises(Killed):
+            download_speech_commands(root, url=url, sha256=digest)
+    assert not root.exists()  # the staging folder is only renamed into place once complete
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        build_dataset("speech_commands", "test", root=str(root), classes=35)
+    download_speech_commands(root, url=url, sha256=digest)
+    assert leftovers(tmp_path) == ["root"]  # no .part, no archive, no staging folder
+    assert len(build_dataset("speech_commands", "test", root=str(root), classes=35)) == len(WORDS)
+
+
+def test_partial_download_is_resumed_with_range(served, tmp_path, monkeypatch):
+    """An HTTP server that honours Range: the second run asks for the rest only."""
+    import http.server
+    import threading
+
+    data = urllib.request.urlopen(served[0]).read()
+    ranges = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
+            ranges.append(self.headers["Range"])
+            self.send_response(206 if start else 200)
+            if start:
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(len(data) - start))
+            self.end_headers()
+            self.wfile.write(data[start:])
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/sc.tar.gz"
+        with monkeypatch.context() as mp:
+            STAGES["mid-download"](mp)
+            with pytest.raises(Killed):
+                download_speech_commands(tmp_path / "root", url=url, sha256=served[1])
+        assert (tmp_path / "root.tar.gz.part").stat().st_size == 1024
+        download_speech_commands(tmp_path / "root", url=url, sha256=served[1])
+    finally:
+        server.shutdown()
+    assert ranges == [None, "bytes=1024-"] and leftovers(tmp_path) == ["root"]
+
+
+def test_stale_part_without_range_support_is_restarted(served, tmp_path):
+    (tmp_path / "root.tar.gz.part").write_bytes(b"garbage from an older run")
+    (tmp_path / "root.tar.gz.abc123.part").write_bytes(b"older unique-named leftover")
+    download_speech_commands(tmp_path / "root", url=served[0], sha256=served[1])  # file:// ignores Range
+    assert leftovers(tmp_path) == ["root"]
+
+
+def test_real_kill_mid_extraction(served, tmp_path):
+    """SIGKILL (no finally blocks run) while extracting: the partial staging folder is never used, then removed."""
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+import train.data.download as dl
+from train.data.speech_commands import download_speech_commands
+real, count = dl._write_member, [0]
+def write(*args):
+    count[0] += 1
+    if count[0] == 6:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(*args)
+dl._write_member = write
+download_speech_commands({str(tmp_path / "root")!r}, url={served[0]!r}, sha256={served[1]!r})
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert result.returncode == -signal.SIGKILL
+    staging = [p for p in tmp_path.iterdir() if p.name.startswith(".root.extracting-")]
+    assert staging and not (tmp_path / "root").exists()  # the kill left a partial folder, but not under the root's name
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        build_dataset("speech_commands", "test", root=str(tmp_path / "root"), classes=35)
+    download_speech_commands(tmp_path / "root", url=served[0], sha256=served[1])
+    assert leftovers(tmp_path) == ["root"]
+
+
+def test_unmarked_old_extraction_is_refused_not_used(tree, tmp_path):
+    root = tmp_path / "root"
+    (root / "yes").mkdir(parents=True)
+    (root / "validation_list.txt").write_text("")  # what an interrupted older version left
+    with pytest.raises(FileNotFoundError, match=MARKER):
+        build_dataset("speech_commands", "test", root=str(root), download=False)
+    with pytest.raises(FileExistsError, match="delete it") as info:
+        download_speech_commands(root, url="file:///nonexistent", sha256="0" * 64)
+    assert "\n" not in str(info.value) and (root / "validation_list.txt").exists()  # refused, nothing deleted
 
 
 @pytest.mark.parametrize(
@@ -172,7 +336,20 @@ def test_safe_extract_rejects_malicious_members(tmp_path, member):
     assert not (tmp_path / "evil.txt").exists() and not (target / "ok.txt").exists()  # checked before writing anything
 
 
-def test_safe_extract_keeps_links_inside(tmp_path):
+def test_safe_extract_refuses_even_links_inside(tmp_path):
     archive = tar_of(tmp_path, [("a/data.txt", b"fine"), ("a/alias", "symlink", "data.txt")])
-    out = safe_extract(archive, tmp_path / "out")
-    assert (out / "a" / "alias").read_bytes() == b"fine"
+    with pytest.raises(ValueError, match="links are refused"):
+        safe_extract(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_malicious_archive_end_to_end_writes_nothing_outside(tmp_path):
+    """The CVE-2025-4517 layout through download_speech_commands with its own (matching) sha256."""
+    import test_extract
+
+    box = tmp_path / "box"
+    box.mkdir()
+    archive = test_extract.make(box / "poc.tar", test_extract.cve_2025_4517, mode="w", format=tarfile.PAX_FORMAT)
+    with pytest.raises(ValueError, match="links are refused"):
+        download_speech_commands(box / "root", url=Path(archive).as_uri(), sha256=sha256_of(archive))
+    assert not (box / "escaped.txt").exists() and not (box / "root").exists()

@@ -35,6 +35,7 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
+from ..checks import check_bool, check_choice, check_int
 from ..contract import PosOut
 from ..registry import register
 
@@ -47,8 +48,7 @@ def alibi_slopes(heads: int) -> list[float]:
     >>> alibi_slopes(4)
     [0.25, 0.0625, 0.015625, 0.00390625]
     """
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
-        raise ValueError(f"heads must be a positive int, got {heads!r}")
+    check_int(heads, "heads", low=1)
 
     def power_of_two(n: int) -> list[float]:
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
@@ -80,15 +80,20 @@ class ALiBi(Encoding):
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, distance: str = "euclidean"):
         super().__init__(dims=dims, dim=dim, heads=heads)
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {causal!r}")
+        check_bool(causal, "causal")
         if causal and dims != 1:
             raise ValueError(f"alibi causal=True needs dims=1 (a token order), got dims={dims}; "
                              "use the symmetric N-D form (causal=False)")
-        if distance not in DISTANCES:
-            raise ValueError(f"alibi distance must be one of {DISTANCES}, got {distance!r}")
+        check_choice(distance, "distance", DISTANCES)
         self.causal, self.distance = causal, distance
         self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32), persistent=False)
+
+    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int:
+        """Peak bytes: offsets and their squares ``(N, N, dims)`` then the bias ``(heads, N, N)`` next to the
+        lengths ``(N, N)``, plus the padded copy ``(heads, T, T)`` with a prefix; all float32."""
+        n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
+        floats = max((2 * self.dims + 1) * n2, (self.heads + 1) * n2 + (self.heads * t2 if num_prefix else 0))
+        return 4 * batch * floats
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         length = offset_length(positions.float(), self.distance)  # (..., N, N)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import Encoding
+from ..checks import check_bool
 from ..contract import PosOut
 from ..coords import axis_coords
 from ..registry import register
@@ -46,7 +47,7 @@ class Coord(Encoding):
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, with_r: bool = False, coords: str = "pixel"):
         super().__init__(dims=dims, dim=dim, heads=heads)
-        self.with_r, self.coords_mode = bool(with_r), coords
+        self.with_r, self.coords_mode = check_bool(with_r, "with_r"), coords
         self.cat_dim = dims + int(self.with_r)
         if dim <= self.cat_dim:
             raise ValueError(f"coord appends {self.cat_dim} channels, leaving dim - {self.cat_dim} for the tokens; "
@@ -74,7 +75,7 @@ class AddCoords(nn.Module):
         super().__init__()
         if dims not in (1, 2, 3):
             raise ValueError(f"AddCoords supports dims 1, 2 or 3, got dims={dims!r}")
-        self.dims, self.with_r = dims, bool(with_r)
+        self.dims, self.with_r = dims, check_bool(with_r, "with_r")
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != self.dims + 2:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import Encoding
+from ..checks import check_bool, check_int, check_number
 from ..contract import PosOut
 from ..registry import register
 
@@ -48,8 +49,10 @@ class Fourier(Encoding):
         super().__init__(dims=dims, dim=dim, heads=heads)
         if dim % 2:
             raise ValueError(f"fourier features need an even dim (a cos and a sin per frequency), got dim={dim}")
-        if not sigma > 0:
-            raise ValueError(f"sigma must be > 0, got {sigma!r}")
+        check_number(sigma, "sigma", low=0.0, inclusive=False)
+        check_bool(learnable, "learnable")
+        if seed is not None:
+            check_int(seed, "seed", low=0)
         gen = None if seed is None else torch.Generator().manual_seed(seed)
         freqs = torch.randn(dim // 2, dims, generator=gen) * sigma  # (dim / 2, dims)
         if learnable:

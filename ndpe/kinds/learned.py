@@ -35,6 +35,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ..base import Encoding
+from ..checks import check_bool, check_choice
 from ..contract import PosOut
 from ..coords import check_grid_shape
 from ..registry import register
@@ -70,10 +71,10 @@ class Learned(Encoding):
             raise ValueError(f"init_std must be a finite number > 0, got {init_std!r}")
         self.init_std = float(init_std)
         self.table_shape = check_grid_shape(grid_shape, dims)
-        if combine not in COMBINES:
-            raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
+        check_choice(combine, "combine", COMBINES)
+        check_bool(factorized, "factorized")
         valid = ("linear",) if factorized else RESIZE_MODES[dims]
-        if resize is not None and resize not in valid:
+        if resize is not None and (not isinstance(resize, str) or resize not in valid):
             what = "factorized tables (1D per axis)" if factorized else f"dims={dims}"
             raise ValueError(f"resize for {what} must be None or one of {valid}, got {resize!r}")
         if factorized and combine == "concat" and dim % dims:

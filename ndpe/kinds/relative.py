@@ -37,6 +37,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ..base import Encoding
+from ..checks import check_bool, check_choice, per_axis
 from ..contract import PosOut
 from ..registry import register
 
@@ -84,17 +85,6 @@ def clip_index(positions: Tensor, max_distance: tuple[int, ...]) -> Tensor:
     return index
 
 
-def _int_per_axis(value, dims: int, name: str) -> tuple[int, ...]:
-    values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
-    if len(values) != dims:
-        raise ValueError(f"{name} must be an int or a tuple of {dims} ints (one per axis), got {value!r}")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise TypeError(f"{name} must hold ints, got {value!r}")
-    if any(v < 0 for v in values):
-        raise ValueError(f"{name} must be >= 0 (0 = a single shared offset bucket), got {value!r}")
-    return values
-
-
 @register("relative", dims=(1, 2, 3))
 class RelativeBias(Encoding):
     """Learned relative-position bias per head; see the module docstring for conventions.
@@ -112,23 +102,21 @@ class RelativeBias(Encoding):
                  max_distance: int | tuple[int, ...] | None = None, num_buckets: int | None = None,
                  bidirectional: bool = True):
         super().__init__(dims=dims, dim=dim, heads=heads)
-        if mode not in MODES:
-            raise ValueError(f"relative mode must be one of {MODES}, got {mode!r}")
-        if not isinstance(bidirectional, bool):
-            raise TypeError(f"bidirectional must be a bool, got {bidirectional!r}")
+        check_choice(mode, "mode", MODES)
+        check_bool(bidirectional, "bidirectional")
         self.mode, self.bidirectional = mode, bidirectional
         if mode == "clip":
             if num_buckets is not None or not bidirectional:
                 raise ValueError("num_buckets and bidirectional=False apply to mode='t5'; mode='clip' learns "
                                  "one bias per clipped offset in both directions")
-            self.max_distance = _int_per_axis(_CLIP_DEFAULT if max_distance is None else max_distance,
-                                              dims, "max_distance")
+            self.max_distance = per_axis(_CLIP_DEFAULT if max_distance is None else max_distance,
+                                              dims, "max_distance", low=0, integer=True)
             size = math.prod(2 * m + 1 for m in self.max_distance)
         else:
             if dims != 1:
                 raise ValueError(f"relative mode='t5' is 1D only, got dims={dims}; use mode='clip' for 2D/3D")
-            self.max_distance = _int_per_axis(_T5_DEFAULT if max_distance is None else max_distance, 1,
-                                              "max_distance")
+            self.max_distance = per_axis(_T5_DEFAULT if max_distance is None else max_distance, 1,
+                                              "max_distance", low=0, integer=True)
             self.num_buckets = size = _T5_BUCKETS if num_buckets is None else num_buckets
             self._check_buckets()
         self.table = nn.Parameter(torch.empty(size, heads))  # (entries, heads)
@@ -147,6 +135,12 @@ class RelativeBias(Encoding):
         if self.max_distance[0] <= max_exact:
             raise ValueError(f"max_distance must exceed the exact buckets ({max_exact}) for num_buckets={nb}, "
                              f"got max_distance={self.max_distance[0]}")
+
+    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int:
+        """Peak bytes: the int64 index ``(N, N)`` with its per-axis temporaries, then the float32 gather
+        ``(N, N, heads)`` next to the index, plus the padded copy ``(heads, T, T)`` with a prefix."""
+        n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
+        return batch * max(32 * n2, 8 * n2 + 4 * self.heads * n2 + (4 * self.heads * t2 if num_prefix else 0))
 
     def index(self, positions: Tensor) -> Tensor:
         """Table rows ``(..., N, N)`` (long) of integer positions ``(..., N, dims)``."""

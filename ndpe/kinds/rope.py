@@ -42,6 +42,7 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
+from ..checks import check_choice, per_axis
 from ..contract import PAIRINGS, PosOut
 from ..registry import register
 from ..scaling import NEEDS_TRAIN_SHAPE, SCALINGS, axial_inv_freq, dynamic_ntk_theta, ntk_exponent, scaled_inv_freq
@@ -69,23 +70,9 @@ def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None)
     return axis_dims
 
 
-def per_axis(value, dims: int, name: str, *, low: float, inclusive: bool = True) -> tuple[float, ...]:
-    """A number or a tuple of ``dims`` numbers, each ``>= low`` (``> low`` when not ``inclusive``)."""
-    values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
-    if len(values) != dims:
-        raise ValueError(f"{name} must be a number or a tuple of {dims} numbers (one per axis), got {value!r}")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"{name} must hold numbers, got {value!r}")
-        if v < low or (not inclusive and v == low):
-            raise ValueError(f"{name} must be {'>=' if inclusive else '>'} {low} on every axis, got {value!r}")
-    return tuple(float(v) for v in values)
-
-
 def check_pairing(pairing: str) -> None:
     """Validate the ``pairing`` option shared by the rotary kinds (``coords`` is checked by the base class)."""
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    check_choice(pairing, "pairing", PAIRINGS)
 
 
 def angle_dtype(device: torch.device) -> torch.dtype:
@@ -127,7 +114,7 @@ class RoPE(Encoding):
             if scale is not None or train_shape is not None:
                 raise ValueError("scale and train_shape need a scaling ('linear', 'ntk', 'dynamic-ntk' or 'yarn')")
             return None, (1.0,) * dims, None
-        if scaling not in SCALINGS:
+        if not isinstance(scaling, str) or scaling not in SCALINGS:
             raise ValueError(f"scaling must be None or one of {SCALINGS}, got {scaling!r}")
         if self.coords_mode != "index":
             raise ValueError(f"scaling={scaling!r} works on lengths in tokens: it needs coords='index', "

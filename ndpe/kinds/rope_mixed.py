@@ -37,7 +37,8 @@ from ..base import Encoding
 from ..contract import PosOut
 from ..registry import register
 from ..scaling import axial_inv_freq
-from .rope import check_pairing, per_axis, resolve_axis_dims
+from ..checks import check_bool, per_axis
+from .rope import check_pairing, resolve_axis_dims
 
 
 def random_rotations(n: int, dims: int, *, generator: torch.Generator | None = None) -> Tensor:
@@ -87,6 +88,7 @@ class RoPEMixed(Encoding):
             raise TypeError(f"rope-mixed takes one theta (its frequencies mix the axes), got {theta!r}")
         self.theta = per_axis(theta, 1, "theta", low=1.0, inclusive=False)[0]
         check_pairing(pairing)
+        check_bool(rotate, "rotate")
         self.axis_dims = resolve_axis_dims(self.head_dim, dims, None)
         self.rot_dim = sum(self.axis_dims)
         self.coords_mode, self.pairing = coords, pairing

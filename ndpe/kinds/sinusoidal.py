@@ -36,6 +36,7 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
+from ..checks import check_choice, check_number
 from ..contract import PosOut
 from ..registry import register
 
@@ -67,12 +68,9 @@ class Sinusoidal(Encoding):
     def __init__(self, *, dims: int, dim: int, heads: int = 1, combine: str = "concat",
                  temperature: float = 10000.0, layout: str = "interleaved", coords: str = "index"):
         super().__init__(dims=dims, dim=dim, heads=heads)
-        if combine not in COMBINES:
-            raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {layout!r}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        check_choice(combine, "combine", COMBINES)
+        check_choice(layout, "layout", tuple(LAYOUTS))
+        check_number(temperature, "temperature", low=0.0, inclusive=False)
         chunks = dims if combine == "concat" else 1
         if dim % (2 * chunks):
             need = f"2 * dims = {2 * dims}" if combine == "concat" else "2"

@@ -10,6 +10,17 @@ means). ``image_size`` other than 32 resizes (bilinear, antialiased) after augme
 Safety: torchvision's loader *unpickles* the batch files, and unpickling runs code. Load only
 the official archive ``cifar-10-python.tar.gz`` (torchvision checks its md5 and each file's
 md5 before loading), never batch files of unknown origin.
+
+Download and interruption (torchvision 0.29's own path, not ``train.data.download``): the archive
+is written straight to ``root/cifar-10-python.tar.gz`` (no ``.part``; a killed download leaves a
+truncated file there, which fails the md5 on the next ``download=True`` and is overwritten, so
+nothing accumulates) and its md5 is checked before extraction; extraction is
+``tarfile.extractall`` without a filter, into ``root`` directly. That is safe only because the
+archive must match the pinned md5 of the official file (the url and md5 are class attributes, not
+options here), and a partial extraction is never used: every batch file is md5-checked before it is
+unpickled, and ``download=True`` re-extracts the kept archive when one is missing or damaged.
+Not covered by torchvision: a damaged ``batches.meta`` next to intact batches is not repaired by
+``download=True`` (it raises "corrupted"; delete ``cifar-10-batches-py`` and retry).
 """
 from __future__ import annotations
 

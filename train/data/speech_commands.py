@@ -6,6 +6,8 @@ Layout under ``root`` (the archive's top level)::
     validation_list.txt                "<word>/<file>.wav" per line -> split "val"
     testing_list.txt                   -> split "test"; every other file is "train"
     _background_noise_/*.wav           long noise recordings
+    .ndpe-complete                     marker written after a verified, complete extraction; without it
+                                       the folder is never used (create it yourself after a manual extraction)
 
 ``classes=35``: the 35 words, sorted (torchaudio / AST label set). ``classes=12``: the ten
 commands, ``_unknown_`` (every other word, a seeded random ``unknown_percent`` % subset of
@@ -36,7 +38,7 @@ from torch.utils.data import Dataset
 
 from ._base import check_choice, check_split, default_root
 from .audio_features import LogMel
-from .download import download, safe_extract
+from .download import MARKER, MAX_BYTES, MAX_MEMBERS, download, extract_complete, file_lock, is_complete
 from .tones import LOG_MEL_MEAN, LOG_MEL_STD
 
 URL = "http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz"
@@ -75,12 +77,31 @@ def fit(wave_: np.ndarray, num_samples: int) -> np.ndarray:
     return np.pad(wave_[:num_samples], (0, max(0, num_samples - len(wave_))))
 
 
-def download_speech_commands(root: str | Path, *, url: str = URL, sha256: str = SHA256) -> Path:
-    """Download the v0.02 archive into ``root``, verify its SHA-256, extract it safely, delete the archive."""
+def download_speech_commands(
+    root: str | Path, *, url: str = URL, sha256: str = SHA256, max_members: int = MAX_MEMBERS, max_bytes: int = MAX_BYTES
+) -> Path:
+    """Download the v0.02 archive next to ``root``, verify its SHA-256, extract it safely into ``root``, delete the archive.
+
+    ``root`` appears only complete: the archive is extracted into a temporary sibling folder, the
+    marker ``.ndpe-complete`` is written inside it, and the folder is renamed to ``root`` last. An
+    interrupted run leaves ``<root>.tar.gz.part`` (resumed next time) and possibly a staging folder
+    (removed next time), never a partial ``root``. A non-empty ``root`` without the marker is
+    refused, not overwritten. Runs under a lock file, so concurrent callers download once.
+    """
     root = Path(root)
-    archive = download(url, root / "speech_commands_v0.02.tar.gz", sha256=sha256)
-    safe_extract(archive, root)
-    archive.unlink()
+    archive = root.with_name(root.name + ".tar.gz")
+    with file_lock(root.with_name(f".{root.name}.lock")):
+        if not is_complete(root):
+            if root.exists() and (not root.is_dir() or any(root.iterdir())):
+                raise FileExistsError(
+                    f"{root} exists without the {MARKER} marker written after a complete extraction (an interrupted or older "
+                    f"download, or a copy of your own): delete it and retry with download=True, or, if it is a complete "
+                    f"extraction of {URL}, create the empty file {root / MARKER}"
+                )
+            download(url, archive, sha256=sha256)
+            extract_complete(archive, root, sha256=sha256, max_members=max_members, max_bytes=max_bytes)
+        for leftover in (archive, archive.with_name(archive.name + ".part")):
+            leftover.unlink(missing_ok=True)
     return root
 
 
@@ -107,12 +128,13 @@ class SpeechCommands(Dataset):
         check_choice("classes", classes, (12, 35))
         self.split, self.seed, self.duration = check_split(split), int(seed), float(duration)
         self.root = Path(root) if root is not None else default_root() / "speech_commands_v0.02"
-        if not (self.root / "validation_list.txt").exists():
+        if not is_complete(self.root):
             if not download:
                 raise FileNotFoundError(
-                    f"Speech Commands v2 not found under {self.root} (no validation_list.txt). Pass download=True to fetch "
-                    f"{URL} (2.4 GB, sha256 {SHA256}), or extract that archive so that {self.root}/yes/*.wav, "
-                    f"{self.root}/validation_list.txt and {self.root}/testing_list.txt exist."
+                    f"Speech Commands v2 not found complete under {self.root} (no {MARKER}, which is written only after a "
+                    f"verified extraction). Pass download=True to fetch {URL} (2.4 GB, sha256 {SHA256}), or, after extracting "
+                    f"that archive there yourself so that {self.root}/yes/*.wav, {self.root}/validation_list.txt and "
+                    f"{self.root}/testing_list.txt exist, create the empty file {self.root / MARKER}."
                 )
             download_speech_commands(self.root)
         self.classes = self.classes_for(classes)

@@ -1,0 +1,134 @@
+"""Argument validation shared by every kind and API function: one validator per rule.
+
+Each raises ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of range,
+with a one-line message that names the argument and repeats the bad value.
+
+>>> check_number(2, "theta", low=1.0, inclusive=False)
+2.0
+>>> per_axis(3, 2, "scale", low=1.0)
+(3.0, 3.0)
+>>> check_bool("no", "with_r")
+Traceback (most recent call last):
+...
+TypeError: with_r must be a bool (True or False), got 'no'
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_bool(value, name: str) -> bool:
+    """``value`` must be a real ``bool`` (a string such as ``"no"`` is not one)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+    return value
+
+
+def check_int(value, name: str, *, low: int | None = None) -> int:
+    """An ``int`` (not a bool, not a float such as ``2.0``), ``>= low`` when given."""
+    what = "an int" if low is None else "a positive int" if low == 1 else f"an int >= {low}"
+    if not _is_int(value):
+        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_dims(dims, kind: str, supported: tuple[int, ...]) -> int:
+    """``dims`` must be an int (not ``2.0``) among the kind's supported positional dims."""
+    if isinstance(dims, bool) or not isinstance(dims, int):
+        raise TypeError(f"dims must be an int (1, 2 or 3), got {dims!r} ({type(dims).__name__})")
+    if dims not in supported:
+        raise ValueError(f"kind {kind!r} supports dims {supported}, got dims={dims!r}")
+    return dims
+
+
+def _range_text(low, inclusive: bool, high) -> str:
+    parts = []
+    if low is not None:
+        parts.append(f"{'>=' if inclusive else '>'} {low}")
+    if high is not None:
+        parts.append(f"<= {high}")
+    return " and ".join(parts)
+
+
+def _out_of_range(v, low, inclusive: bool, high) -> bool:
+    return ((low is not None and (v < low or (not inclusive and v == low))) or (high is not None and v > high))
+
+
+def _range_error(value, name: str, low, inclusive: bool, high, what: str | None, finite: bool) -> ValueError:
+    cond = what or _range_text(low, inclusive, high)
+    if not finite and what is None:
+        cond = "finite" + (f" and {cond}" if cond else "")
+    return ValueError(f"{name} must be {cond}, got {value!r}")
+
+
+def check_number(value, name: str, *, low: float | None = None, inclusive: bool = True,
+                 high: float | None = None, what: str | None = None) -> float:
+    """A finite real number (int or float, not a bool) in ``[low, high]`` (``(low, high]`` when not
+    ``inclusive``); returned as float. ``what`` replaces the condition in the message."""
+    if not _is_number(value):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value) or _out_of_range(value, low, inclusive, high):
+        raise _range_error(value, name, low, inclusive, high, what, math.isfinite(value))
+    return float(value)
+
+
+def per_axis(value, dims: int, name: str, *, low: float | None = None, inclusive: bool = True,
+             integer: bool = False, what: str | None = None) -> tuple:
+    """A number or a tuple/list of ``dims`` numbers (one per axis), each checked as :func:`check_number`
+    (or as an int with ``integer=True``). Floats come back as floats, ints as ints."""
+    values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
+    kind = "int" if integer else "number"
+    if len(values) != dims:
+        raise ValueError(f"{name} must be a{'n' if integer else ''} {kind} or a tuple of {dims} {kind}s "
+                         f"(one per axis), got {value!r}")
+    for v in values:
+        if not (_is_int(v) if integer else _is_number(v)):
+            raise TypeError(f"{name} must hold {kind}s, got {value!r}")
+    finite = all(math.isfinite(v) for v in values)
+    if not finite or any(_out_of_range(v, low, inclusive, None) for v in values):
+        err = _range_error(value, name, low, inclusive, None, what, finite)
+        raise ValueError(str(err).replace(", got", " on every axis, got", 1) if dims > 1 else str(err))
+    return values if integer else tuple(float(v) for v in values)
+
+
+def check_choice(value, name: str, choices: Sequence[str]) -> str:
+    """One of the strings ``choices`` (any other value, hashable or not, is refused the same way)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_float_dtype(dtype, name: str = "dtype") -> torch.dtype | None:
+    """``None`` or a floating ``torch.dtype`` (float32, float16, bfloat16, float64, ...).
+
+    Encodings are real values: an integer or bool cast truncates cos/sin to 0 and turns a bias into a
+    boolean mask that means "attend" instead of "add", so those are refused.
+    """
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype such as torch.float32, got {dtype!r}")
+    if not dtype.is_floating_point:
+        raise ValueError(f"{name} must be a floating dtype (float32, float16, bfloat16, float64), got {dtype}")
+    return dtype
+
+
+def check_float_tensor(x, name: str) -> None:
+    """``x`` must be a tensor of a floating dtype (tokens, queries, keys)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{name} must have a floating dtype, got {x.dtype}")
