@@ -4,6 +4,7 @@
     python -m train.bench --config configs/bench/full.yaml     # one GPU (sized for ~10 min on an H100; untimed)
     python -m train.bench --config configs/bench/real.yaml data_root=/data   # CIFAR-10, Speech Commands
     python -m train.bench --quick name=mine kinds=[rope,alibi] seeds=[0]   # any key=value override
+    python -m train.bench --config configs/bench/full.yaml executor=ray ray_address=auto gpus_per_cell=1   # a Ray cluster
 
 A *cell* is one (task, encoding, seed): it trains a reference model (``train.main.fit``) and
 evaluates it at the training size and at every larger test size; rotary encodings are also
@@ -11,6 +12,8 @@ evaluated with test-time scaling (position interpolation, NTK, YaRN). Each finis
 are appended to ``runs/<name>/results.csv`` in one fsynced write, so an interrupted benchmark
 resumes where it stopped (finished cells are skipped; a cell cut off midway is redone); a run
 directory refuses cells trained under other settings (``fingerprint.txt``).
+Cells run in a local process pool (``executor=local``) or as tasks on a Ray cluster (``executor=ray``,
+see train/executors.py); either way workers return rows and only this driver writes results.csv.
 ``report.md`` and the plots are rewritten from the CSV at the end (``--report-only`` redoes them).
 """
 from __future__ import annotations
@@ -20,7 +23,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import platform
 import sys
@@ -127,7 +129,11 @@ class BenchConfig:
     why: dict = field(default_factory=dict)  # task -> why these kinds (printed in the report)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # model seeds (initialization, batch order)
     data_seed: int = 0  # one dataset for every encoding and seed: the floors and all cells see the same items
-    workers: int = 2  # processes training cells in parallel (one thread each on CPU)
+    workers: int = 2  # processes training cells in parallel (one thread each on CPU); executor=ray: the CPUs of a
+    # local Ray instance the benchmark starts itself (ray_address null); a cluster's own resources otherwise
+    executor: str = "local"  # local: a process pool on this machine | ray: one Ray task per cell (train/executors.py)
+    ray_address: str | None = None  # executor=ray: "auto", "ray://head:10001", ...; null starts a local Ray instance
+    gpus_per_cell: float = 0.0  # executor=ray: GPUs each cell's task asks for (0: it sees none; 0.5: two per GPU)
     device: str = "cpu"  # cpu | cuda | auto
     data_root: str | None = None  # where real datasets live
     train_items: int = 2048  # built-in datasets: items per training split
@@ -155,6 +161,7 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
     bad_variants = sorted(set(cfg.rope_variants) - set(SCALINGS))
     if bad_variants:
         raise ConfigError(f"unknown rope_variants {bad_variants}; expected some of {sorted(SCALINGS)}")
+    check_executor(cfg)
     import ndpe
 
     unknown_tasks = sorted(set(cfg.task_kinds) - set(TASKS))
@@ -166,6 +173,26 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
             raise ConfigError(f"unknown kind {kind!r}; expected a name from {sorted(ndpe.available())}, "
                               "optionally with '+cape' or '+random' augmentation")
     return cfg
+
+
+EXECUTORS = ("local", "ray")
+
+
+def check_executor(cfg: BenchConfig) -> None:
+    """``executor`` / ``ray_address`` / ``gpus_per_cell`` values that work together (ConfigError otherwise)."""
+    if cfg.executor not in EXECUTORS:
+        raise ConfigError(f"config key executor must be one of {list(EXECUTORS)}, got {cfg.executor!r}")
+    if cfg.workers < 1:
+        raise ConfigError(f"config key workers must be >= 1, got {cfg.workers}")
+    if not cfg.gpus_per_cell >= 0:
+        raise ConfigError(f"config key gpus_per_cell must be >= 0, got {cfg.gpus_per_cell}")
+    if cfg.executor == "local" and (cfg.ray_address is not None or cfg.gpus_per_cell):
+        raise ConfigError("ray_address and gpus_per_cell apply to executor=ray (add executor=ray)")
+    if cfg.executor == "ray" and cfg.device == "cuda" and not cfg.gpus_per_cell:
+        raise ConfigError("device=cuda with executor=ray needs gpus_per_cell > 0 (a Ray task sees only the GPUs it asks for)")
+    if cfg.executor == "ray" and cfg.device == "cpu" and cfg.gpus_per_cell:
+        raise ConfigError("gpus_per_cell > 0 with device=cpu would hold GPUs the cells never use; "
+                          "pass device=auto or device=cuda")
 
 
 # -- cells -------------------------------------------------------------------------------------
@@ -420,7 +447,7 @@ def fmt_time(seconds: float) -> str:
 
 
 # what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
-SELECTION = ("name", "tasks", "kinds", "seeds", "workers", "out_root")
+SELECTION = ("name", "tasks", "kinds", "seeds", "workers", "out_root", "executor", "ray_address", "gpus_per_cell")
 
 
 def fingerprint(cfg: BenchConfig) -> str:
@@ -443,7 +470,18 @@ def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:
     return [r for r in rows if (r.task, r.kind, r.seed) in cells]
 
 
-def run(cfg: BenchConfig, command: str) -> Path:
+def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
+    """Train the cells ``cfg`` selects that results.csv lacks, then write the report.
+
+    ``cell_fn`` replaces :func:`run_cell_safe` as the function run on each cell (tests; it must pickle).
+    """
+    import importlib.util
+
+    from .executors import INSTALL_HINT, ExecutorError, make_executor
+
+    if cfg.executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise SystemExit(f"error: {INSTALL_HINT}")
+    cell_fn = cell_fn or run_cell_safe
     run_dir = Path(cfg.out_root) / cfg.name
     run_dir.mkdir(parents=True, exist_ok=True)
     results = run_dir / "results.csv"
@@ -452,22 +490,41 @@ def run(cfg: BenchConfig, command: str) -> Path:
     done = {(r.task, r.kind, r.seed) for r in read_rows(results)}
     todo = [c for c in cells_for(cfg) if c not in done]
     total = len(todo) + len(done & set(cells_for(cfg)))
-    print(f"bench {cfg.name}: {total} cells ({total - len(todo)} already done), {cfg.workers} worker(s) -> {run_dir}",
+    on_ray = bool(todo) and cfg.executor == "ray"  # nothing to train: no cluster needed
+    if on_ray:
+        try:
+            executor = make_executor("ray", workers=cfg.workers, ray_address=cfg.ray_address,
+                                     gpus_per_cell=cfg.gpus_per_cell)
+        except ExecutorError as e:
+            raise SystemExit(f"error: {e}") from None
+        # workers elsewhere (or in another working directory) get absolute paths: the run directory's
+        # data/ and cells/ are made at that path on the machine that runs the cell
+        run_dir_w = run_dir.resolve()
+        cfg_w = dataclasses.replace(cfg, out_root=str(run_dir_w.parent))
+    else:
+        executor = make_executor("local", workers=cfg.workers, jobs=len(todo))
+        run_dir_w, cfg_w = run_dir, cfg
+    workers_text = executor.describe()
+    print(f"bench {cfg.name}: {total} cells ({total - len(todo)} already done), {workers_text} -> {run_dir}",
           flush=True)
     start = time.perf_counter()
-    jobs = [(cfg, t, k, s, str(run_dir)) for t, k, s in todo]
+    jobs = [(cfg_w, t, k, s, str(run_dir_w)) for t, k, s in todo]
     # longest cells first, so the last minutes are not one worker finishing a slow cell alone
     jobs.sort(key=lambda j: -int(cfg.steps.get(j[1], cfg.default_steps)) * (1 + len(TASKS[j[1]].test_sizes)))
     finished = 0
-    workers = max(1, min(cfg.workers, len(jobs)))
-    pool = mp.get_context("spawn").Pool(workers) if workers > 1 else None
-    data = data_jobs(cfg) if jobs else []
-    print(f"generating {len(data)} built-in datasets (cached in {run_dir / 'data'})", flush=True)
-    list(pool.imap_unordered(run_data_job, data) if pool else map(run_data_job, data))
-    print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
-    results_iter = pool.imap_unordered(run_cell_safe, jobs) if pool else map(run_cell_safe, jobs)
+
+    def lost(job, error):  # the executor gave up on a cell (Ray: its worker died on every retry)
+        _, task_name, kind, seed, _ = job
+        return [], 0.0, f"{task_name} {kind} seed {seed}: lost ({type(error).__name__}: {str(error).splitlines()[0]})"
+
     failures = []
     try:
+        data = data_jobs(cfg_w) if jobs else []
+        print(f"generating {len(data)} built-in datasets (cached in {executor.where_data(run_dir_w / 'data')})",
+              flush=True)
+        executor.prepare(run_data_job, data)
+        print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
+        results_iter = executor.map_unordered(cell_fn, jobs, lost)
         for rows, seconds, error in results_iter:
             finished += 1
             elapsed = time.perf_counter() - start
@@ -483,12 +540,12 @@ def run(cfg: BenchConfig, command: str) -> Path:
             print(f"{progress} {rows[0].task} {rows[0].kind} seed {rows[0].seed}: {rows[0].metric} {at} "
                   f"({seconds:.0f} s) | {eta}", flush=True)
     finally:
-        if pool is not None:
-            pool.terminate()
+        executor.close()
     wall = time.perf_counter() - start
     info_path = run_dir / "run_info.json"
     if jobs or not info_path.exists():  # an invocation that trained nothing keeps the last one's record
-        info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall)}
+        info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall),
+                **({"executor": workers_text} if on_ray else {})}
         info_path.write_text(json.dumps(info) + "\n")
     info = json.loads(info_path.read_text())
     head = header(cfg, info)
@@ -512,7 +569,7 @@ def header(cfg: BenchConfig, info: dict) -> str:
         f"# ndpe benchmark report: `{cfg.name}`", "",
         f"- command: `{info['command']}`",
         f"- finished: {info['date']}; wall time of that invocation: {fmt_time(info['wall_s'])} "
-        f"({cfg.workers} worker process(es))",
+        f"({info.get('executor', f'{cfg.workers} worker process(es)')})",
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
         f"- seeds: {cfg.seeds} (model initialization and batch order); data seed {cfg.data_seed} for every cell; "
