@@ -18,7 +18,7 @@ Measures, on 2048 train / 512 val items (1 s clips; val uses the train voices) a
 One run from the command line (same numbers, the word cache then starts cold)::
 
     OMP_NUM_THREADS=1 python -m train.main --config configs/spoken_words.yaml \
-        data.name=benchmarks.probe_spoken:sized model.dim=48 model.depth=2 model.heads=4 model.pool=mean \
+        data.name=benchmarks.probe_spoken:sized data.allow_import=true model.dim=48 model.depth=2 model.heads=4 model.pool=mean \
         model.patch_size=[8,8] model.pe.kind=learned model.pe.options.grid_shape=[13,8] \
         train.steps=300 train.batch_size=32 optim.lr=2e-3 optim.warmup_steps=30 train.amp=false \
         train.device=cpu train.out_dir=runs/probe_spoken
@@ -75,7 +75,7 @@ def train_run(kind: str, patch: int, steps: int) -> tuple[float, float, float]:
     from train.main import evaluate_model, fit
 
     grid = [math.ceil(101 / patch), 64 // patch]
-    overrides = ["data.name=benchmarks.probe_spoken:sized", "model.dim=48", "model.depth=2", "model.heads=4",
+    overrides = ["data.name=benchmarks.probe_spoken:sized", "data.allow_import=true", "model.dim=48", "model.depth=2", "model.heads=4",
                  "model.pool=mean", f"model.patch_size=[{patch},{patch}]", f"model.pe.kind={kind}",
                  f"train.steps={steps}", "train.batch_size=32", "optim.lr=2e-3", f"optim.warmup_steps={steps // 10}",
                  "train.amp=false", "train.device=cpu", "train.log_every=100000",

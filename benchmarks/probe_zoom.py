@@ -91,7 +91,7 @@ DATA = {"digits": "digits", "shapes": "shapes", "digits-nearest": "benchmarks.pr
 def train(data: str, name: str, steps: int, seed: int, out_dir: str, data_options: dict | None = None):
     kind, options = KINDS[name]
     overrides = [
-        f"data.name={DATA[data]}", f"model.pe.kind={kind}",
+        f"data.name={DATA[data]}", "data.allow_import=true", f"model.pe.kind={kind}",
         "model.dim=48", "model.depth=2", "model.heads=4", "model.patch_size=4", "model.pool=mean",
         "train.batch_size=32", "optim.lr=2e-3", "optim.warmup_steps=30", f"train.steps={steps}",
         f"train.seed={seed}", "train.device=cpu", "train.amp=false", f"train.out_dir={out_dir}",

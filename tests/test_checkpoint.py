@@ -107,3 +107,145 @@ def test_rng_state_round_trip(tmp_path):
     set_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
     got = (torch.rand(3), random.random(), np.random.rand())
     assert torch.equal(expect[0], got[0]) and expect[1:] == got[1:]
+
+
+# -- damaged and mismatched checkpoints: one clear line each --------------------------------------
+def one_line(e) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+def test_flipped_bit_in_a_tensor_record_is_refused(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    w = torch.arange(1000, dtype=torch.float32)
+    save_checkpoint({"model": {"w": w}, "config": {}}, path)
+    raw = bytearray(path.read_bytes())
+    at = bytes(raw).find(w.numpy().tobytes())
+    assert at > 0  # tensor records are stored uncompressed
+    raw[at + 401] ^= 0x10  # one bit of w[100]
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="sha256") as e:
+        load_checkpoint(path)
+    assert str(path) in one_line(e)
+
+
+def test_no_single_byte_flip_loads_silently(tmp_path):
+    """Every flipped byte (sampled) is refused or leaves the state intact (zip padding, unused header bytes)."""
+    path = tmp_path / "ckpt.pt"
+    state = {"model": {"w": torch.randn(64)}, "config": {"model": {"dim": 8}}, "global_step": 3}
+    save_checkpoint(state, path)
+    good = path.read_bytes()
+    for at in random.Random(0).sample(range(len(good)), 60):
+        raw = bytearray(good)
+        raw[at] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        try:
+            got = load_checkpoint(path)
+        except CheckpointError as e:
+            assert "\n" not in str(e) and str(path) in str(e)
+            continue
+        assert torch.equal(got["model"]["w"], state["model"]["w"]) and got["config"] == state["config"], at
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"", "empty file"),
+    (b"not a checkpoint at all", "truncated, corrupt or not written by train.checkpoint"),
+    (b"PK\x03\x04", "truncated, corrupt or not written by train.checkpoint"),
+])
+def test_empty_or_foreign_file_is_one_clear_line(tmp_path, content, match):
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=match) as e:
+        load_checkpoint(path)
+    assert str(path) in one_line(e)
+
+
+def test_checkpoint_without_checksum_is_refused(tmp_path):
+    path = tmp_path / "old.pt"
+    torch.save({"format_version": 1, "model": {"w": torch.ones(2)}}, path)  # the format before checksums
+    with pytest.raises(CheckpointError, match="written before checksums") as e:
+        load_checkpoint(path)
+    one_line(e)
+
+
+def test_stale_temp_files_are_removed_by_the_next_save(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    stale = [tmp_path / ".checkpoint.pt.abc123.tmp", tmp_path / ".checkpoint.pt.x.tmp"]
+    for p in stale:
+        p.write_bytes(b"half a checkpoint (killed)")
+    other = tmp_path / ".other.pt.abc.tmp"  # not ours
+    other.write_bytes(b"x")
+    save_checkpoint({"model": {}}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.pt.abc.tmp", "checkpoint.pt"]
+
+
+def resave_without(path, *keys):
+    state = load_checkpoint(path)
+    for k in keys:
+        state.pop(k)
+    state.pop("format_version")
+    save_checkpoint(state, path)
+
+
+@pytest.mark.parametrize("missing", ["config", "optimizer", "rng"])
+def test_resume_from_checkpoint_missing_an_entry(tmp_path, missing):
+    fit(fake_config(tmp_path, "image", *RUN, "train.stop_after=2"))
+    ckpt = tmp_path / "checkpoint.pt"
+    resave_without(ckpt, missing)
+    with pytest.raises(CheckpointError, match=f"lacks '{missing}', needed to resume training") as e:
+        fit(fake_config(tmp_path, "image", *RUN, f"train.resume={ckpt}"))
+    one_line(e)
+
+
+def test_load_trained_missing_config(tmp_path):
+    from train.main import load_trained
+
+    fit(fake_config(tmp_path, "image", *RUN, "train.stop_after=2"))
+    resave_without(tmp_path / "checkpoint.pt", "config")
+    with pytest.raises(CheckpointError, match="lacks 'config', needed to load the trained model"):
+        load_trained(tmp_path)
+
+
+def test_resume_with_another_optimizer_is_refused(tmp_path):
+    fit(fake_config(tmp_path, "image", *RUN, "train.stop_after=2"))
+    ckpt = tmp_path / "checkpoint.pt"
+    with pytest.raises(CheckpointError, match="trained with optim.opt='adamw'; this run uses 'sgd'") as e:
+        fit(fake_config(tmp_path, "image", *RUN, "optim.opt=sgd", f"train.resume={ckpt}"))
+    one_line(e)
+    state = load_checkpoint(ckpt)  # a checkpoint whose config lies about its optimizer: the state check
+    state["config"]["optim"]["opt"] = "sgd"
+    state.pop("format_version")
+    save_checkpoint(state, ckpt)
+    with pytest.raises(CheckpointError, match="optimizer state lacks .*'momentum'") as e:
+        fit(fake_config(tmp_path, "image", *RUN, "optim.opt=sgd", f"train.resume={ckpt}"))
+    one_line(e)
+
+
+def test_config_mismatch_is_one_line(tmp_path):
+    saved = {"model": {"dim": 32, "depth": 1}, "data": {"name": "a"}}
+    with pytest.raises(CheckpointError) as e:
+        check_config(saved, {"model": {"dim": 48, "depth": 2}, "data": {"name": "a"}})
+    assert "model.depth" in one_line(e) and "model.dim" in str(e.value)
+    check_config(saved, {**saved, "data": {"name": "a", "allow_import": True}})  # how to run, not what is trained
+
+
+def test_log_has_each_step_and_epoch_once_after_resume(tmp_path):
+    import json
+
+    _, full = fit(fake_config(tmp_path / "full", "image", *RUN))
+    fit(fake_config(tmp_path, "image", *RUN, "train.stop_after=5"))  # checkpoint at step 5, mid-epoch 1
+    log = tmp_path / "log.jsonl"
+    with log.open("a") as f:  # what a run killed after its checkpoint leaves: later steps, a cut-off line
+        f.write(json.dumps({"phase": "train_step", "epoch": 1, "step": 6, "loss": 1.0, "lr": 0.1}) + "\n")
+        f.write(json.dumps({"phase": "epoch", "epoch": 1, "step": 8}) + "\n")
+        f.write('{"phase": "train_st')
+    _, resumed = fit(fake_config(tmp_path, "image", *RUN, f"train.resume={tmp_path / 'checkpoint.pt'}"))
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    steps = [r["step"] for r in records if r["phase"] == "train_step"]
+    epochs = [r["epoch"] for r in records if r["phase"] == "epoch"]
+    assert steps == list(range(1, 11)) and epochs == [0, 1, 2]
+    full_records = [json.loads(line) for line in (tmp_path / "full" / "log.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in records if r["phase"] == "train_step"] == \
+        [r["loss"] for r in full_records if r["phase"] == "train_step"]
+    assert resumed["eval"] == full["eval"]

@@ -59,7 +59,7 @@ def test_two_ranks_end_identical_and_match_one_process(tmp_path):
 @pytest.mark.slow
 def test_torchrun_cli(tmp_path):
     """The documented command line: ``torchrun --nproc_per_node=2 -m train.main ...``."""
-    cfg = [o for o in ["data.name=tests.test_train:fake", "data.options.kind=image", "model.name=vit",
+    cfg = [o for o in ["data.name=tests.test_train:fake", "data.allow_import=true", "data.options.kind=image", "model.name=vit",
                        "model.patch_size=4", "model.dim=32", "model.depth=1", "model.heads=4",
                        "train.batch_size=8", f"train.out_dir={tmp_path}", *RUN]]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),

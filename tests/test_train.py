@@ -63,8 +63,8 @@ def fake(split, *, seed=0, root=None, **opts):
 def fake_config(tmp_path, kind="image", *overrides):
     model = {"image": ["model.name=vit", "model.patch_size=4"], "text": ["model.name=text"],
              "coord": ["model.name=conv", "model.channels=[8,16]", "model.add_coords=true"]}[kind]
-    base = ["data.name=tests.test_train:fake", f"data.options.kind={kind}", "model.dim=32", "model.depth=1",
-            "model.heads=4", "train.batch_size=16", "train.epochs=2", "optim.lr=3e-3", "optim.warmup_steps=2",
+    base = ["data.name=tests.test_train:fake", "data.allow_import=true", f"data.options.kind={kind}", "model.dim=32",
+            "model.depth=1", "model.heads=4", "train.batch_size=16", "train.epochs=2", "optim.lr=3e-3", "optim.warmup_steps=2",
             f"train.out_dir={tmp_path}", "train.log_every=1"]
     if kind == "coord":
         base = [b for b in base if not b.startswith(("model.dim", "model.depth", "model.heads"))]
@@ -145,7 +145,8 @@ def test_trained_model_evaluates_at_other_sizes(tmp_path):
 def test_command_line_runs_a_config_with_overrides(tmp_path):
     from train.main import cli, get_args_parser
 
-    (tmp_path / "x.yaml").write_text("data: {name: 'tests.test_train:fake', options: {kind: text}}\nmodel: {name: text}\n")
+    (tmp_path / "x.yaml").write_text("data: {name: 'tests.test_train:fake', allow_import: true, options: {kind: text}}\n"
+                                     "model: {name: text}\n")
     args = get_args_parser().parse_args(["--config", "c.yaml", "model.dim=32", "train.steps=2"])
     assert args.config == "c.yaml" and args.overrides == ["model.dim=32", "train.steps=2"]
     result = cli(["--config", str(tmp_path / "x.yaml"), "model.dim=32", "model.depth=1", "train.steps=2",

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from .config import Config, ConfigError, apply_override, from_dict
+from .config import Config, ConfigError, apply_override, from_dict, load_yaml
 from .report import Row, append_rows, read_rows, write_report
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bench"
@@ -151,7 +151,7 @@ class BenchConfig:
 
 
 def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchConfig:
-    data = yaml.safe_load(Path(path).read_text()) if path else {}
+    data = load_yaml(path) if path else {}  # size- and alias-limited YAML
     cfg = from_dict(BenchConfig, data)
     for item in overrides:
         apply_override(cfg, item)

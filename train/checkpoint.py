@@ -5,6 +5,13 @@ position (``epoch``, ``step_in_epoch``, ``global_step``), the RNG states of ever
 (torch / python / numpy), and the run config as plain data. Loading refuses a truncated file
 and a checkpoint made for another model or dataset, naming what differs.
 
+On disk (format 2) the file is ``torch.save({"format_version": 2, "sha256": hex, "payload": uint8
+tensor})`` where ``payload`` is the ``torch.save`` bytes of the state and ``sha256`` their digest:
+one file, written to a temp file and renamed (atomic under kills), both levels read with
+``weights_only=True``. A flipped bit anywhere fails the zip read, the digest or the inner read, and
+is refused with :class:`CheckpointError` naming the file. Every error is one line. Temp files left by
+a killed save (``.<name>.*.tmp``) are removed by the next save to the same path.
+
 >>> import tempfile, os, torch
 >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
 >>> save_checkpoint({"model": {"w": torch.ones(2)}, "config": {}}, path)
@@ -13,6 +20,8 @@ tensor([1., 1.])
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import random
 import tempfile
@@ -22,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Config sections that define the architecture and the data: a resume must use the same.
 MUST_MATCH = ("model", "data")
 
@@ -32,13 +41,23 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
-    """Write ``state`` to ``path`` atomically: temp file in the same dir, fsync, ``os.replace``."""
+    """Write ``state`` to ``path`` atomically: temp file in the same dir, fsync, ``os.replace``.
+
+    The state is serialized, hashed (sha256) and stored with its digest; stale temp files of
+    earlier (killed) saves to ``path`` are removed first.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(path)
+    buffer = io.BytesIO()
+    torch.save({"format_version": FORMAT_VERSION, **state}, buffer)
+    payload = buffer.getvalue()
+    record = {"format_version": FORMAT_VERSION, "sha256": hashlib.sha256(payload).hexdigest(),
+              "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format_version": FORMAT_VERSION, **state}, f)
+            torch.save(record, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -52,27 +71,90 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
         os.close(dir_fd)
 
 
+def remove_stale_temp_files(path: str | Path) -> list[Path]:
+    """Delete ``.<name>.*.tmp`` beside ``path`` (left by a save that was killed); returns what was removed."""
+    path = Path(path)
+    removed = []
+    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _read(source, path: Path) -> Any:
+    try:
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as e:  # empty or truncated zip, bad pickle, foreign object types ...
+        raise CheckpointError(f"cannot read checkpoint {path} ({type(e).__name__}: {_first_line(e)}); "
+                              "the file is truncated, corrupt or not written by train.checkpoint") from e
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[0] if lines else "no message"
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint on CPU with ``weights_only=True``; a damaged file raises :class:`CheckpointError`."""
+    """Read a checkpoint on CPU with ``weights_only=True``, verifying its sha256; a damaged file raises
+    :class:`CheckpointError`."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated zip, bad pickle, foreign object types ...
-        raise CheckpointError(f"cannot read checkpoint {path} ({type(e).__name__}: {str(e).splitlines()[0]}); "
-                              "the file is truncated, corrupt or not written by train.checkpoint") from e
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"cannot read checkpoint {path} (empty file); the file is truncated, corrupt or not "
+                              "written by train.checkpoint")
+    record = _read(path, path)
+    if not isinstance(record, dict) or record.get("format_version") != FORMAT_VERSION:
+        found = record.get("format_version") if isinstance(record, dict) else None
+        raise CheckpointError(f"{path} is not a train.checkpoint file of format {FORMAT_VERSION} (found "
+                              f"format_version {found!r}{'; written before checksums: retrain or resave it' if found == 1 else ''})")
+    payload, digest = record.get("payload"), record.get("sha256")
+    if not (isinstance(payload, torch.Tensor) and payload.dtype == torch.uint8 and payload.dim() == 1
+            and isinstance(digest, str)):
+        raise CheckpointError(f"{path} is damaged: its payload or sha256 record is missing")
+    data = payload.numpy().tobytes()
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise CheckpointError(f"{path} is corrupt: sha256 of its payload does not match the stored checksum")
+    state = _read(io.BytesIO(data), path)
     if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path} is not a train.checkpoint file (format_version {FORMAT_VERSION} expected)")
+        raise CheckpointError(f"{path} is damaged: its payload is not a train.checkpoint state")
     return state
+
+
+def require(state: dict, keys: tuple[str, ...], path: str | Path, purpose: str) -> None:
+    """Raise a one-line :class:`CheckpointError` when ``state`` lacks any of ``keys`` (needed for ``purpose``)."""
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise CheckpointError(f"{path} lacks {', '.join(map(repr, missing))}, needed to {purpose}; "
+                              "it was not written by train.main")
 
 
 def check_config(saved: dict, current: dict, path: str | Path = "checkpoint") -> None:
     """Raise if the ``model`` / ``data`` sections of the two configs differ, listing every difference."""
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path} holds no config mapping (found {type(saved).__name__})")
     diffs = [f"{k}: checkpoint {a!r} vs config {b!r}"
-             for section in MUST_MATCH for k, a, b in _diff(saved.get(section), current.get(section), section)]
+             for section in MUST_MATCH for k, a, b in _diff(_comparable(saved.get(section), section),
+                                                            _comparable(current.get(section), section), section)]
     if diffs:
-        raise CheckpointError(f"{path} was trained with another model or data config:\n  " + "\n  ".join(diffs))
+        raise CheckpointError(f"{path} was trained with another model or data config: " + "; ".join(diffs))
+
+
+def _comparable(section: Any, name: str) -> Any:
+    """A config section without the keys that say how to run, not what is trained (``data.allow_import``)."""
+    if name == "data" and isinstance(section, dict):
+        return {k: v for k, v in section.items() if k not in IGNORED[name]}
+    return section
+
+
+IGNORED = {"data": ("allow_import",)}
 
 
 def _diff(a: Any, b: Any, key: str):
@@ -87,8 +169,8 @@ def load_model_state(model: torch.nn.Module, state_dict: dict, path: str | Path 
     """``model.load_state_dict`` (strict) with an error that says the architecture differs."""
     try:
         model.load_state_dict(state_dict)
-    except RuntimeError as e:
-        raise CheckpointError(f"{path} does not fit this model's architecture: {e}") from e
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path} does not fit this model's architecture: {' '.join(str(e).split())}") from e
 
 
 # -- RNG states as plain data (weights_only-safe) ---------------------------------------------

@@ -4,15 +4,22 @@
 >>> cfg.model.dim, cfg.optim.lr, cfg.model.pe.kind
 (32, 0.0003, 'rope')
 
-An unknown key or a value of the wrong type raises :class:`ConfigError` naming the key and the
-expected type. ``None`` on an optional model field means "the architecture's default";
+An unknown key, a value of the wrong type or out of range raises :class:`ConfigError` (one line)
+naming the key and what it expects. YAML (config files and override values) is read by
+:func:`load_yaml` / :func:`load_yaml_text`: at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES`` nodes
+once aliases are expanded (no alias bombs). ``data.name="package.module:factory"`` imports code, so it
+needs ``data.allow_import: true`` (or ``NDPE_ALLOW_DATA_IMPORT=1``), except for the factories in
+``TRUSTED_FACTORIES``. ``None`` on an optional model field means "the architecture's default";
 ``model.num_classes`` / ``model.vocab_size`` left ``None`` are taken from the dataset.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -21,7 +28,15 @@ import yaml
 
 
 class ConfigError(ValueError):
-    """A config key is unknown or holds a value of the wrong type."""
+    """A config key is unknown or holds a value of the wrong type or range (a one-line message)."""
+
+
+MAX_YAML_BYTES = 1 << 20  # a config file or override value larger than this is refused
+MAX_YAML_NODES = 100_000  # nodes of the document once every alias is expanded (alias bombs)
+# ``data.name`` factories that need no opt-in: the benchmark's own data factory.
+TRUSTED_FACTORIES = frozenset({"train.bench:bench_dataset"})
+ALLOW_IMPORT_ENV = "NDPE_ALLOW_DATA_IMPORT"
+SEED_LIMIT = 2 ** 63  # seeds in [0, 2**63): torch, numpy and python all accept them (also seed + rank / epoch)
 
 
 @dataclass
@@ -33,6 +48,7 @@ class DataConfig:
     eval_split: str = "val"
     options: dict = field(default_factory=dict)  # passed to build_dataset, e.g. {image_size: 32}
     num_workers: int = 0
+    allow_import: bool = False  # let name be "package.module:factory" (imports that module)
 
 
 @dataclass
@@ -124,7 +140,12 @@ def _check(value: Any, tp: Any, key: str) -> Any:
         if type(value) is int and _accepts(tp, float) and not _accepts(tp, int):
             return float(value)
         return list(value) if isinstance(value, tuple) else value
-    raise ConfigError(f"config key {key} expects {_name(tp)}, got {value!r} ({type(value).__name__})")
+    raise ConfigError(f"config key {key} expects {_name(tp)}, got {_short(value)} ({type(value).__name__})")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _matches(value: Any, tp: Any) -> bool:
@@ -159,10 +180,10 @@ def apply_override(cfg: Config, item: str) -> None:
     Keys inside a dict field (``model.pe.options.grid_shape=[8,8]``) are set as given.
     """
     if "=" not in item:
-        raise ConfigError(f"override {item!r} must look like key.sub=value")
+        raise ConfigError(f"override {_short(item)} must look like key.sub=value")
     key, raw = item.split("=", 1)
     parts = key.strip().split(".")
-    value = yaml.safe_load(raw) if raw.strip() else None
+    value = load_yaml_text(raw, f"override {key.strip()}") if raw.strip() else None
     node, path = cfg, ""
     for i, name in enumerate(parts):
         last = i == len(parts) - 1
@@ -197,7 +218,7 @@ def _coerce(raw: str, tp: Any, key: str) -> Any:
                 pass
     if _accepts(tp, str):
         return raw
-    raise ConfigError(f"config key {key} expects {_name(tp)}, got {raw!r}")
+    raise ConfigError(f"config key {key} expects {_name(tp)}, got {_short(raw)}")
 
 
 def _accepts(tp: Any, cls: type) -> bool:
@@ -205,12 +226,164 @@ def _accepts(tp: Any, cls: type) -> bool:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config (or start from the defaults) and apply ``key=value`` overrides."""
-    data = yaml.safe_load(Path(path).read_text()) if path else {}
+    """Read a YAML config (or start from the defaults), apply ``key=value`` overrides and :func:`validate`."""
+    data = load_yaml(path) if path else {}
     cfg = from_dict(Config, data)
     for item in overrides:
         apply_override(cfg, item)
+    validate(cfg, warn=False)
     return cfg
+
+
+# -- YAML with limits ----------------------------------------------------------------------
+def load_yaml(path: str | Path) -> Any:
+    """The YAML document in ``path``, refusing a missing, oversized, undecodable or alias-bomb file (ConfigError).
+
+    The benchmark presets go through here too (``train.bench.load_bench_config``).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise ConfigError(f"config {path} is not a file")
+        if size > MAX_YAML_BYTES:
+            raise ConfigError(f"config {path} is {size} bytes; at most {MAX_YAML_BYTES} are read")
+        with path.open("rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise ConfigError(f"config {path} is larger than {MAX_YAML_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return load_yaml_text(text, f"config {path}")
+
+
+def load_yaml_text(text: str, source: str = "YAML") -> Any:
+    """``yaml.safe_load(text)`` with the size and alias-expansion limits; errors are one-line ConfigErrors."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{source} is larger than {MAX_YAML_BYTES} characters")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node, source)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source} is not valid YAML: {_one_line(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{source} nests too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _check_expanded_size(root: yaml.Node, source: str) -> None:
+    """Refuse a document whose alias-expanded tree has more than MAX_YAML_NODES nodes, or a recursive alias."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:  # iterative post-order walk, each distinct node once (its size memoized)
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            children = _children(node)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > MAX_YAML_NODES:
+                raise ConfigError(f"{source} expands to more than {MAX_YAML_NODES} nodes (aliases); refused")
+            continue
+        if key in sizes:
+            continue
+        if key in active:
+            raise ConfigError(f"{source} holds a recursive alias; refused")
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _one_line(e: BaseException) -> str:
+    """The exception's message on one line (never empty)."""
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
+
+
+# -- ranges and cross-field checks -----------------------------------------------------------
+def _at_least(cfg_section: Any, prefix: str, minimum: int | float, *names: str, optional: bool = False) -> None:
+    for name in names:
+        value = getattr(cfg_section, name)
+        if value is None and optional:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config key {prefix}.{name} must be a finite number, got {value!r}")
+        if value < minimum:
+            raise ConfigError(f"config key {prefix}.{name} must be >= {minimum}, got {value!r}")
+
+
+def validate(cfg: Config, *, warn: bool = True) -> Config:
+    """Range and cross-field checks of a whole config; raises :class:`ConfigError`; ``warn``: warn on odd but
+    legal values (``train.main.fit`` warns; :func:`load_config` only checks)."""
+    t, o, m, d = cfg.train, cfg.optim, cfg.model, cfg.data
+    _at_least(t, "train", 1, "epochs", "batch_size", "eval_every", "save_every")
+    _at_least(t, "train", 0, "steps", "stop_after", "eval_batch_size", "log_every")
+    for section, prefix in ((t, "train"), (d, "data")):
+        if not 0 <= section.seed < SEED_LIMIT:
+            raise ConfigError(f"config key {prefix}.seed must be in [0, 2**63), got {section.seed}")
+    _at_least(d, "data", 0, "num_workers")
+    _at_least(o, "optim", 0, "lr", "weight_decay", "warmup_steps", "min_lr")
+    _at_least(o, "optim", 0, "clip_grad", optional=True)
+    _at_least(m, "model", 1, "num_classes", "vocab_size", "dim", "depth", "heads", optional=True)
+    _at_least(m, "model", 0, "mlp_ratio", "drop", "drop_path", optional=True)
+    for name in ("drop", "drop_path"):
+        if getattr(m, name) is not None and getattr(m, name) >= 1:
+            raise ConfigError(f"config key model.{name} must be in [0, 1), got {getattr(m, name)!r}")
+    for name in ("patch_size", "tubelet", "channels"):
+        value = getattr(m, name)
+        if value is not None and any(v < 1 for v in (value if isinstance(value, list) else [value])):
+            raise ConfigError(f"config key model.{name} must be >= 1, got {value!r}")
+    if t.loss not in ("mse", "l1"):
+        raise ConfigError(f"config key train.loss must be 'mse' or 'l1', got {t.loss!r}")
+    if t.device != "auto":
+        try:
+            import torch
+
+            torch.device(t.device)
+        except (RuntimeError, ValueError):
+            raise ConfigError(f"config key train.device must be auto, cpu, cuda or cuda:N, got {t.device!r}") from None
+    from models import DOMAINS
+
+    if m.name not in DOMAINS:
+        raise ConfigError(f"unknown model.name {m.name!r}; expected one of {sorted(DOMAINS)}")
+    check_data_name(d)
+    if warn and t.steps > 0 and o.warmup_steps > t.steps:
+        warnings.warn(f"optim.warmup_steps={o.warmup_steps} exceeds train.steps={t.steps}: the run ends inside the "
+                      "warmup (the learning rate never reaches optim.lr)", UserWarning, stacklevel=2)
+    return cfg
+
+
+def check_data_name(d: DataConfig) -> None:
+    """Refuse ``data.name="module:factory"`` (which imports ``module``) unless opted in or trusted."""
+    if ":" not in d.name:
+        return
+    module, _, attr = d.name.partition(":")
+    if not module or not attr:
+        raise ConfigError(f"data.name {d.name!r} must be a dataset name or 'package.module:factory'")
+    if d.name in TRUSTED_FACTORIES or d.allow_import or os.environ.get(ALLOW_IMPORT_ENV) == "1":
+        return
+    raise ConfigError(f"data.name {d.name!r} imports the module {module!r}: set data.allow_import=true (or "
+                      f"{ALLOW_IMPORT_ENV}=1) if you trust it")
 
 
 def to_dict(cfg: Config) -> dict:
@@ -219,5 +392,11 @@ def to_dict(cfg: Config) -> dict:
 
 
 def save_config(cfg: Config, path: str | Path) -> None:
-    """Write the resolved config as YAML (read back with :func:`load_config`)."""
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    """Write the resolved config as YAML (read back with :func:`load_config`), atomically (temp file + rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

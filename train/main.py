@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import math
+import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +31,9 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from models import DOMAINS, build_model
 
 from . import dist
-from .checkpoint import (CheckpointError, check_config, load_checkpoint, load_model_state, rng_state, save_checkpoint,
-                         set_rng_state)
-from .config import Config, from_dict, load_config, save_config, to_dict
+from .checkpoint import (CheckpointError, check_config, load_checkpoint, load_model_state, require, rng_state,
+                         save_checkpoint, set_rng_state)
+from .config import Config, ConfigError, check_data_name, from_dict, load_config, save_config, to_dict, validate
 from .engine import JsonlLogger, evaluate, train_one_epoch
 
 
@@ -39,15 +42,28 @@ def build_data(cfg: Config, split: str, **opts) -> Dataset:
     """The dataset ``cfg.data`` names, for ``split``, with ``opts`` overriding ``cfg.data.options``.
 
     ``data.name`` is a name ``train.data.build_dataset`` knows, or ``"package.module:factory"``, a callable
-    ``factory(split, *, seed, root, **opts)`` (datasets kept outside this repository, test fakes).
+    ``factory(split, *, seed, root, **opts)`` (datasets kept outside this repository, test fakes); importing
+    it needs ``data.allow_import: true`` (see ``train.config.check_data_name``).
     """
     name, d = cfg.data.name, cfg.data
     opts = {**d.options, **opts}
     if ":" in name:
+        check_data_name(d)
         module, attr = name.split(":", 1)
-        return getattr(importlib.import_module(module), attr)(split, seed=d.seed, root=d.root, **opts)
-    from .data import build_dataset
+        try:
+            factory = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"data.name {name!r}: cannot import it ({type(e).__name__}: {' '.join(str(e).split())})") from e
+        return factory(split, seed=d.seed, root=d.root, **opts)
+    from .data import DATASETS, build_dataset
 
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset data.name={name!r}; expected one of {sorted(DATASETS)} or "
+                          "'package.module:factory'")
+    unknown = sorted(set(opts) - set(DATASETS[name].options))
+    if unknown:
+        raise ConfigError(f"unknown data.options {unknown} for dataset {name!r}; valid options: "
+                          f"{sorted(DATASETS[name].options)}")
     return build_dataset(name, split, seed=d.seed, root=d.root, **opts)
 
 
@@ -83,9 +99,11 @@ def eval_loader(dataset: Dataset, batch_size: int, num_workers: int = 0) -> Data
 def resolve_model_config(cfg: Config, dataset: Dataset) -> None:
     """Fill ``num_classes`` / ``vocab_size`` from the dataset and check the model fits its domain."""
     m = cfg.model
-    want = DOMAINS.get(m.name, ())
+    if m.name not in DOMAINS:
+        raise ConfigError(f"unknown model.name {m.name!r}; expected one of {sorted(DOMAINS)}")
+    want = DOMAINS[m.name]
     if dataset.domain not in want:
-        raise ValueError(f"model {m.name!r} takes {' or '.join(want)} data but dataset {cfg.data.name!r} is "
+        raise ConfigError(f"model {m.name!r} takes {' or '.join(want)} data but dataset {cfg.data.name!r} is "
                          f"{dataset.domain!r}")
     if m.num_classes is None:
         m.num_classes = int(dataset.num_classes)
@@ -136,6 +154,7 @@ def main(cfg: Config) -> dict[str, Any]:
 
 def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
     """:func:`main`, also returning the trained model (unwrapped from DDP)."""
+    validate(cfg)
     device = resolve_device(cfg.train.device)
     rank, world = dist.init_distributed(device)
     t = cfg.train
@@ -155,7 +174,8 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
                         num_workers=cfg.data.num_workers, generator=torch.Generator())
     steps_per_epoch = len(sampler) // t.batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"batch_size={t.batch_size} x {world} process(es) exceeds the {len(train_set)} training items")
+        raise ConfigError(f"train.batch_size={t.batch_size} x {world} process(es) exceeds the {len(train_set)} "
+                          "training items")
     total = t.steps if t.steps > 0 else t.epochs * steps_per_epoch
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg, total)
@@ -165,6 +185,8 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
         global_step = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
     if dist.is_main():
         out_dir.mkdir(parents=True, exist_ok=True)
+        if t.resume:  # records of steps after the checkpoint (a killed run) are written again
+            trim_log(out_dir / "log.jsonl", global_step, steps_per_epoch, rerun_epoch=global_step < total)
         save_config(cfg, out_dir / "config.yaml")
     stop = min(total, global_step + t.stop_after) if t.stop_after > 0 else total
     evaluator = eval_loader(eval_set, t.eval_batch_size or t.batch_size, cfg.data.num_workers)
@@ -201,19 +223,72 @@ def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int,
     dist.barrier()
 
 
+def trim_log(path: Path, step: int, steps_per_epoch: int, *, rerun_epoch: bool) -> None:
+    """Drop the records a resumed run writes again: every record after ``step`` and, when the run goes on
+    (``rerun_epoch``), the epoch record of the epoch it resumes in (so each epoch has one record); also a
+    half-written last line. Rewritten atomically."""
+    if not path.is_file():
+        return
+    resumed_epoch = step // steps_per_epoch
+    keep = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # cut off by a kill
+        if not isinstance(record, dict):
+            continue
+        at = record.get("step")
+        if isinstance(at, int) and at > step:
+            continue
+        if rerun_epoch and record.get("phase") == "epoch" and isinstance(record.get("epoch"), int) \
+                and record["epoch"] >= resumed_epoch:
+            continue
+        keep.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text("".join(keep))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+RESUME_KEYS = ("model", "optimizer", "scheduler", "global_step", "steps_per_epoch", "rng", "config")
+
+
 def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int, world: int) -> int:
-    """Restore a run from ``path``; returns the global step to continue from."""
+    """Restore a run from ``path``; returns the global step to continue from. Errors are one-line CheckpointErrors."""
     state = load_checkpoint(path)
+    require(state, RESUME_KEYS, path, "resume training")
     check_config(state["config"], to_dict(cfg), path)
+    saved_opt = (state["config"].get("optim") or {}).get("opt") if isinstance(state["config"].get("optim"), dict) else None
+    if saved_opt is not None and saved_opt != cfg.optim.opt:
+        raise CheckpointError(f"{path} was trained with optim.opt={saved_opt!r}; this run uses {cfg.optim.opt!r}: "
+                              "resume with the same optimizer (or start a new run)")
+    if not isinstance(state["rng"], (list, tuple)) or not isinstance(state["steps_per_epoch"], int) \
+            or not isinstance(state["global_step"], int) or state["global_step"] < 0:
+        raise CheckpointError(f"{path} is damaged: its loop position or RNG states have the wrong type")
     if state["steps_per_epoch"] != steps_per_epoch or len(state["rng"]) != world:
         raise CheckpointError(f"{path} was written with {len(state['rng'])} process(es) and {state['steps_per_epoch']} "
                               f"steps per epoch; this run has {world} and {steps_per_epoch}: keep train.batch_size "
                               "and the process count to resume exactly")
     load_model_state(model, state["model"], path)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    scheduler.step_update(num_updates=state["global_step"])
-    set_rng_state(state["rng"][rank])
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
+        raise CheckpointError(f"{path}: its optimizer state does not fit optim.opt={cfg.optim.opt!r} "
+                              f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
+    missing = sorted({k for g in optimizer.param_groups for k in optimizer.defaults if k not in g})
+    if missing:  # e.g. an AdamW state loaded into SGD: no 'momentum' in its param groups
+        raise CheckpointError(f"{path}: its optimizer state lacks {missing}, which optim.opt={cfg.optim.opt!r} needs; "
+                              "resume with the optimizer it was trained with")
+    try:
+        scheduler.load_state_dict(state["scheduler"])
+        scheduler.step_update(num_updates=state["global_step"])
+        set_rng_state(state["rng"][rank])
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
+        raise CheckpointError(f"{path} is damaged: cannot restore its scheduler or RNG state "
+                              f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
     return state["global_step"]
 
 
@@ -222,7 +297,11 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu") -> tuple[
     """A trained model and its config from a checkpoint (or a run directory holding ``checkpoint.pt``)."""
     path = Path(path)
     state = load_checkpoint(path / "checkpoint.pt" if path.is_dir() else path)
-    cfg = from_dict(Config, state["config"])
+    require(state, ("model", "config"), path, "load the trained model")
+    try:
+        cfg = from_dict(Config, state["config"])
+    except ConfigError as e:
+        raise CheckpointError(f"{path} holds an invalid config: {e}") from e
     model = build_model(cfg.model)
     load_model_state(model, state["model"], path)
     return model.to(device).eval(), cfg
@@ -246,9 +325,13 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def cli(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line: a bad config or checkpoint exits with status 2 and one ``train.main: error:`` line."""
     args = get_args_parser().parse_args(argv)
     try:
         return main(load_config(args.config, args.overrides))
+    except (ConfigError, CheckpointError) as e:
+        print(f"train.main: error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     finally:
         dist.cleanup()
 

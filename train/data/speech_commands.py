@@ -61,7 +61,7 @@ def read_wav(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     try:
         with wave.open(str(path), "rb") as f:
             channels, width, rate, frames = f.getnchannels(), f.getsampwidth(), f.getframerate(), f.readframes(f.getnframes())
-    except wave.Error as err:
+    except (wave.Error, EOFError) as err:
         raise ValueError(f"{path}: not a PCM WAV file ({err}); expected 16-bit PCM mono at {sample_rate} Hz") from err
     if (channels, width, rate) != (1, 2, sample_rate):
         raise ValueError(f"{path}: {channels} channel(s), {8 * width}-bit, {rate} Hz; expected 1 channel, 16-bit PCM, {sample_rate} Hz")
