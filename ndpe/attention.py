@@ -59,6 +59,6 @@ class Attention(nn.Module):
         return self.proj_drop(self.proj(rearrange(out, "b h t d -> b t (h d)")))
 
 
-def causal_mask(n: int, *, device=None, dtype=torch.float32) -> Tensor:
+def causal_mask(n: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
     """``(n, n)`` additive mask: 0 on and below the diagonal, -inf above."""
     return torch.full((n, n), float("-inf"), device=device, dtype=dtype).triu(1)

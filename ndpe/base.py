@@ -8,7 +8,7 @@ encodings per ``(grid_shape, num_prefix, device, dtype)``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +19,7 @@ from .contract import PosOut
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 
 _CACHE_SIZE = 16
-_BIAS_BUDGET = [1 << 30]  # bytes; see set_bias_budget
+_BIAS_BUDGET: list[int | None] = [1 << 30]  # bytes; see set_bias_budget
 
 
 def set_bias_budget(nbytes: int | None) -> int | None:
@@ -65,6 +65,11 @@ class Encoding(nn.Module):
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)
     integer_positions: ClassVar[bool] = False  # positions must be integers (offset tables)
+    _anchor: Tensor
+
+    if TYPE_CHECKING:  # nn.Module types __call__ as returning Any; an encoding's call is its forward
+        def __call__(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
+                     num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut: ...
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1):
         super().__init__()
@@ -79,7 +84,7 @@ class Encoding(nn.Module):
         self.cat_dim = 0  # channels a `cat` output appends to each token
         self.augment: nn.Module | None = None
         self.register_buffer("_anchor", torch.empty(0), persistent=False)  # follows .to(device)
-        self._cache: OrderedDict = OrderedDict()
+        self._cache: OrderedDict[Any, Any] = OrderedDict()
 
     # -- to implement --------------------------------------------------------------------
     def encode(self, positions: Tensor, grid_shape: tuple[int, ...] | None) -> PosOut:
@@ -142,11 +147,11 @@ class Encoding(nn.Module):
                     return out
                 del self._cache[key]
         if positions is None:
-            positions = grid_coords(grid_shape, self.coords_mode, device=self.device)
+            positions = grid_coords(cast(Sequence[int], grid_shape), self.coords_mode, device=self.device)
         else:
             positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape))
         if augmenting:
-            positions = self.augment(positions, grid_shape)
+            positions = cast(nn.Module, self.augment)(positions, grid_shape)
         self._check_bias_size(positions, grid_shape, num_prefix)
         out = pad_prefix(self.encode(positions, grid_shape), num_prefix)
         if dtype is not None:

@@ -1,8 +1,12 @@
 """``Combine``: several encodings acting together (e.g. learned absolute + ALiBi), merged per forward."""
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING, Sequence, cast
 
+import torch
+from torch import Tensor, nn
+
+from .base import Encoding
 from .contract import PosOut, merge
 
 
@@ -18,7 +22,11 @@ class Combine(nn.Module):
     True
     """
 
-    def __init__(self, *encodings: nn.Module):
+    if TYPE_CHECKING:  # nn.Module types __call__ as returning Any
+        def __call__(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
+                     num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut: ...
+
+    def __init__(self, *encodings: Encoding):
         super().__init__()
         if not encodings:
             raise ValueError("Combine needs at least one encoding")
@@ -42,12 +50,13 @@ class Combine(nn.Module):
             raise ValueError(f"explicit positions need one coordinate unit, but the combined kinds use {modes}; "
                              "build them with the same coords= option")
 
-    def coords(self, grid_shape):
+    def coords(self, grid_shape: Sequence[int]) -> Tensor:
         """Default coordinates ``(N, dims)``, shared by every combined encoding (one unit required)."""
         self._check_one_unit()
-        return self.encodings[0].coords(grid_shape)
+        return cast(Encoding, self.encodings[0]).coords(grid_shape)
 
-    def forward(self, grid_shape=None, *, positions=None, num_prefix=0, dtype=None) -> PosOut:
+    def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
+                num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut:
         if positions is not None:
             self._check_one_unit()
         return merge(*(pe(grid_shape, positions=positions, num_prefix=num_prefix, dtype=dtype)

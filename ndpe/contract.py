@@ -45,7 +45,7 @@ class PosOut:
     pairing: str = "half"
     num_prefix: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.pairing not in PAIRINGS:
             raise ValueError(f"pairing must be one of {PAIRINGS}, got {self.pairing!r}")
 
@@ -168,7 +168,8 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
         raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
     if k.shape[-2] != cos.shape[-2]:
         raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
-    return apply_rotary_many((q, k), cos, sin, pos.pairing)
+    q, k = apply_rotary_many((q, k), cos, sin, pos.pairing)
+    return q, k
 
 
 def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None) -> Tensor | None:

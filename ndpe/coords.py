@@ -46,7 +46,8 @@ def _is_symint(n) -> bool:
     return isinstance(n, torch.SymInt)
 
 
-def axis_coords(n: int, mode: str = "index", *, device=None, dtype=torch.float32) -> Tensor:
+def axis_coords(n: int, mode: str = "index", *, device: torch.device | str | None = None,
+                dtype: torch.dtype = torch.float32) -> Tensor:
     """Coordinates ``(n,)`` along one axis.
 
     ``index``: 0 .. n-1; ``pixel``: -1 .. 1 inclusive (0 when n = 1);
@@ -62,7 +63,8 @@ def axis_coords(n: int, mode: str = "index", *, device=None, dtype=torch.float32
     raise ValueError(f"coordinate mode must be one of {COORD_MODES}, got {mode!r}")
 
 
-def grid_coords(grid_shape: Sequence[int], mode: str = "index", *, device=None, dtype=torch.float32) -> Tensor:
+def grid_coords(grid_shape: Sequence[int], mode: str = "index", *, device: torch.device | str | None = None,
+                dtype: torch.dtype = torch.float32) -> Tensor:
     """Coordinates of every grid point, ``(N, dims)``, row-major (``ij``: first axis slowest)."""
     axes = [axis_coords(n, mode, device=device, dtype=dtype) for n in grid_shape]
     mesh = torch.meshgrid(*axes, indexing="ij")

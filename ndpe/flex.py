@@ -21,7 +21,7 @@ torch.Size([1, 2, 12, 16])
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import torch
 from torch import Tensor
@@ -71,7 +71,7 @@ def _alibi_bias(pe: ALiBi, coords: Tensor):
         if pe.distance == "manhattan" or len(axes) == 1:
             length = sum(o.abs() for o in offsets)
         else:
-            length = sum(o * o for o in offsets).sqrt()
+            length = cast(Tensor, sum(o * o for o in offsets)).sqrt()
         if pe.causal:
             length = torch.where(j > i, 0.0, length)
         return -slopes[h] * length
@@ -92,13 +92,13 @@ def _relative_bias(pe: RelativeBias, coords: Tensor):
         return bias
     axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
 
-    def bias(h, i, j):
+    def bias_nd(h, i, j):
         index = 0
         for ax, m in zip(axes, pe.max_distance):
             index = index * (2 * m + 1) + ((ax[i] - ax[j]).clamp(-m, m) + m)
         return table[index, h]
 
-    return bias
+    return bias_nd
 
 
 @functools.lru_cache(maxsize=1)

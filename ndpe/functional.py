@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -238,7 +239,8 @@ def _pad_ones(t: Tensor, n: int) -> Tensor:
 
 def _complex_view_ok(t: Tensor) -> bool:
     """Whether ``view_as_complex`` can read ``t`` ``(..., 2 * half)`` as pairs (unit last stride, even elsewhere)."""
-    return t.stride(-1) == 1 and t.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in t.stride()[:-1])
+    ok = t.stride(-1) == 1 and t.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in t.stride()[:-1])
+    return cast(bool, ok)  # a SymBool under torch.compile
 
 
 class _Rotary(torch.autograd.Function):
@@ -260,7 +262,7 @@ class _Rotary(torch.autograd.Function):
         cos, sin, *xs = ctx.saved_tensors
         need_x = ctx.needs_input_grad[4:]
         todo = [i for i, (g, need) in enumerate(zip(grads, need_x)) if g is not None and need]
-        gxs = [None] * len(grads)
+        gxs: list[Tensor | None] = [None] * len(grads)
         if ctx.fused and todo:
             from . import _triton
             # incoming gradients may have any strides (expanded, transposed by q @ k.mT): the kernel
@@ -268,7 +270,7 @@ class _Rotary(torch.autograd.Function):
             gs = tuple(grads[i] if grads[i].stride(-1) == 1 else grads[i].contiguous() for i in todo)
             rotated = _triton.rotary(gs, cos, sin, ctx.pairing, inverse=True)
         else:
-            rotated = [_rotate(grads[i], cos, sin, ctx.pairing, inverse=True) for i in todo]
+            rotated = tuple(_rotate(grads[i], cos, sin, ctx.pairing, inverse=True) for i in todo)
         for i, r in zip(todo, rotated):
             gxs[i] = r.sum_to_size(ctx.shapes[i])
         gcos = gsin = None

@@ -8,18 +8,19 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
-from torch import nn
-
+from .base import Encoding
 from .checks import check_dims
 
-_KINDS: dict[str, type[nn.Module]] = {}
+_KINDS: dict[str, type[Encoding]] = {}
 _DIMS: dict[str, tuple[int, ...]] = {}
 _BASE_ARGS = ("dims", "dim", "heads")
+_SHAPE_HINT = {1: "(length,)", 2: "(rows, cols)", 3: "(frames, rows, cols)"}
+_E = TypeVar("_E", bound=type[Encoding])
 
 
-def register(name: str, *, dims: tuple[int, ...] = (1, 2, 3)) -> Callable[[type], type]:
+def register(name: str, *, dims: tuple[int, ...] = (1, 2, 3)) -> Callable[[_E], _E]:
     """Class decorator adding an encoding kind under ``name`` for the given ``dims``.
 
     A name can be registered once; a second registration raises ``ValueError``.
@@ -28,7 +29,7 @@ def register(name: str, *, dims: tuple[int, ...] = (1, 2, 3)) -> Callable[[type]
     if bad or not dims:
         raise ValueError(f"register({name!r}): dims must be a non-empty subset of (1, 2, 3), got {dims}")
 
-    def wrap(cls: type) -> type:
+    def wrap(cls: _E) -> _E:
         if name in _KINDS:
             raise ValueError(f"kind {name!r} is already registered by {_KINDS[name].__module__}.{_KINDS[name].__name__}")
         _KINDS[name] = cls
@@ -52,13 +53,13 @@ def options(kind: str) -> dict[str, object]:
     return {n: p.default for n, p in params.items() if n != "self" and n not in _BASE_ARGS}
 
 
-def _lookup(kind: str) -> type[nn.Module]:
+def _lookup(kind: str) -> type[Encoding]:
     if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {sorted(_KINDS)}")
     return _KINDS[kind]
 
 
-def make(*, dims: int, kind: str, dim: int, heads: int = 1, augment=None, **opts) -> nn.Module:
+def make(*, dims: int, kind: str, dim: int, heads: int = 1, augment: Any = None, **opts: Any) -> Encoding:
     """Build an encoding of ``kind`` for ``dims`` positional axes.
 
     Args:
@@ -80,9 +81,23 @@ def make(*, dims: int, kind: str, dim: int, heads: int = 1, augment=None, **opts
     unknown = sorted(set(opts) - set(valid))
     if unknown:
         raise TypeError(f"unknown option(s) {unknown} for kind {kind!r}; valid options: {sorted(valid)}")
+    missing = [n for n, p in inspect.signature(cls.__init__).parameters.items()
+               if n in valid and n not in opts and p.default is inspect.Parameter.empty
+               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if missing:
+        raise TypeError(_missing_message(kind, dims, dim, missing))
     pe = cls(dims=dims, dim=dim, heads=heads, **opts)
     if augment is not None:
         from .augment import make_augment
 
         pe.set_augment(make_augment(augment, dims=dims))
     return pe
+
+
+def _missing_message(kind: str, dims: int, dim: int, missing: list[str]) -> str:
+    """One line naming the required options of ``kind`` that were not passed, with an example."""
+    if missing == ["grid_shape"]:
+        example = {1: "(64,)", 2: "(14, 14)", 3: "(8, 14, 14)"}.get(dims, "(...)")
+        return (f"{kind} needs grid_shape={_SHAPE_HINT.get(dims, '(n_0, n_1, ...)')}, the table's size per axis: "
+                f"e.g. ndpe.make(dims={dims}, kind={kind!r}, dim={dim}, grid_shape={example})")
+    return f"{kind} needs the option(s) {', '.join(missing)}; ndpe.options({kind!r}) lists them with their defaults"

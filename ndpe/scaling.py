@@ -29,6 +29,7 @@ tensor([1.0000, 0.0100], dtype=torch.float64)
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -66,7 +67,7 @@ def dynamic_ntk_theta(dim: int, theta: float, scale: float, length: float | Tens
     ``length`` (the current length, max position + 1) may be a tensor: no host sync.
     """
     if isinstance(length, Tensor):
-        ratio = torch.clamp(length / train_length, min=1.0)
+        ratio: Tensor | float = torch.clamp(length / train_length, min=1.0)
     else:
         ratio = max(length / train_length, 1.0)
     return theta * (scale * ratio - (scale - 1.0)) ** ntk_exponent(dim)
@@ -81,7 +82,7 @@ def yarn_inv_freq(dim: int, theta: float, scale: float, train_length: float, *, 
                   beta_slow: float = BETA_SLOW, device=None, dtype=torch.float64) -> Tensor:
     """YaRN "NTK-by-parts" frequencies ``(dim // 2,)``: extrapolate fast ones, interpolate slow ones."""
     lo = max(math.floor(yarn_correction_dim(beta_fast, dim, theta, train_length)), 0)
-    hi = min(math.ceil(yarn_correction_dim(beta_slow, dim, theta, train_length)), dim - 1)
+    hi: float = min(math.ceil(yarn_correction_dim(beta_slow, dim, theta, train_length)), dim - 1)
     if lo == hi:
         hi += 0.001  # as the reference code: avoid a zero-width ramp
     j = torch.arange(dim // 2, device=device, dtype=dtype)
@@ -112,5 +113,6 @@ def scaled_inv_freq(dim: int, theta: float, scaling: str | None = None, scale: f
     if scaling == "ntk":
         return axial_inv_freq(dim, ntk_theta(dim, theta, scale), device=device), 1.0
     if scaling == "yarn":
-        return yarn_inv_freq(dim, theta, scale, train_length, device=device), yarn_attention_factor(scale)
+        return (yarn_inv_freq(dim, theta, scale, cast(float, train_length), device=device),  # checked by the kind
+                yarn_attention_factor(scale))
     raise ValueError(f"scaling must be None or one of {SCALINGS}, got {scaling!r}")

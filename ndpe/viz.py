@@ -1,8 +1,10 @@
 """Teaching figures: what an encoding looks like and how it behaves when the grid grows.
 
-    python -m ndpe.viz --kind sinusoidal --grid 64 --out docs/figures
-    python -m ndpe.viz --kind rope --grid 8 8 --grow 16 16 --heads 4 --out docs/figures
-    ndpe-viz --kind learned --grid 8 8 --grow 12 12 --option resize=bicubic
+    ndpe viz --kind sinusoidal --grid 64 --out docs/figures
+    ndpe viz --kind rope --grid 8 8 --grow 16 16 --heads 4 --out docs/figures
+    ndpe viz --kind learned --grid 8 8 --grow 12 12 --option resize=bicubic
+
+(``python -m ndpe viz``, ``python -m ndpe.viz`` and ``ndpe-viz`` are the same command.)
 
 Everything is computed from the encoding's :class:`~ndpe.PosOut` alone, so it works for every
 kind, present or future. :func:`draw` writes, one figure per file, ``<name>_<figure>.png``:
@@ -21,7 +23,8 @@ kind, present or future. :func:`draw` writes, one figure per file, ``<name>_<fig
 shown through one, the first of ``bias, rot, add, cat`` (:func:`shown_field`). The numbers
 (:func:`relation`, :func:`table`, :func:`offset_curve`) need only torch; :func:`make_figure` and
 :func:`show_relation` let a script compose its own figures (``docs/make_figures.py``).
-Needs matplotlib (the ``train`` extra) for pictures.
+Pictures need matplotlib: ``pip install "ndpe[viz]"`` (without it, drawing raises
+:class:`MissingDependencyError`, a ``ModuleNotFoundError`` whose one-line message names the extra).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import ast
 import inspect
 import math
 from pathlib import Path
+from typing import NoReturn, cast
 
 import torch
 from einops import rearrange
@@ -41,6 +45,19 @@ from .registry import available, make, options
 MAX_HEADS_SHOWN = 8
 
 
+class MissingDependencyError(ModuleNotFoundError):
+    """An optional dependency is not installed; the message says which extra brings it."""
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`MissingDependencyError` (naming the ``viz`` extra) when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as err:
+        raise MissingDependencyError('drawing figures needs matplotlib, which is not installed: '
+                                     'pip install "ndpe[viz]"', name="matplotlib") from err
+
+
 # -- numbers -----------------------------------------------------------------------------
 def _per_head(t: Tensor) -> Tensor:
     """``(*, T, C)`` -> ``(H, T, C)``: the leading axes (heads, or size 1) flattened."""
@@ -50,7 +67,7 @@ def _per_head(t: Tensor) -> Tensor:
 def grid_fields(pos: PosOut) -> PosOut:
     """``pos`` without its ``num_prefix`` leading tokens, every field ``(H, N, .)`` float32 (H = 1 if shared)."""
     p = pos.num_prefix
-    rot = None if pos.rot is None else tuple(_per_head(t)[:, p:] for t in pos.rot)
+    rot = None if pos.rot is None else (_per_head(pos.rot[0])[:, p:], _per_head(pos.rot[1])[:, p:])
     return PosOut(add=None if pos.add is None else _per_head(pos.add)[:, p:],
                   cat=None if pos.cat is None else _per_head(pos.cat)[:, p:],
                   rot=rot, bias=None if pos.bias is None else _per_head(pos.bias)[:, p:, p:],
@@ -60,11 +77,16 @@ def grid_fields(pos: PosOut) -> PosOut:
 def num_heads(pos: PosOut) -> int:
     """How many per-head pictures the field :func:`shown_field` uses holds (1 when every head shares it)."""
     field = shown_field(pos)
-    t = pos.rot[0] if field == "rot" else getattr(pos, field)
+    t = _field_tensor(pos, field)
     return _per_head(t).shape[0]
 
 
 FIELD_ORDER = ("bias", "rot", "add", "cat")
+
+
+def _field_tensor(pos: PosOut, field: str) -> Tensor:
+    """The tensor of a present ``field`` (``rot``: its cos)."""
+    return cast("tuple[Tensor, Tensor]", pos.rot)[0] if field == "rot" else getattr(pos, field)
 
 
 def shown_field(pos: PosOut) -> str:
@@ -97,9 +119,9 @@ def relation(pos: PosOut, query: int, *, head: int | None = None) -> Tensor:
     """
     field, pos = shown_field(pos), grid_fields(pos)
     if field == "bias":
-        rows = pos.bias[:, query]  # (H, N)
+        rows = cast(Tensor, pos.bias)[:, query]  # (H, N)
     elif field == "rot":
-        cos, sin = pos.rot  # (H, N, rot_dim / 2)
+        cos, sin = cast("tuple[Tensor, Tensor]", pos.rot)  # (H, N, rot_dim / 2)
         score = (cos[:, query, None] * cos + sin[:, query, None] * sin).sum(-1)  # (H, N)
         rows = score / score[:, query, None]
     else:
@@ -121,7 +143,7 @@ def table(pos: PosOut, *, head: int = 0) -> Tensor:
     torch.Size([10, 16])
     """
     field, pos = shown_field(pos), grid_fields(pos)
-    t = pos.rot[0] if field == "rot" else getattr(pos, field)
+    t = _field_tensor(pos, field)
     return t[head % t.shape[0]]
 
 
@@ -316,6 +338,7 @@ FIGURES = ("table", "similarity", "offset", "grow", "heads")
 def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...] | None = None,
                 name: str | None = None):
     """One of :data:`FIGURES` for encoding ``pe`` on ``grid`` as a matplotlib Figure (``grow`` for ``"grow"``)."""
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -351,10 +374,10 @@ def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir
     unknown = sorted(set(figures) - set(FIGURES))
     if unknown:
         raise ValueError(f"unknown figure(s) {unknown}; expected a subset of {FIGURES}")
+    require_matplotlib()  # before anything is computed or created
     grid = tuple(grid)
     name = name or f"{pe.kind}_{len(grid)}d"
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     was_training = pe.training
     pe.eval()
     try:
@@ -372,6 +395,7 @@ def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir
             except ValueError as err:  # the encoding refuses a larger grid
                 print(f"{name}: skipped the {figure} figure: {err}")
                 continue
+            out_dir.mkdir(parents=True, exist_ok=True)  # only once there is a figure to write
             paths.append(save(fig, out_dir / f"{name}_{figure}.png"))
         return paths
     finally:
@@ -404,10 +428,17 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``ndpe-viz`` argument parser (``--kind`` choices are the registered kinds)."""
-    parser = argparse.ArgumentParser(prog="ndpe-viz", description=__doc__.split("\n")[0],
-                                     epilog="Example: ndpe-viz --kind rope --grid 8 8 --grow 16 16 --heads 4")
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (exit status 2), without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def build_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
+    """The ``ndpe viz`` argument parser (``--kind`` choices are the registered kinds)."""
+    parser = OneLineParser(prog=prog, description=(__doc__ or "").split("\n")[0],
+                           epilog=f"Example: {prog} --kind rope --grid 8 8 --grow 16 16 --heads 4")
     parser.add_argument("--kind", required=True, choices=sorted(available()))
     parser.add_argument("--grid", type=int, nargs="+", required=True,
                         help="grid sizes in ij order (dims = their count)")
@@ -425,10 +456,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> list[Path]:
-    """The ``ndpe-viz`` command: build one encoding and :func:`draw` it. Returns the written paths."""
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path]:
+    """Build one encoding from command-line arguments and :func:`draw` it; return the written paths.
+
+    The ``ndpe viz`` command (:mod:`ndpe.cli`) calls it and exits 0; argument errors exit 2 with one line.
+    """
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
+    require_matplotlib()
     grid = tuple(args.grid)
     if args.grow is not None and len(args.grow) != len(grid):
         parser.error(f"--grow needs one size per axis of --grid ({len(grid)}), got {args.grow}")
@@ -448,4 +483,6 @@ def main(argv: list[str] | None = None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    main()
+    from ndpe.cli import viz_alias
+
+    raise SystemExit(viz_alias(prog="python -m ndpe.viz"))

@@ -78,6 +78,8 @@ class ALiBi(Encoding):
         distance: ``"euclidean"`` (default) or ``"manhattan"`` offset length for dims > 1.
     """
 
+    slopes: Tensor  # (heads,) float32 buffer
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, distance: str = "euclidean"):
         super().__init__(dims=dims, dim=dim, heads=heads)
         check_bool(causal, "causal")

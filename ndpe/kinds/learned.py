@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -112,10 +113,10 @@ class Learned(Encoding):
     def _resize_full(self, grid_shape: tuple[int, ...]) -> Tensor:
         if self.dims == 2:
             flat = rearrange(self.table, "h w c -> 1 (h w) c")
-            out = _resample_2d(flat, list(grid_shape), list(self.table_shape), self.resize)
+            out = _resample_2d(flat, list(grid_shape), list(self.table_shape), cast(str, self.resize))
             return rearrange(out, "1 (h w) c -> h w c", h=grid_shape[0])
         channels_first = rearrange(self.table, "... c -> 1 c ...")
-        return rearrange(_interp(channels_first, grid_shape, self.resize), "1 c ... -> ... c")
+        return rearrange(_interp(channels_first, grid_shape, cast(str, self.resize)), "1 c ... -> ... c")
 
     # -- encode ----------------------------------------------------------------------------
     def encode(self, positions: Tensor, grid_shape) -> PosOut:

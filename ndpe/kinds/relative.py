@@ -30,6 +30,7 @@ Conventions:
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -82,7 +83,7 @@ def clip_index(positions: Tensor, max_distance: tuple[int, ...]) -> Tensor:
         axis = positions[..., a]
         row = (axis[..., :, None] - axis[..., None, :]).clamp(-m, m) + m  # (..., N, N)
         index = row if index is None else index * (2 * m + 1) + row
-    return index
+    return cast(Tensor, index)  # max_distance has one entry per axis
 
 
 @register("relative", dims=(1, 2, 3))

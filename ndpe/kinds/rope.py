@@ -94,6 +94,8 @@ class RoPE(Encoding):
         train_shape: grid the model was trained on (``dynamic-ntk`` and ``yarn``).
     """
 
+    inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, axis_dims: Sequence[int] | None = None,
                  theta: float | Sequence[float] = 10000.0, coords: str = "index", pairing: str = "half",
                  scaling: str | None = None, scale: float | Sequence[float] | None = None,
@@ -163,14 +165,14 @@ class RoPE(Encoding):
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         pos = positions.to(self.inv_freq.dtype)  # (..., N, dims), float64
-        cos, sin = [], []
+        cos_axes, sin_axes = [], []
         for a, freq in enumerate(self.axis_inv_freqs(pos)):
             angle = pos[..., a, None] * freq  # (..., N, d_a / 2)
             m = self.attn_factor[a]
-            cos.append(angle.cos() * m if m != 1.0 else angle.cos())
-            sin.append(angle.sin() * m if m != 1.0 else angle.sin())
-        cos = torch.cat(cos, dim=-1).float()  # (..., N, rot_dim / 2)
-        sin = torch.cat(sin, dim=-1).float()
+            cos_axes.append(angle.cos() * m if m != 1.0 else angle.cos())
+            sin_axes.append(angle.sin() * m if m != 1.0 else angle.sin())
+        cos = torch.cat(cos_axes, dim=-1).float()  # (..., N, rot_dim / 2)
+        sin = torch.cat(sin_axes, dim=-1).float()
         pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
         return PosOut(rot=(rearrange(cos, pattern), rearrange(sin, pattern)), pairing=self.pairing)
 

@@ -28,7 +28,7 @@ torch.Size([3, 24, 16])
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 from torch import Tensor, nn
@@ -99,7 +99,7 @@ class RoPEMixed(Encoding):
         pos = positions.float()  # (..., N, dims)
         freqs = self.freqs.float()  # (H, dims, rot_dim / 2); elementwise, so autocast keeps float32
         # angle[..., h, n, j] = sum_a pos[..., n, a] * freqs[h, a, j]          -> (..., H, N, rot/2)
-        angle = sum(pos[..., None, :, a, None] * freqs[:, None, a, :] for a in range(self.dims))
+        angle = cast(Tensor, sum(pos[..., None, :, a, None] * freqs[:, None, a, :] for a in range(self.dims)))
         return PosOut(rot=(angle.cos(), angle.sin()), pairing=self.pairing)
 
     def extra_repr(self) -> str:
