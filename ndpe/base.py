@@ -7,6 +7,8 @@ encodings per ``(grid_shape, num_prefix, device, dtype)``.
 """
 from __future__ import annotations
 
+import copy
+import functools
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence, cast
 
@@ -71,6 +73,21 @@ class Encoding(nn.Module):
         def __call__(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
                      num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut: ...
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Record the keyword arguments a kind was built with (for :meth:`replace`)."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def recording_init(self: Encoding, *args: Any, **kw: Any) -> None:
+            init(self, *args, **kw)
+            if type(self).__init__ is recording_init:  # the outermost class: its arguments rebuild it
+                object.__setattr__(self, "_init_kwargs", dict(kw))
+
+        cls.__init__ = recording_init  # type: ignore[method-assign]
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1):
         super().__init__()
         check_dims(dims, self.kind, self.supported_dims)
@@ -121,6 +138,35 @@ class Encoding(nn.Module):
                              "ones; use an integer augmentation such as 'random'")
         self.augment = augment
         self.clear_cache()
+
+    def replace(self, **changes: Any) -> "Encoding":
+        """A new encoding of the same kind with some options changed, e.g. test-time RoPE scaling.
+
+        The copy keeps every other option, the position augmentation, the device and dtype, the
+        train/eval mode and every parameter or buffer whose shape is unchanged (a trained table stays
+        trained). Unknown options raise as in :func:`ndpe.make`.
+
+        >>> import ndpe
+        >>> pe = ndpe.make(dims=2, kind="rope", dim=64, heads=4, theta=100.0).eval()
+        >>> yarn = pe.replace(scaling="yarn", scale=2.0, train_shape=(8, 8))
+        >>> yarn.theta, yarn.scaling, yarn.training
+        ((100.0, 100.0), 'yarn', False)
+        """
+        kwargs = getattr(self, "_init_kwargs", None)
+        if kwargs is None:
+            raise TypeError(f"{type(self).__name__} does not record its options (its __init__ is not its own); "
+                            "build a new one with ndpe.make")
+        new = type(self)(**{**kwargs, **changes})
+        if self.augment is not None:
+            new.set_augment(copy.deepcopy(self.augment))
+        new.to(device=self.device)
+        floats = [p for p in self.parameters() if p.is_floating_point()]
+        if floats:
+            new.to(dtype=floats[0].dtype)
+        state = new.state_dict()
+        kept = {k: v for k, v in self.state_dict().items() if k in state and state[k].shape == v.shape}
+        new.load_state_dict(kept, strict=False)
+        return new.train(self.training)
 
     def clear_cache(self) -> None:
         """Forget cached outputs (call after changing options in place)."""

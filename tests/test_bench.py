@@ -118,7 +118,7 @@ def test_resume_refuses_other_settings_and_reports_only_the_selection(tmp_path):
 def test_scaled_rope_keeps_the_trained_options():
     import ndpe
 
-    pe = ndpe.make(dims=2, kind="rope", dim=32, heads=2, theta=100.0, pairing="interleaved", axis_dims=(4, 8))
+    pe = ndpe.make(dims=2, kind="rope", dim=32, heads=2, theta=100.0, pairing="interleaved", axis_dims=(4, 8)).eval()
     scaled = bench.scaled_rope(pe, "yarn", (4, 4), (8, 6))
     assert (scaled.theta, scaled.pairing, scaled.axis_dims) == (pe.theta, pe.pairing, pe.axis_dims)
     assert scaled.scaling == "yarn" and scaled.scale == (2.0, 1.5) and not scaled.training

@@ -220,3 +220,26 @@ def test_bias_size_guard_is_configurable_and_checked_before_allocating():
     assert ndpe.bias_budget() == previous
     with pytest.raises(TypeError, match="bias budget"):
         ndpe.set_bias_budget(1.5)
+
+
+def test_replace_rebuilds_with_changed_options():
+    """pe.replace(**changes): same kind, other options kept, trained state, augmentation, device and mode kept."""
+    pe = ndpe.make(dims=2, kind="rope", dim=32, heads=2, theta=100.0, pairing="interleaved", axis_dims=(4, 8)).eval()
+    scaled = pe.replace(scaling="yarn", scale=(2.0, 1.5), train_shape=(4, 4))
+    assert (scaled.theta, scaled.pairing, scaled.axis_dims) == (pe.theta, pe.pairing, pe.axis_dims)
+    assert scaled.scaling == "yarn" and scaled.scale == (2.0, 1.5) and not scaled.training
+    same = pe.replace()
+    torch.testing.assert_close(same((3, 5)).rot[0], pe((3, 5)).rot[0], rtol=0, atol=0)
+
+    table = ndpe.make(dims=2, kind="learned", dim=8, grid_shape=(3, 3), augment=None).double()
+    with torch.no_grad():
+        table.table.add_(1.0)  # "trained"
+    resized = table.replace(resize="bicubic")
+    assert resized.table.dtype == torch.float64 and torch.equal(resized.table, table.table)
+    bigger = table.replace(grid_shape=(4, 4))  # another shape: a fresh table of that shape
+    assert bigger.table.shape == (4, 4, 8)
+
+    cape = ndpe.make(dims=1, kind="sinusoidal", dim=8, augment="cape")
+    assert type(cape.replace(temperature=100.0).augment).__name__ == "CAPE"
+    with pytest.raises(TypeError, match="thetaa"):
+        pe.replace(thetaa=1.0)

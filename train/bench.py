@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import json
@@ -340,13 +341,16 @@ def encoder_grid(model, x: torch.Tensor) -> tuple[int, ...] | None:
 
 
 def scaled_rope(pe, variant: str, train_grid: tuple[int, ...], test_grid: tuple[int, ...]):
-    """A copy of the trained rope encoding ``pe`` with test-time scaling ``variant`` (pi, ntk, yarn)."""
-    import ndpe
-
+    """The trained rope encoding ``pe`` rebuilt with test-time scaling ``variant`` (pi, ntk, yarn)."""
     scale = tuple(max(t / s, 1.0) for t, s in zip(test_grid, train_grid))
-    return ndpe.make(dims=pe.dims, kind="rope", dim=pe.dim, heads=pe.heads, axis_dims=pe.axis_dims,
-                     theta=pe.theta, coords=pe.coords_mode, pairing=pe.pairing, scaling=SCALINGS[variant],
-                     scale=scale, **({"train_shape": train_grid} if variant == "yarn" else {})).eval()
+    return pe.replace(scaling=SCALINGS[variant], scale=scale, **({"train_shape": train_grid} if variant == "yarn" else {}))
+
+
+def with_encoding(model, pe):
+    """A copy of ``model`` whose encoder uses ``pe`` (the trained model is left as it is)."""
+    variant = copy.deepcopy(model)
+    variant.encoder.pe = pe
+    return variant
 
 
 def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
@@ -422,20 +426,16 @@ def _run_cell(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir) -> tu
     model.eval()
     rows = []
     variants = ["-"] + (list(cfg.rope_variants) if kind == "rope" else [])
-    original = getattr(getattr(model, "encoder", None), "pe", None)
     for size in task.test_sizes:
         opts = test_options(task, size)
         for variant in variants:
+            tested = model
             if variant != "-":
                 if float(size) <= float(task.train_size):
                     continue  # scaling changes nothing at the training size
                 test_grid = encoder_grid(model, build_data(tcfg, "test", **opts)[0][0])
-                model.encoder.pe = scaled_rope(original, variant, train_grid, test_grid)
-            try:
-                metrics = evaluate_model(model, tcfg, split="test", **opts)
-            finally:
-                if original is not None:
-                    model.encoder.pe = original
+                tested = with_encoding(model, scaled_rope(model.encoder.pe, variant, train_grid, test_grid))
+            metrics = evaluate_model(tested, tcfg, split="test", **opts)
             rows.append(_row(task, kind, variant, seed, size, metrics[task.metric], train_time))
     return rows, time.perf_counter() - start
 
