@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,42 @@ def bias_budget() -> int | None:
     return _BIAS_BUDGET[0]
 
 
+class TensorCache:
+    """The one cache of ndpe: a small LRU of values built from tensors, keyed by grid, device and dtype.
+
+    An entry holds its value and the tensors a caller could change in place; ``get`` drops the entry
+    when any of them changed (their version counters moved), so a cached output never serves a
+    caller's edit (``attn_bias(pos) += 5``). Kinds use it for whole outputs (the base class, for
+    parameter-free kinds) or for parameter-free parts of them (``relative``'s index).
+    """
+
+    def __init__(self, size: int = _CACHE_SIZE):
+        self.size = size
+        self._entries: OrderedDict[Any, tuple[Any, tuple[Tensor, ...], tuple[int, ...]]] = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        value, tensors, versions = hit
+        if any(t._version != v for t, v in zip(tensors, versions)):
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any, tensors: tuple[Tensor, ...]) -> None:
+        self._entries[key] = (value, tensors, tuple(t._version for t in tensors))
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 def _out_tensors(out: PosOut) -> tuple[Tensor, ...]:
     """The tensors of a PosOut (add, cat, cos, sin, bias), for version checks."""
     ts = (out.add, out.cat, out.bias) + (() if out.rot is None else tuple(out.rot))
@@ -67,6 +103,7 @@ class Encoding(nn.Module):
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)
     integer_positions: ClassVar[bool] = False  # positions must be integers (offset tables)
+    position_free: ClassVar[bool] = False  # encodes no position at all (NoPE): nothing tells grids apart
     _anchor: Tensor
 
     if TYPE_CHECKING:  # nn.Module types __call__ as returning Any; an encoding's call is its forward
@@ -101,7 +138,13 @@ class Encoding(nn.Module):
         self.cat_dim = 0  # channels a `cat` output appends to each token
         self.augment: nn.Module | None = None
         self.register_buffer("_anchor", torch.empty(0), persistent=False)  # follows .to(device)
-        self._cache: OrderedDict[Any, Any] = OrderedDict()
+        self._cache = TensorCache()
+
+    @classmethod
+    def example_options(cls, dims: int) -> dict[str, Any]:
+        """Options a small example of this kind needs beyond its defaults (the contract tests build every
+        kind with them); a kind with a required option overrides this."""
+        return {}
 
     # -- to implement --------------------------------------------------------------------
     def encode(self, positions: Tensor, grid_shape: tuple[int, ...] | None) -> PosOut:
@@ -138,6 +181,16 @@ class Encoding(nn.Module):
                              "ones; use an integer augmentation such as 'random'")
         self.augment = augment
         self.clear_cache()
+
+    def score_bias(self, coords: Tensor) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        """The kind's attention bias as a function ``(h, i, j) -> bias`` of head and grid-token indices.
+
+        Bias kinds implement it from the grid coordinates ``coords (N, dims)``, so flex attention
+        (:mod:`ndpe.flex`) adds the bias per logit without a ``(heads, N, N)`` tensor; other kinds
+        have no bias to add.
+        """
+        raise TypeError(f"score_mod supports the alibi and relative kinds (kinds with a score_bias), got "
+                        f"{type(self).__name__} ({self.kind!r}); apply its PosOut with apply_tokens / apply_qk")
 
     def replace(self, **changes: Any) -> "Encoding":
         """A new encoding of the same kind with some options changed, e.g. test-time RoPE scaling.
@@ -184,14 +237,9 @@ class Encoding(nn.Module):
         key = None
         if positions is None and not augmenting and self._cacheable():
             key = (grid_shape, num_prefix, self.device, dtype)
-            hit = self._cache.get(key)
+            hit = self._cache.get(key)  # None also after a caller's in-place change of the cached output
             if hit is not None:
-                out, tensors, versions = hit
-                # a caller's in-place change (pos.add.mul_(0), attn_bias(pos) += 5) bumps a version: recompute
-                if all(t._version == v for t, v in zip(tensors, versions)):
-                    self._cache.move_to_end(key)
-                    return out
-                del self._cache[key]
+                return hit
         if positions is None:
             positions = grid_coords(cast(Sequence[int], grid_shape), self.coords_mode, device=self.device)
         else:
@@ -203,10 +251,7 @@ class Encoding(nn.Module):
         if dtype is not None:
             out = out.to(dtype)
         if key is not None:
-            tensors = _out_tensors(out)
-            self._cache[key] = (out, tensors, tuple(t._version for t in tensors))
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
+            self._cache.put(key, out, _out_tensors(out))
         return out
 
     def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int | None:

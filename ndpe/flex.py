@@ -21,13 +21,11 @@ torch.Size([1, 2, 12, 16])
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence, cast
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from .kinds.alibi import ALiBi
-from .kinds.relative import RelativeBias, t5_bucket
 
 
 def flex_available() -> tuple[bool, str]:
@@ -42,16 +40,11 @@ def flex_available() -> tuple[bool, str]:
 def score_mod(pe, grid_shape: Sequence[int], *, num_prefix: int = 0, causal: bool = False) -> Callable:
     """The flex_attention ``score_mod`` adding ``pe``'s bias for ``num_prefix + N`` tokens.
 
-    ``pe`` is an ``alibi`` or ``relative`` encoding (unbatched default grid coordinates).
+    ``pe`` is an encoding whose kind supplies :meth:`ndpe.base.Encoding.score_bias` (the bias kinds;
+    unbatched default grid coordinates). This module knows no kind: a new bias kind works here by
+    implementing ``score_bias``.
     """
-    coords = pe.coords(grid_shape)  # (N, dims), the kind's default coordinates
-    if isinstance(pe, ALiBi):
-        bias_fn = _alibi_bias(pe, coords)
-    elif isinstance(pe, RelativeBias):
-        bias_fn = _relative_bias(pe, coords)
-    else:
-        raise TypeError(f"score_mod supports the alibi and relative kinds, got {type(pe).__name__} "
-                        f"({getattr(pe, 'kind', '?')!r}); materialize its PosOut.bias instead")
+    bias_fn = pe.score_bias(pe.coords(grid_shape))  # (h, i, j) -> bias of grid tokens i, j
     p = num_prefix
 
     def mod(score, b, h, q_idx, kv_idx):
@@ -61,44 +54,6 @@ def score_mod(pe, grid_shape: Sequence[int], *, num_prefix: int = 0, causal: boo
         return torch.where(kv_idx > q_idx, float("-inf"), score) if causal else score
 
     return mod
-
-
-def _alibi_bias(pe: ALiBi, coords: Tensor):
-    axes, slopes = [coords[:, a].contiguous() for a in range(coords.shape[1])], pe.slopes
-
-    def bias(h, i, j):
-        offsets = [ax[i] - ax[j] for ax in axes]
-        if pe.distance == "manhattan" or len(axes) == 1:
-            length = sum(o.abs() for o in offsets)
-        else:
-            length = cast(Tensor, sum(o * o for o in offsets)).sqrt()
-        if pe.causal:
-            length = torch.where(j > i, 0.0, length)
-        return -slopes[h] * length
-
-    return bias
-
-
-def _relative_bias(pe: RelativeBias, coords: Tensor):
-    table, pos = pe.table, coords.round().long()  # (entries, heads), (N, dims)
-    if pe.mode == "t5":
-        n = pos.shape[0]
-        buckets = t5_bucket(torch.arange(-(n - 1), n, device=pos.device), bidirectional=pe.bidirectional,
-                            num_buckets=pe.num_buckets, max_distance=pe.max_distance[0])  # (2N - 1,): j - i
-
-        def bias(h, i, j):
-            return table[buckets[pos[j, 0] - pos[i, 0] + n - 1], h]
-
-        return bias
-    axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
-
-    def bias_nd(h, i, j):
-        index = 0
-        for ax, m in zip(axes, pe.max_distance):
-            index = index * (2 * m + 1) + ((ax[i] - ax[j]).clamp(-m, m) + m)
-        return table[index, h]
-
-    return bias_nd
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,7 +14,6 @@ from .base import Encoding
 from .checks import check_dims
 
 _KINDS: dict[str, type[Encoding]] = {}
-_DIMS: dict[str, tuple[int, ...]] = {}
 _BASE_ARGS = ("dims", "dim", "heads")
 _SHAPE_HINT = {1: "(length,)", 2: "(rows, cols)", 3: "(frames, rows, cols)"}
 _E = TypeVar("_E", bound=type[Encoding])
@@ -33,7 +32,6 @@ def register(name: str, *, dims: tuple[int, ...] = (1, 2, 3)) -> Callable[[_E], 
         if name in _KINDS:
             raise ValueError(f"kind {name!r} is already registered by {_KINDS[name].__module__}.{_KINDS[name].__name__}")
         _KINDS[name] = cls
-        _DIMS[name] = tuple(dims)
         cls.kind = name
         cls.supported_dims = tuple(dims)
         return cls
@@ -43,7 +41,7 @@ def register(name: str, *, dims: tuple[int, ...] = (1, 2, 3)) -> Callable[[_E], 
 
 def available() -> dict[str, tuple[int, ...]]:
     """All registered kinds, each with the positional dims (1, 2, 3) it supports."""
-    return dict(sorted(_DIMS.items()))
+    return {name: cls.supported_dims for name, cls in sorted(_KINDS.items())}
 
 
 def options(kind: str) -> dict[str, object]:
@@ -51,6 +49,11 @@ def options(kind: str) -> dict[str, object]:
     cls = _lookup(kind)
     params = inspect.signature(cls.__init__).parameters
     return {n: p.default for n, p in params.items() if n != "self" and n not in _BASE_ARGS}
+
+
+def kind_class(kind: str) -> type[Encoding]:
+    """The class registered as ``kind`` (its class attributes say what it needs: ``example_options``, ...)."""
+    return _lookup(kind)
 
 
 def _lookup(kind: str) -> type[Encoding]:
@@ -76,7 +79,7 @@ def make(*, dims: int, kind: str, dim: int, heads: int = 1, augment: Any = None,
     torch.Size([24, 64])
     """
     cls = _lookup(kind)
-    check_dims(dims, kind, _DIMS[kind])
+    check_dims(dims, kind, cls.supported_dims)
     valid = options(kind)
     unknown = sorted(set(opts) - set(valid))
     if unknown:

@@ -89,3 +89,27 @@ def test_unsupported_kind():
     pe = ndpe.make(dims=1, kind="none", dim=24, heads=3)
     with pytest.raises(TypeError, match="supports the alibi and relative kinds"):
         flex.score_mod(pe, (6,))
+
+
+def test_a_new_bias_kind_needs_no_change_to_flex():
+    """flex.score_mod asks the kind for its score_bias: a bias kind written elsewhere works as it is."""
+    from ndpe.base import Encoding
+    from ndpe.contract import PosOut
+
+    class HalfDistance(Encoding):  # not registered: a user's own kind
+        kind = "half-distance"
+
+        def encode(self, positions, grid_shape):
+            d = (positions[:, None, 0] - positions[None, :, 0]).abs()  # (N, N)
+            return PosOut(bias=-0.5 * d.expand(self.heads, -1, -1))
+
+        def score_bias(self, coords):
+            ax = coords[:, 0]
+            return lambda h, i, j: -0.5 * (ax[i] - ax[j]).abs()
+
+    pe = HalfDistance(dims=1, dim=8, heads=2)
+    bias = pe((5,), num_prefix=1).bias  # (heads, 6, 6)
+    mod = flex.score_mod(pe, (5,), num_prefix=1)
+    got = torch.tensor([[[float(mod(torch.tensor(0.0), 0, torch.tensor(h), torch.tensor(i), torch.tensor(j)))
+                          for j in range(6)] for i in range(6)] for h in range(2)])
+    torch.testing.assert_close(got, bias)

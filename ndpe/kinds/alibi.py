@@ -29,6 +29,7 @@ torch.Size([8, 5, 5])
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from einops import rearrange
@@ -104,6 +105,22 @@ class ALiBi(Encoding):
         slopes = rearrange(self.slopes, "h -> h 1 1")
         bias = -slopes * length.unsqueeze(-3)  # (..., heads, N, N)
         return PosOut(bias=bias)
+
+    def score_bias(self, coords: Tensor):
+        """``(h, i, j) -> -slope_h * distance(i, j)`` for flex attention (see :meth:`Encoding.score_bias`)."""
+        axes, slopes = [coords[:, a].contiguous() for a in range(coords.shape[1])], self.slopes
+
+        def bias(h, i, j):
+            offsets = [ax[i] - ax[j] for ax in axes]
+            if self.distance == "manhattan" or len(axes) == 1:
+                length = sum(o.abs() for o in offsets)
+            else:
+                length = cast(Tensor, sum(o * o for o in offsets)).sqrt()
+            if self.causal:
+                length = torch.where(j > i, 0.0, length)
+            return -slopes[h] * length
+
+        return bias
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, causal={self.causal}, distance={self.distance!r}"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +87,10 @@ class Learned(Encoding):
         else:
             self.table = nn.Parameter(torch.empty(*self.table_shape, dim))  # (*grid_shape, dim)
         self.reset_parameters()
+
+    @classmethod
+    def example_options(cls, dims: int) -> dict[str, Any]:
+        return {"grid_shape": (6,) * dims, "resize": RESIZE_MODES[dims][-1]}
 
     def reset_parameters(self) -> None:
         for p in self.parameters():

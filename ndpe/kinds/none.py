@@ -13,6 +13,8 @@ class NoPE(Encoding):
     True
     """
 
+    position_free = True
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1):
         super().__init__(dims=dims, dim=dim, heads=heads)
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from ..base import Encoding
+from ..base import Encoding, TensorCache
 from ..checks import check_bool, check_choice, per_axis
 from ..contract import PosOut
 from ..registry import register
@@ -122,7 +122,7 @@ class RelativeBias(Encoding):
             self._check_buckets()
         self.table = nn.Parameter(torch.empty(size, heads))  # (entries, heads)
         nn.init.trunc_normal_(self.table, std=0.02)
-        self._index_cache: dict = {}
+        self._index_cache = TensorCache()  # the integer index per grid; the table gather runs every forward
 
     def _check_buckets(self) -> None:
         nb = self.num_buckets
@@ -160,9 +160,7 @@ class RelativeBias(Encoding):
         if hit is not None and torch.equal(hit[0], positions):
             return hit[1]
         index = self.index(positions)
-        if len(self._index_cache) >= 16:
-            self._index_cache.pop(next(iter(self._index_cache)))
-        self._index_cache[key] = (positions.clone(), index)
+        self._index_cache.put(key, (positions.clone(), index), (index,))
         return index
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
@@ -178,6 +176,28 @@ class RelativeBias(Encoding):
         super().clear_cache()
         if hasattr(self, "_index_cache"):
             self._index_cache.clear()
+
+    def score_bias(self, coords: Tensor):
+        """``(h, i, j) -> table[offset(i, j), h]`` for flex attention (see :meth:`Encoding.score_bias`)."""
+        table, pos = self.table, coords.round().long()  # (entries, heads), (N, dims)
+        if self.mode == "t5":
+            n = pos.shape[0]
+            buckets = t5_bucket(torch.arange(-(n - 1), n, device=pos.device), bidirectional=self.bidirectional,
+                                num_buckets=self.num_buckets, max_distance=self.max_distance[0])  # (2N - 1,): j - i
+
+            def bias(h, i, j):
+                return table[buckets[pos[j, 0] - pos[i, 0] + n - 1], h]
+
+            return bias
+        axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
+
+        def bias_nd(h, i, j):
+            index = 0
+            for ax, m in zip(axes, self.max_distance):
+                index = index * (2 * m + 1) + ((ax[i] - ax[j]).clamp(-m, m) + m)
+            return table[index, h]
+
+        return bias_nd
 
     def extra_repr(self) -> str:
         s = f"{super().extra_repr()}, mode={self.mode!r}, max_distance={self.max_distance}"
