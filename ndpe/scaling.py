@@ -17,7 +17,17 @@ Notation (per positional axis): ``d`` rotary channels (``d / 2`` frequencies), b
   than ``beta_fast = 32`` times are kept, fewer than ``beta_slow = 1`` time are interpolated.
   The paper writes the ramp linearly in ``r = L / wavelength``; the reference code (and every
   released YaRN checkpoint) ramps linearly in the index ``j``: we follow the code. cos and sin
-  are multiplied by the attention factor ``0.1 ln s + 1`` (1 when ``s <= 1``).
+  are multiplied by the attention factor ``0.1 ln s + 1`` (1 when ``s <= 1``). HF's full option set:
+  ``truncate=False`` keeps the ramp ends fractional (no floor / ceil); with ``mscale`` and
+  ``mscale_all_dim`` both non-zero (DeepSeek) the factor is ``g(s, mscale) / g(s, mscale_all_dim)``,
+  ``g(s, m) = 0.1 m ln s + 1``; ``attention_factor`` replaces the factor outright.
+- Llama 3.1 ("llama3", HF ``_compute_llama3_parameters``): wavelength ``w_j = 2 pi / f_j``; kept when
+  ``w_j < L / high_freq_factor``, divided by ``s`` when ``w_j > L / low_freq_factor``, in between
+  ``(1 - k) f_j / s + k f_j`` with ``k = (L / w_j - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
+- LongRoPE ("longrope", Phi-3, HF ``_compute_longrope_parameters``): ``f_j / e_j`` with the per-frequency
+  factors ``e = short_factor`` up to the trained length, ``long_factor`` beyond it (the encoding picks
+  by the current length ``max(position) + 1 > L``); cos and sin multiplied by
+  ``sqrt(1 + ln s / ln L)`` (1 when ``s <= 1``) unless ``attention_factor`` is given.
 
 Every function returns float64 (or the dtype asked for): angles are built from these.
 
@@ -34,9 +44,10 @@ from typing import cast
 import torch
 from torch import Tensor
 
-SCALINGS = ("linear", "ntk", "dynamic-ntk", "yarn")
-NEEDS_TRAIN_SHAPE = ("dynamic-ntk", "yarn")
+SCALINGS = ("linear", "ntk", "dynamic-ntk", "yarn", "llama3", "longrope")
+NEEDS_TRAIN_SHAPE = ("dynamic-ntk", "yarn", "llama3", "longrope")
 BETA_FAST, BETA_SLOW = 32.0, 1.0
+LOW_FREQ_FACTOR, HIGH_FREQ_FACTOR = 1.0, 4.0  # Llama 3.1's values (HF requires them in the config)
 
 
 def axial_inv_freq(dim: int, theta: float | Tensor, *, device=None, dtype=torch.float64) -> Tensor:
@@ -79,10 +90,13 @@ def yarn_correction_dim(num_rotations: float, dim: int, theta: float, train_leng
 
 
 def yarn_inv_freq(dim: int, theta: float, scale: float, train_length: float, *, beta_fast: float = BETA_FAST,
-                  beta_slow: float = BETA_SLOW, device=None, dtype=torch.float64) -> Tensor:
+                  beta_slow: float = BETA_SLOW, truncate: bool = True, device=None, dtype=torch.float64) -> Tensor:
     """YaRN "NTK-by-parts" frequencies ``(dim // 2,)``: extrapolate fast ones, interpolate slow ones."""
-    lo = max(math.floor(yarn_correction_dim(beta_fast, dim, theta, train_length)), 0)
-    hi: float = min(math.ceil(yarn_correction_dim(beta_slow, dim, theta, train_length)), dim - 1)
+    lo: float = yarn_correction_dim(beta_fast, dim, theta, train_length)
+    hi: float = yarn_correction_dim(beta_slow, dim, theta, train_length)
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, dim - 1)
     if lo == hi:
         hi += 0.001  # as the reference code: avoid a zero-width ramp
     j = torch.arange(dim // 2, device=device, dtype=dtype)
@@ -91,17 +105,57 @@ def yarn_inv_freq(dim: int, theta: float, scale: float, train_length: float, *, 
     return freq / scale * ramp + freq * (1.0 - ramp)
 
 
-def yarn_attention_factor(scale: float) -> float:
-    """YaRN's ``sqrt(1/t) = 0.1 ln s + 1`` multiplying cos and sin (so the logits by its square)."""
-    return 1.0 if scale <= 1.0 else 0.1 * math.log(scale) + 1.0
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """``0.1 * mscale * ln s + 1`` (1 when ``s <= 1``)."""
+    return 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_attention_factor(scale: float, mscale: float | None = None, mscale_all_dim: float | None = None) -> float:
+    """YaRN's ``sqrt(1/t) = 0.1 ln s + 1`` multiplying cos and sin (so the logits by its square).
+
+    With ``mscale`` and ``mscale_all_dim`` both non-zero (DeepSeek): ``g(s, mscale) / g(s, mscale_all_dim)``.
+    """
+    if mscale and mscale_all_dim:
+        return yarn_mscale(scale, mscale) / yarn_mscale(scale, mscale_all_dim)
+    return yarn_mscale(scale)
+
+
+def llama3_inv_freq(dim: int, theta: float, scale: float, train_length: float, *,
+                    low_freq_factor: float = LOW_FREQ_FACTOR, high_freq_factor: float = HIGH_FREQ_FACTOR,
+                    device=None, dtype=torch.float64) -> Tensor:
+    """Llama 3.1 frequencies ``(dim // 2,)``: keep short wavelengths, divide long ones by ``s``, blend between."""
+    freq = axial_inv_freq(dim, theta, device=device, dtype=dtype)
+    wavelen = 2 * math.pi / freq
+    low_wavelen, high_wavelen = train_length / low_freq_factor, train_length / high_freq_factor
+    out = torch.where(wavelen > low_wavelen, freq / scale, freq)
+    k = (train_length / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - k) * out / scale + k * out
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, smoothed, out)
+
+
+def longrope_inv_freq(dim: int, theta: float, factors, *, device=None, dtype=torch.float64) -> Tensor:
+    """LongRoPE frequencies ``f_j / factors[j]``, ``(dim // 2,)``."""
+    freq = axial_inv_freq(dim, theta, device=device, dtype=dtype)
+    return freq / torch.as_tensor(factors, device=device, dtype=dtype)
+
+
+def longrope_attention_factor(scale: float, train_length: float) -> float:
+    """LongRoPE's cos/sin factor ``sqrt(1 + ln s / ln L)`` (1 when ``s <= 1``)."""
+    return 1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(train_length))
 
 
 def scaled_inv_freq(dim: int, theta: float, scaling: str | None = None, scale: float = 1.0,
-                    train_length: float | None = None, *, device=None) -> tuple[Tensor, float]:
+                    train_length: float | None = None, *, beta_fast: float = BETA_FAST, beta_slow: float = BETA_SLOW,
+                    truncate: bool = True, mscale: float | None = None, mscale_all_dim: float | None = None,
+                    attention_factor: float | None = None, low_freq_factor: float = LOW_FREQ_FACTOR,
+                    high_freq_factor: float = HIGH_FREQ_FACTOR, factors=None, device=None) -> tuple[Tensor, float]:
     """One axis' frequencies ``(dim // 2,)`` float64 under ``scaling`` and its cos/sin factor.
 
     ``"dynamic-ntk"`` gives the frequencies at or below the trained length (no change): the
     encoding recomputes them from the current length with :func:`dynamic_ntk_theta`.
+    ``"longrope"`` uses ``factors`` (the short ones; the encoding switches to the long ones).
+    ``attention_factor`` (``"yarn"`` and ``"longrope"``) replaces the computed cos/sin factor.
 
     >>> scaled_inv_freq(4, 10000.0, "linear", 2.0)
     (tensor([0.5000, 0.0050], dtype=torch.float64), 1.0)
@@ -112,7 +166,16 @@ def scaled_inv_freq(dim: int, theta: float, scaling: str | None = None, scale: f
         return axial_inv_freq(dim, theta, device=device) / scale, 1.0
     if scaling == "ntk":
         return axial_inv_freq(dim, ntk_theta(dim, theta, scale), device=device), 1.0
+    length = cast(float, train_length)  # checked by the kind
     if scaling == "yarn":
-        return (yarn_inv_freq(dim, theta, scale, cast(float, train_length), device=device),  # checked by the kind
-                yarn_attention_factor(scale))
+        factor = yarn_attention_factor(scale, mscale, mscale_all_dim) if attention_factor is None else attention_factor
+        return (yarn_inv_freq(dim, theta, scale, length, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate,
+                              device=device), factor)
+    if scaling == "llama3":
+        return (llama3_inv_freq(dim, theta, scale, length, low_freq_factor=low_freq_factor,
+                                high_freq_factor=high_freq_factor, device=device), 1.0)
+    if scaling == "longrope":
+        factor = longrope_attention_factor(scale, length) if attention_factor is None else attention_factor
+        ext = [1.0] * (dim // 2) if factors is None else factors
+        return longrope_inv_freq(dim, theta, ext, device=device), factor
     raise ValueError(f"scaling must be None or one of {SCALINGS}, got {scaling!r}")

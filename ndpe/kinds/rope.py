@@ -15,8 +15,24 @@ Conventions:
 - Coordinates (``coords``): ``"index"`` 0..n-1 (default), ``"pixel"`` -1..1 (0 when n = 1),
   ``"centered"`` ``(i + 0.5) / n * 2 - 1``.
 - Scaling for extrapolation, per axis (formulas in :mod:`ndpe.scaling`): ``"linear"``
-  (position interpolation), ``"ntk"``, ``"dynamic-ntk"`` and ``"yarn"`` (both need
-  ``train_shape``); ``scale`` is target / trained length. Scaling needs ``coords="index"``.
+  (position interpolation), ``"ntk"``, ``"dynamic-ntk"``, ``"yarn"``, ``"llama3"`` (Llama 3.1)
+  and ``"longrope"`` (Phi-3; the last four need ``train_shape``, HF's
+  ``original_max_position_embeddings``, or ``max_position_embeddings`` for dynamic); ``scale``
+  is target / trained length (HF's ``factor``). Scaling needs ``coords="index"``. Each matches
+  Hugging Face transformers' ``ROPE_INIT_FUNCTIONS`` (``tests/test_rope_hf.py``), with HF's
+  keyword options and defaults: YaRN ``beta_fast=32``, ``beta_slow=1``, ``mscale``,
+  ``mscale_all_dim``, ``attention_factor``, ``truncate=True``; Llama 3 ``low_freq_factor=1``,
+  ``high_freq_factor=4``; LongRoPE ``short_factor`` / ``long_factor`` (``rot_dim / 2`` numbers,
+  axes in order; the long ones are used on an axis whose ``max(position) + 1`` exceeds its
+  ``train_shape``) and ``attention_factor``. ``ndpe.from_hf_rope(config)`` builds the rope of a
+  HF config (:mod:`ndpe.hf`).
+- M-RoPE (Qwen2-VL, ``mrope_section=``): ONE frequency series ``theta ** (-2j / rot_dim)`` over
+  ``rot_dim = 2 * sum(mrope_section)`` channels, cut in consecutive sections, axis ``a`` taking
+  ``mrope_section[a]`` frequencies (Qwen2-VL: ``(16, 24, 24)`` for (t, h, w), head_dim 128),
+  instead of a separate series per axis. ``mrope_interleaved=True`` (Qwen3-VL) deals them out
+  instead: frequency ``j`` goes to axis ``a >= 1`` when ``j % dims == a`` and
+  ``j < dims * mrope_section[a]``, to axis 0 otherwise. Drive it with explicit (t, h, w) ids
+  through ``positions=`` (text tokens: t = h = w); no scaling.
 - Precision. Angles are computed in float64 (float32 on MPS) from float32 positions, cos/sin
   returned in float32 (or ``dtype=``). Integer positions are exact up to 2**24 and angles keep
   an error below 1e-10 rad up to position 100,000, so the only rounding left is that of the
@@ -42,10 +58,20 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_choice, per_axis
+from ..checks import check_bool, check_choice, check_number, per_axis
 from ..contract import PAIRINGS, PosOut
 from ..registry import register
-from ..scaling import NEEDS_TRAIN_SHAPE, SCALINGS, axial_inv_freq, dynamic_ntk_theta, ntk_exponent, scaled_inv_freq
+from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, NEEDS_TRAIN_SHAPE, SCALINGS,
+                       axial_inv_freq, dynamic_ntk_theta, longrope_inv_freq, ntk_exponent, scaled_inv_freq)
+
+# scaling options, their defaults (Hugging Face's) and the scalings that read them
+_SCALING_OPTIONS: dict[str, tuple[object, tuple[str, ...]]] = {
+    "beta_fast": (BETA_FAST, ("yarn",)), "beta_slow": (BETA_SLOW, ("yarn",)), "mscale": (None, ("yarn",)),
+    "mscale_all_dim": (None, ("yarn",)), "truncate": (True, ("yarn",)),
+    "attention_factor": (None, ("yarn", "longrope")),
+    "low_freq_factor": (LOW_FREQ_FACTOR, ("llama3",)), "high_freq_factor": (HIGH_FREQ_FACTOR, ("llama3",)),
+    "short_factor": (None, ("longrope",)), "long_factor": (None, ("longrope",)),
+}
 
 
 def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None) -> tuple[int, ...]:
@@ -89,9 +115,18 @@ class RoPE(Encoding):
         theta: frequency base, one or per axis.
         coords: ``"index"``, ``"pixel"`` or ``"centered"`` coordinates.
         pairing: ``"half"`` or ``"interleaved"``.
-        scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic-ntk"`` or ``"yarn"``.
+        scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic-ntk"``, ``"yarn"``, ``"llama3"`` or ``"longrope"``.
         scale: factor >= 1 (target / trained length), one or per axis; required with a scaling.
-        train_shape: grid the model was trained on (``dynamic-ntk`` and ``yarn``).
+        train_shape: grid the model was trained on (``dynamic-ntk``, ``yarn``, ``llama3``, ``longrope``).
+        beta_fast, beta_slow: YaRN's ramp ends in turns over the trained length (32, 1; ``beta_fast >= beta_slow``).
+        mscale, mscale_all_dim: YaRN's DeepSeek attention factor ``g(s, mscale) / g(s, mscale_all_dim)``
+            when both are non-zero (default None: ``0.1 ln s + 1``).
+        attention_factor: cos/sin factor replacing the computed one (``yarn``, ``longrope``); > 0.
+        truncate: YaRN floors / ceils the ramp ends (True, HF's default).
+        low_freq_factor, high_freq_factor: Llama 3's wavelength bounds ``L / factor`` (1, 4; high > low).
+        short_factor, long_factor: LongRoPE's per-frequency divisors (``rot_dim / 2`` positive numbers each).
+        mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
+        mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
     """
 
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
@@ -99,14 +134,30 @@ class RoPE(Encoding):
     def __init__(self, *, dims: int, dim: int, heads: int = 1, axis_dims: Sequence[int] | None = None,
                  theta: float | Sequence[float] = 10000.0, coords: str = "index", pairing: str = "half",
                  scaling: str | None = None, scale: float | Sequence[float] | None = None,
-                 train_shape: int | Sequence[int] | None = None):
+                 train_shape: int | Sequence[int] | None = None, beta_fast: float = BETA_FAST,
+                 beta_slow: float = BETA_SLOW, mscale: float | None = None, mscale_all_dim: float | None = None,
+                 attention_factor: float | None = None, truncate: bool = True,
+                 low_freq_factor: float = LOW_FREQ_FACTOR, high_freq_factor: float = HIGH_FREQ_FACTOR,
+                 short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None,
+                 mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False):
         super().__init__(dims=dims, dim=dim, heads=heads)
+        self.mrope_section, self.mrope_interleaved = self._check_mrope(mrope_section, mrope_interleaved, axis_dims)
+        if self.mrope_section is not None:
+            axis_dims = tuple(2 * n for n in self.mrope_section)
         self.axis_dims = resolve_axis_dims(self.head_dim, dims, axis_dims)
         self.rot_dim = sum(self.axis_dims)
         self.theta = per_axis(theta, dims, "theta", low=1.0, inclusive=False)
+        if self.mrope_section is not None and len(set(self.theta)) > 1:
+            raise ValueError(f"mrope_section uses one frequency series: theta must be one number, got {theta!r}")
         check_pairing(pairing)
         self.coords_mode, self.pairing = coords, pairing
         self.scaling, self.scale, self.train_shape = self._check_scaling(scaling, scale, train_shape)
+        if self.mrope_section is not None and self.scaling is not None:
+            raise ValueError(f"mrope_section takes no scaling, got scaling={self.scaling!r}")
+        self.options = self._check_options(self.scaling, dict(
+            beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale, mscale_all_dim=mscale_all_dim,
+            attention_factor=attention_factor, truncate=truncate, low_freq_factor=low_freq_factor,
+            high_freq_factor=high_freq_factor, short_factor=short_factor, long_factor=long_factor))
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (rot_dim / 2,) float64
 
@@ -137,15 +188,94 @@ class RoPE(Encoding):
                     ntk_exponent(d)  # raises for d = 2
         return scaling, scale, train_shape
 
+    def _check_mrope(self, section, interleaved, axis_dims):
+        check_bool(interleaved, "mrope_interleaved")
+        if section is None:
+            if interleaved:
+                raise ValueError("mrope_interleaved=True needs mrope_section= (frequencies per axis)")
+            return None, False
+        if axis_dims is not None:
+            raise ValueError("pass mrope_section (frequencies per axis) or axis_dims (channels per axis), not both")
+        section = per_axis(section, self.dims, "mrope_section", low=0, integer=True)
+        if sum(section) == 0 or 2 * sum(section) > self.head_dim:
+            raise ValueError(f"mrope_section {section} must hold 1 to head_dim / 2 = {self.head_dim // 2} "
+                             f"frequencies in all, got {sum(section)}")
+        return section, interleaved
+
+    def _check_options(self, scaling, values: dict) -> dict:
+        """Validate the scaling options; one left at a value other than its default needs a scaling that reads it."""
+        for name in ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+            check_number(values[name], name, low=0.0, inclusive=False)
+        for name in ("mscale", "mscale_all_dim"):
+            if values[name] is not None:
+                check_number(values[name], name, low=0.0)  # 0 counts as unset, as in HF
+        if values["attention_factor"] is not None:
+            check_number(values["attention_factor"], "attention_factor", low=0.0, inclusive=False)
+        check_bool(values["truncate"], "truncate")
+        if values["beta_fast"] < values["beta_slow"]:
+            raise ValueError(f"beta_fast must be >= beta_slow, got beta_fast={values['beta_fast']!r}, "
+                             f"beta_slow={values['beta_slow']!r}")
+        if values["high_freq_factor"] <= values["low_freq_factor"]:
+            raise ValueError(f"high_freq_factor must be > low_freq_factor, got high_freq_factor="
+                             f"{values['high_freq_factor']!r}, low_freq_factor={values['low_freq_factor']!r}")
+        for name in ("short_factor", "long_factor"):
+            if values[name] is not None:
+                values[name] = self._check_factors(values[name], name)
+        for name, (default, owners) in _SCALING_OPTIONS.items():
+            if values[name] != default and scaling not in owners:
+                raise ValueError(f"{name} is used by scaling={' or '.join(map(repr, owners))} only, "
+                                 f"not by scaling={scaling!r}")
+        if scaling == "longrope":
+            missing = [n for n in ("short_factor", "long_factor") if values[n] is None]
+            if missing:
+                raise ValueError(f"scaling='longrope' needs {' and '.join(missing)}= ({self.rot_dim // 2} numbers each)")
+        return values
+
+    def _check_factors(self, value, name: str) -> tuple[float, ...]:
+        n = self.rot_dim // 2
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise TypeError(f"{name} must be a sequence of {n} numbers (one per frequency), got {value!r}")
+        if len(value) != n:
+            raise ValueError(f"{name} must hold {n} numbers (rot_dim / 2, axes in order), got {len(value)}")
+        return tuple(check_number(v, name, low=0.0, inclusive=False) for v in value)
+
+    def _axis_factors(self, name: str) -> list:
+        """LongRoPE's ``name`` factors split per axis (None entries when unset)."""
+        factors = self.options[name]
+        if factors is None:
+            return [None] * self.dims
+        sizes = [d // 2 for d in self.axis_dims]
+        return [factors[sum(sizes[:a]):sum(sizes[:a + 1])] for a in range(self.dims)]
+
     def _build_inv_freq(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
         """Static per-axis frequencies concatenated ``(rot_dim / 2,)`` and the cos/sin factor per axis."""
+        if self.mrope_section is not None:  # one series over rot_dim, shared out by freq_axis
+            freq_axis = self._mrope_freq_axis()
+            self.freq_axis = freq_axis.to(device)
+            return axial_inv_freq(self.rot_dim, self.theta[0], device=device).to(angle_dtype(device)), (1.0,) * self.dims
         freqs, factors = [], []
-        for a, d in enumerate(self.axis_dims):
+        keys = ("beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim", "attention_factor",
+                "low_freq_factor", "high_freq_factor")
+        opts = {k: self.options[k] for k in keys}
+        for a, (d, short) in enumerate(zip(self.axis_dims, self._axis_factors("short_factor"))):
             train = None if self.train_shape is None else self.train_shape[a]
-            f, m = scaled_inv_freq(d, self.theta[a], self.scaling, self.scale[a], train, device=device)
+            f, m = scaled_inv_freq(d, self.theta[a], self.scaling, self.scale[a], train, factors=short,
+                                   device=device, **opts)
             freqs.append(f)
             factors.append(m)
         return torch.cat(freqs).to(angle_dtype(device)), tuple(factors)
+
+    def _mrope_freq_axis(self) -> Tensor:
+        """The axis each of the ``rot_dim / 2`` frequencies rotates by, ``(rot_dim / 2,)`` int64."""
+        section = self.mrope_section
+        assert section is not None
+        if not self.mrope_interleaved:
+            return torch.repeat_interleave(torch.arange(self.dims), torch.tensor(section))
+        j = torch.arange(self.rot_dim // 2)
+        axis = torch.zeros_like(j)
+        for a in range(1, self.dims):
+            axis[(j % self.dims == a) & (j < self.dims * section[a])] = a
+        return axis
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
@@ -155,6 +285,12 @@ class RoPE(Encoding):
     def axis_inv_freqs(self, positions: Tensor) -> list[Tensor]:
         """Per-axis frequencies ``(d_a / 2,)``; dynamic NTK recomputes them from ``max(positions) + 1``."""
         freqs = list(self.inv_freq.split([d // 2 for d in self.axis_dims]))
+        if self.scaling == "longrope":  # the long factors on an axis longer than its trained length
+            for a, (d, long) in enumerate(zip(self.axis_dims, self._axis_factors("long_factor"))):
+                if d:
+                    length = positions[..., a].max() + 1
+                    long_freq = longrope_inv_freq(d, self.theta[a], long, device=positions.device, dtype=freqs[a].dtype)
+                    freqs[a] = torch.where(length > self.train_shape[a], long_freq, freqs[a])
         if self.scaling == "dynamic-ntk":
             for a, d in enumerate(self.axis_dims):
                 if d:
@@ -165,6 +301,11 @@ class RoPE(Encoding):
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         pos = positions.to(self.inv_freq.dtype)  # (..., N, dims), float64
+        pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
+        if self.mrope_section is not None:  # frequency j turns with the coordinate of axis freq_axis[j]
+            angle = pos[..., self.freq_axis.to(pos.device)] * self.inv_freq  # (..., N, rot_dim / 2)
+            rot = (rearrange(angle.cos().float(), pattern), rearrange(angle.sin().float(), pattern))
+            return PosOut(rot=rot, pairing=self.pairing)
         cos_axes, sin_axes = [], []
         for a, freq in enumerate(self.axis_inv_freqs(pos)):
             angle = pos[..., a, None] * freq  # (..., N, d_a / 2)
@@ -173,7 +314,6 @@ class RoPE(Encoding):
             sin_axes.append(angle.sin() * m if m != 1.0 else angle.sin())
         cos = torch.cat(cos_axes, dim=-1).float()  # (..., N, rot_dim / 2)
         sin = torch.cat(sin_axes, dim=-1).float()
-        pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
         return PosOut(rot=(rearrange(cos, pattern), rearrange(sin, pattern)), pairing=self.pairing)
 
     def extra_repr(self) -> str:
@@ -181,4 +321,9 @@ class RoPE(Encoding):
              f"coords={self.coords_mode!r}, pairing={self.pairing!r}")
         if self.scaling is not None:
             s += f", scaling={self.scaling!r}, scale={self.scale}, train_shape={self.train_shape}"
+            for name, (default, owners) in _SCALING_OPTIONS.items():
+                if self.scaling in owners and self.options[name] != default:
+                    s += f", {name}={self.options[name]!r}"
+        if self.mrope_section is not None:
+            s += f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}"
         return s

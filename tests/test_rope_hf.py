@@ -1,0 +1,241 @@
+"""RoPE scaling pinned against Hugging Face transformers (ROPE_INIT_FUNCTIONS, LlamaRotaryEmbedding, a tiny
+LlamaForCausalLM), ndpe.from_hf_rope / ndpe.hf_cos_sin, and the recipes of docs/integrations.md."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ndpe
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
+
+transformers.logging.set_verbosity_error()  # HF warns about unusual (test) rope parameters
+
+
+def hf_config(head_dim, max_pos=4096, heads=2, **rope_parameters):
+    return LlamaConfig(hidden_size=head_dim * heads, num_attention_heads=heads, num_key_value_heads=heads,
+                       head_dim=head_dim, max_position_embeddings=max_pos, rope_parameters=rope_parameters)
+
+
+def close(ndpe_out, hf_out, max_pos):
+    """HF computes angles in float32 (error ~ eps * position), ndpe in float64."""
+    torch.testing.assert_close(ndpe_out, hf_out, rtol=0, atol=2e-7 * max_pos + 2e-6)
+
+
+def longrope_factors(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (1 + 3 * torch.rand(n, generator=g, dtype=torch.float64)).tolist()
+
+
+CASES = [
+    # (head_dim, theta, rope_parameters beyond rope_type / rope_theta, max_position_embeddings)
+    *[(d, th, dict(rope_type="llama3", factor=f, low_freq_factor=lo, high_freq_factor=hi,
+                   original_max_position_embeddings=L), 8 * L)
+      for d, th, f, lo, hi, L in [(64, 500000.0, 8.0, 1.0, 4.0, 8192), (128, 500000.0, 32.0, 1.0, 4.0, 8192),
+                                  (32, 10000.0, 4.0, 2.0, 8.0, 512), (16, 1000.0, 2.0, 0.5, 3.0, 64)]],
+    *[(d, th, dict(rope_type="yarn", factor=f, original_max_position_embeddings=L, **kw), int(f * L))
+      for d, th, f, L, kw in [
+          (64, 10000.0, 4.0, 2048, {}),
+          (128, 1e6, 16.0, 4096, dict(beta_fast=16.0, beta_slow=2.0)),
+          (64, 10000.0, 40.0, 4096, dict(mscale=1.0, mscale_all_dim=1.0)),   # DeepSeek-V3
+          (64, 10000.0, 40.0, 4096, dict(mscale=0.707, mscale_all_dim=0.5)),
+          (32, 50000.0, 8.0, 1024, dict(truncate=False)),                    # gpt-oss
+          (32, 10000.0, 3.0, 512, dict(truncate=False, beta_fast=8.0, beta_slow=0.5)),
+          (16, 10000.0, 2.0, 256, dict(attention_factor=1.25)),
+      ]],
+    *[(d, th, dict(rope_type="longrope", short_factor=longrope_factors(d // 2, d),
+                   long_factor=longrope_factors(d // 2, d + 1), original_max_position_embeddings=L, **kw), mp)
+      for d, th, L, mp, kw in [(96, 10000.0, 4096, 131072, {}), (64, 10000.0, 256, 1024, dict(factor=8.0)),
+                               (32, 10000.0, 64, 512, dict(attention_factor=1.1))]],
+]
+IDS = [f"{p['rope_type']}-d{d}-{i}" for i, (d, _, p, _) in enumerate(CASES)]
+
+
+@pytest.mark.parametrize("head_dim,theta,params,max_pos", CASES, ids=IDS)
+def test_inv_freq_and_attention_factor_match_rope_init_functions(head_dim, theta, params, max_pos):
+    cfg = hf_config(head_dim, max_pos, rope_theta=theta, **params)
+    pe = ndpe.from_hf_rope(cfg)
+    inv_freq, factor = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu")
+    torch.testing.assert_close(pe.inv_freq, inv_freq.double(), rtol=2e-6, atol=0)
+    assert pe.attn_factor[0] == pytest.approx(factor, rel=1e-12)
+    if params["rope_type"] == "longrope":  # the long factors, beyond the original length
+        long_freq, _ = ROPE_INIT_FUNCTIONS["longrope"](cfg, "cpu", seq_len=params["original_max_position_embeddings"] + 1)
+        beyond = torch.tensor([[float(params["original_max_position_embeddings"])]])
+        torch.testing.assert_close(pe.axis_inv_freqs(beyond)[0], long_freq.double(), rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize("head_dim,theta,params,max_pos", CASES, ids=IDS)
+def test_cos_sin_match_hf_rotary_embedding(head_dim, theta, params, max_pos):
+    cfg = hf_config(head_dim, max_pos, rope_theta=theta, **params)
+    pe, hf = ndpe.from_hf_rope(cfg), LlamaRotaryEmbedding(cfg)
+    L = params["original_max_position_embeddings"]
+    x = torch.zeros(1)
+    for pos in (torch.arange(min(L, 300))[None],                               # within the trained length
+                torch.stack([torch.arange(200), torch.arange(200) + L - 100]),  # batch, one row crossing L
+                torch.arange(L - 5, L + 40)[None]):                            # beyond: longrope's long factors
+        for a, b in zip(ndpe.hf_cos_sin(pe, pos), hf(x, pos)):
+            close(a, b, int(pos.max()))
+
+
+def test_direct_options_equal_from_hf_rope():
+    pe = ndpe.make(dims=1, kind="rope", dim=128, heads=2, theta=1e4, scaling="yarn", scale=40.0, train_shape=4096,
+                   mscale=1.0, mscale_all_dim=1.0, beta_fast=16.0)
+    cfg = hf_config(64, rope_type="yarn", rope_theta=1e4, factor=40.0, original_max_position_embeddings=4096,
+                    mscale=1.0, mscale_all_dim=1.0, beta_fast=16.0)
+    torch.testing.assert_close(pe.inv_freq, ndpe.from_hf_rope(cfg).inv_freq, rtol=0, atol=0)
+    assert pe.attn_factor == (1.0,)
+    assert "mscale=1.0" in repr(pe)
+    opts = ndpe.options("rope")
+    assert (opts["beta_fast"], opts["beta_slow"], opts["truncate"], opts["low_freq_factor"],
+            opts["high_freq_factor"]) == (32.0, 1.0, True, 1.0, 4.0)
+
+
+def test_existing_yarn_is_hf_default_yarn():
+    """The defaults of the new options leave scaling='yarn' as it was."""
+    from ndpe import scaling as S
+    for d, th, s, L in [(8, 1e4, 4.0, 64), (64, 5e5, 2.0, 4096)]:
+        torch.testing.assert_close(S.scaled_inv_freq(d, th, "yarn", s, L)[0],
+                                   S.yarn_inv_freq(d, th, s, L, beta_fast=32.0, beta_slow=1.0, truncate=True))
+        assert S.yarn_attention_factor(s) == 0.1 * math.log(s) + 1
+
+
+def test_llama3_and_longrope_per_axis_in_2d():
+    """On 2D grids each axis gets its own series and its own trained length."""
+    kw = dict(dims=2, kind="rope", dim=32, heads=1)
+    pe = ndpe.make(scaling="llama3", scale=(1.0, 8.0), train_shape=(16, 16), **kw)
+    plain = ndpe.make(**kw)
+    cos, cos0 = pe((4, 4)).rot[0][0], plain((4, 4)).rot[0][0]
+    torch.testing.assert_close(cos[:, :8], cos0[:, :8])  # scale 1: unchanged
+    assert not torch.allclose(cos[:, 8:], cos0[:, 8:])
+    short, long = [1.0] * 16, [2.0] * 16
+    lr = ndpe.make(scaling="longrope", scale=4.0, train_shape=(4, 8), short_factor=short, long_factor=long, **kw)
+    f = lr.axis_inv_freqs(lr.coords((6, 6)))  # axis 0 past 4 rows: long factors; axis 1 within 8: short
+    torch.testing.assert_close(f[0], plain.inv_freq[:8] / 2)
+    torch.testing.assert_close(f[1], plain.inv_freq[8:])
+
+
+@pytest.mark.parametrize("opts,err,match", [
+    (dict(beta_fast=16.0), ValueError, "beta_fast is used by scaling='yarn' only"),
+    (dict(scaling="linear", scale=2.0, mscale=1.0), ValueError, "mscale is used by"),
+    (dict(scaling="yarn", scale=2.0, train_shape=64, low_freq_factor=2.0), ValueError, "low_freq_factor is used"),
+    (dict(scaling="yarn", scale=2.0, train_shape=64, beta_fast=0.5), ValueError, "beta_fast must be >= beta_slow"),
+    (dict(scaling="yarn", scale=2.0, train_shape=64, beta_slow=-1.0), ValueError, "beta_slow must be > 0"),
+    (dict(scaling="yarn", scale=2.0, train_shape=64, truncate="no"), TypeError, "truncate must be a bool"),
+    (dict(scaling="yarn", scale=2.0, train_shape=64, attention_factor=0.0), ValueError, "attention_factor must be > 0"),
+    (dict(scaling="llama3", scale=8.0, train_shape=64, high_freq_factor=1.0), ValueError, "high_freq_factor must be >"),
+    (dict(scaling="llama3", scale=8.0), ValueError, "needs train_shape"),
+    (dict(scaling="longrope", scale=8.0, train_shape=64), ValueError, "needs short_factor and long_factor"),
+    (dict(scaling="longrope", scale=8.0, train_shape=64, short_factor=[1.0] * 3, long_factor=[1.0] * 16),
+     ValueError, "must hold 16 numbers"),
+    (dict(scaling="longrope", scale=8.0, train_shape=64, short_factor=[1.0] * 16, long_factor=[0.0] * 16),
+     ValueError, "long_factor must be > 0"),
+    (dict(scaling="longrope", scale=8.0, train_shape=64, short_factor="1" * 16, long_factor=[1.0] * 16),
+     TypeError, "short_factor must be a sequence"),
+    (dict(short_factor=[1.0] * 16), ValueError, "short_factor is used by scaling='longrope' only"),
+])
+def test_bad_options(opts, err, match):
+    with pytest.raises(err, match=match):
+        ndpe.make(dims=1, kind="rope", dim=32, **opts)
+
+
+def test_hf_cos_sin_checks():
+    pe = ndpe.make(dims=1, kind="rope", dim=32, pairing="interleaved")
+    with pytest.raises(ValueError, match="pairing='half'"):
+        ndpe.hf_cos_sin(pe, torch.arange(4)[None])
+    with pytest.raises(TypeError, match="'rope' encoding"):
+        ndpe.hf_cos_sin(ndpe.make(dims=1, kind="sinusoidal", dim=32), torch.arange(4)[None])
+    with pytest.raises(ValueError, match="has no ndpe equivalent"):
+        ndpe.from_hf_rope(hf_config(32, rope_type="proportional", rope_theta=1e4, partial_rotary_factor=0.5))
+
+
+# --- a tiny random Llama, end to end ---------------------------------------------------------------------------
+
+LLAMA_ROPES = {
+    "default": dict(rope_type="default", rope_theta=10000.0),
+    "llama3": dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=32),
+    "yarn": dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=32,
+                 beta_fast=16.0, mscale=0.8, mscale_all_dim=1.0),
+    "longrope": dict(rope_type="longrope", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=32,
+                     short_factor=longrope_factors(8, 0), long_factor=longrope_factors(8, 1)),
+}
+
+
+def tiny_llama(rope_parameters):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                      rope_parameters=dict(rope_parameters), attn_implementation="eager")
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("name", list(LLAMA_ROPES))
+def test_tiny_llama_rotary_and_logits(name, monkeypatch):
+    model = tiny_llama(LLAMA_ROPES[name])
+    pe = ndpe.from_hf_rope(model.config)
+    ids = torch.randint(0, 101, (2, 48))  # 48 > original 32: longrope switches to its long factors
+    pos = torch.arange(48)[None].expand(2, -1)
+    x = torch.zeros(1)
+    with torch.no_grad():
+        hf_cos, hf_sin = model.model.rotary_emb(x, pos)
+        cos, sin = ndpe.hf_cos_sin(pe, pos)
+        close(cos, hf_cos, 48)
+        close(sin, hf_sin, 48)
+        ref = model(ids, position_ids=pos).logits
+        monkeypatch.setattr(model.model.rotary_emb, "forward",
+                            lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype))
+        out = model(ids, position_ids=pos).logits
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
+# --- recipes of docs/integrations.md (keep in sync) -------------------------------------------------------------
+
+def test_recipe_hf_llama_swap():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=1024,
+                         rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
+                                              low_freq_factor=1.0, high_freq_factor=4.0,
+                                              original_max_position_embeddings=128))
+    model = LlamaForCausalLM(config).eval()
+    pe = ndpe.from_hf_rope(model.config)  # the same rope, as an ndpe encoding
+
+    ids = torch.randint(0, 101, (1, 200))
+    with torch.no_grad():
+        ref = model(ids).logits
+        model.model.rotary_emb.forward = lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype)
+        out = model(ids).logits
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_recipe_sdpa_compile():
+    import torch.nn.functional as F
+
+    pe = ndpe.make(dims=1, kind="rope", dim=256, heads=4, scaling="yarn", scale=4.0, train_shape=512)
+    pos = pe((1024,))                                   # cos/sin, computed once per forward
+    q, k, v = (torch.randn(2, 4, 1024, 64) for _ in range(3))
+
+    @torch.compile(backend="eager" if not torch.cuda.is_available() else "inductor", fullgraph=True)
+    def attend(q, k, v, cos, sin):
+        q, k = ndpe.apply_qk(q, k, ndpe.PosOut(rot=(cos, sin), pairing="half"))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    out = attend(q, k, v, *pos.rot)
+    q2, k2 = ndpe.apply_qk(q, k, pos)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q2, k2, v, is_causal=True), rtol=1e-4, atol=1e-4)
+
+
+def test_apply_qk_equals_hf_apply_rotary_pos_emb():
+    """ndpe's pairing='half' on (1, N, rot/2) cos/sin == HF's rotate_half on the duplicated (B, T, rot) layout."""
+    pe = ndpe.make(dims=1, kind="rope", dim=128, heads=2, scaling="llama3", scale=8.0, train_shape=64)
+    q, k = torch.randn(2, 2, 100, 64), torch.randn(2, 2, 100, 64)
+    pos = torch.arange(100)[None].expand(2, -1)
+    ref = apply_rotary_pos_emb(q, k, *ndpe.hf_cos_sin(pe, pos))
+    for a, b in zip(ndpe.apply_qk(q, k, pe((100,))), ref):
+        torch.testing.assert_close(a, b)
