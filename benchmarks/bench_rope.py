@@ -24,7 +24,7 @@ from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
 from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
 
 import ndpe
-from ndpe import _triton
+from ndpe.kernels import triton as _triton
 from ndpe.functional import rotate_reference, set_rotary_kernel
 
 SHAPES = {"vit-s 14x14": (14, 14), "32x32": (32, 32), "video 8x14x14": (8, 14, 14), "1d 4096": (4096,),

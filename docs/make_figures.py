@@ -18,11 +18,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 import ndpe  # noqa: E402
-from ndpe.viz import as_image, centre_index, make_figure, offset_curve, relation, save, show_relation  # noqa: E402
+from ndpe.viz import (as_image, centre_index, color_scale, kind_colour, make_figure, offset_curve,  # noqa: E402
+                      relation, save, shades, show_relation)
 
 OUT = Path(__file__).parent / "figures"
-RELATION = {"cmap": "RdBu_r", "vmin": -1.0, "vmax": 1.0}
 FIGURES = {}
+# line styles / markers of the variants of one kind in one figure (in shades of the kind's colour)
+VARIANT_LINES = [("-", "o"), ("--", "v"), (":", "^"), ("-.", "s"), ((0, (3, 1, 1, 1, 1, 1)), "d")]
 
 
 def figure(*kinds):
@@ -72,10 +74,11 @@ def rope_2d_grow():
     panels = [((8, 8), {}, "trained grid (8, 8)"), ((16, 16), {}, "(16, 16): extrapolate"),
               ((16, 16), {"scaling": "linear", "scale": 2.0}, '(16, 16): scaling="linear", scale 2')]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [8, 16, 16]})
-    for ax, (grid, opts, title) in zip(axes, panels):
-        pe = seeded(dims=2, kind="rope", dim=32, **opts)
-        q = centre_index(grid)
-        image = show_relation(ax, relation(pe(grid), q), grid, q, RELATION)
+    rels = [relation(seeded(dims=2, kind="rope", dim=32, **opts)(grid), centre_index(grid))
+            for grid, opts, _ in panels]
+    style = color_scale(*rels)  # one scale for the three panels, fitted to their values
+    for ax, (grid, opts, title), rel in zip(axes, panels, rels):
+        image = show_relation(ax, rel, grid, centre_index(grid), style)
         ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8, label="relation (normalized q.k)")
     fig.suptitle("2D RoPE, head_dim 32, index coordinates: relation to the centre token as the grid grows", fontsize=10)
@@ -88,13 +91,18 @@ def rope_3d_frames():
     pe = seeded(dims=3, kind="rope", dim=48, theta=100.0)  # head_dim 48: 16 rotary channels per axis
     q = centre_index(grid)
     rel = relation(pe(grid), q)
-    fig, axes = plt.subplots(1, 5, figsize=(12, 3), layout="constrained")
+    fig, axes = plt.subplots(1, 5, figsize=(12.5, 3.3), layout="constrained")
+    style = color_scale(rel)
+    ticks = list(range(0, grid[1], 3))
     for ax, frame in zip(axes, range(grid[0])):
-        image = ax.imshow(as_image(rel, grid, frame).numpy(), **RELATION, interpolation="nearest")
+        image = ax.imshow(as_image(rel, grid, frame).numpy(), **style, interpolation="nearest")
         ax.set_title(f"frame {frame} (offset {frame - grid[0] // 2:+d})", fontsize=9)
-        ax.set(xticks=[], yticks=[])
+        ax.set(xticks=ticks, yticks=ticks)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("column (axis 2)", fontsize=8)
+        ax.set_ylabel("row (axis 1)", fontsize=8)
     axes[grid[0] // 2].plot(grid[2] // 2, grid[1] // 2, "k+", ms=8, mew=1.5)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="relation")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="relation (normalized q.k)")
     fig.suptitle(f"3D RoPE (video grid {grid}, theta 100): relation of the centre token (+) to every frame",
                  fontsize=10)
     return fig
@@ -114,11 +122,13 @@ def rope_scaling_freqs():
     length = int(train * scale)
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     base = None
-    for label, opts in rope_scalings(train, scale).items():
+    for (label, opts), (ls, marker), colour in zip(rope_scalings(train, scale).items(), VARIANT_LINES,
+                                                   shades("rope", 5)):
         cos, sin = seeded(dims=1, kind="rope", dim=dim, **opts)((length,)).rot  # (1, length, 32)
         freq = torch.atan2(sin[0, 1], cos[0, 1]).double()  # angle at position 1 = the frequency (all < pi)
         base = freq if base is None else base
-        ax.plot((freq / base).numpy(), marker=".", label=label + (" (at length 256)" if label == "dynamic-ntk" else ""))
+        ax.plot((freq / base).numpy(), marker=marker, ms=4, ls=ls, color=colour,
+                label=label + (" (at length 256)" if label == "dynamic-ntk" else ""))
     ax.set(yscale="log", xlabel="frequency index j (fast to slow)", ylabel="scaled / original frequency",
            title=f"1D RoPE, head_dim {dim}, theta 1e4: frequencies after scaling "
                  f"(scale {scale:g}, trained length {train})")
@@ -132,9 +142,9 @@ def rope_scaling_offset():
     train, scale = 64, 4.0
     length = int(train * scale)
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
-    for label, opts in rope_scalings(train, scale).items():
+    for (label, opts), (ls, _), colour in zip(rope_scalings(train, scale).items(), VARIANT_LINES, shades("rope", 5)):
         pe = seeded(dims=1, kind="rope", dim=64, **opts)
-        ax.plot(relation(pe((length,)), 0).numpy(), label=label, lw=0.9)
+        ax.plot(relation(pe((length,)), 0).numpy(), label=label, lw=1.0, ls=ls, color=colour)
     ax.axvline(train - 1, color="gray", ls=":", lw=1)
     ax.text(train, 0.95, "trained length 64", fontsize=8, color="gray")
     ax.set(xlabel="offset (key - query), query at position 0", ylabel="relation (normalized q.k)", ylim=(-0.3, 1.02),
@@ -160,17 +170,19 @@ def learned_resize():
         pe.table.copy_(smooth.reshape(*small, 32))
     fig, axes = plt.subplots(2, 2, figsize=(7.5, 7), layout="constrained", gridspec_kw={"width_ratios": [8, 16]})
     with torch.no_grad():
-        for col, grid in enumerate((small, large)):
-            add = pe(grid).add  # (N, 32)
-            channel = add[:, 2].reshape(grid)
-            im0 = axes[0, col].imshow(channel.numpy(), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+        grids = (small, large)
+        channels = [pe(g).add[:, 2].reshape(g) for g in grids]  # channel 2 of (N, 32)
+        rels = [relation(pe(g), centre_index(g)) for g in grids]
+        channel_style, rel_style = color_scale(*channels), color_scale(*rels)
+        for col, grid in enumerate(grids):
+            im0 = axes[0, col].imshow(channels[col].numpy(), interpolation="nearest", **channel_style)
             axes[0, col].set_title(f"channel 2, grid {grid}" + (" (stored)" if grid == small else " (bicubic)"),
                                    fontsize=9)
-            q = centre_index(grid)
-            im1 = show_relation(axes[1, col], relation(pe(grid), q), grid, q, RELATION)
+            axes[0, col].set(xlabel="column (axis 1)", ylabel="row (axis 0)")
+            im1 = show_relation(axes[1, col], rels[col], grid, centre_index(grid), rel_style)
             axes[1, col].set_title("cosine similarity to the centre", fontsize=9)
-    fig.colorbar(im0, ax=axes[0], shrink=0.8)
-    fig.colorbar(im1, ax=axes[1], shrink=0.8)
+    fig.colorbar(im0, ax=axes[0], shrink=0.8, label="value of channel 2")
+    fig.colorbar(im1, ax=axes[1], shrink=0.8, label="cosine similarity")
     fig.suptitle("learned 8x8 table (set to a smooth stand-in pattern) resized bicubic to 16x16", fontsize=10)
     return fig
 
@@ -206,7 +218,7 @@ def relative_t5_offset():
         pe.table.copy_(torch.arange(pe.table.shape[0], dtype=torch.float32).reshape(pe.table.shape))
     offsets, values = offset_curve(pe, (64,))
     fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
-    ax.step(offsets.numpy(), values.numpy(), where="mid")
+    ax.step(offsets.numpy(), values.numpy(), where="mid", color=kind_colour("relative"))
     ax.axvline(-63, color="gray", ls=":", lw=1)
     ax.axvline(63, color="gray", ls=":", lw=1)
     ax.set(xlabel="offset (key - query)", ylabel="bucket (bias with table[b] = b)",
@@ -224,10 +236,11 @@ def coord_channels():
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), layout="constrained")
     for ax, c, label in zip(axes, range(3), ("channel 0: row coordinate", "channel 1: column coordinate",
                                              "channel 2: r (distance to centre)")):
-        image = ax.imshow(cat[:, c].reshape(grid).numpy(), cmap="RdBu_r", vmin=-1.5, vmax=1.5, interpolation="nearest")
+        values = cat[:, c].reshape(grid)
+        image = ax.imshow(values.numpy(), interpolation="nearest", **color_scale(values))
         ax.set(title=label, xlabel="column (axis 1)", ylabel="row (axis 0)")
         ax.title.set_fontsize(9)
-    fig.colorbar(image, ax=axes, shrink=0.8)
+        fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle('coord, grid (8, 12), coords="pixel", with_r=True', fontsize=10)
     return fig
 
@@ -237,9 +250,11 @@ def fourier_sigma():
     grid = (16, 16)
     q = centre_index(grid)
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), layout="constrained")
-    for ax, sigma in zip(axes, (0.5, 2.0, 8.0)):
-        pe = seeded(dims=2, kind="fourier", dim=128, sigma=sigma, seed=0)
-        image = show_relation(ax, relation(pe(grid), q), grid, q, RELATION)
+    sigmas = (0.5, 2.0, 8.0)
+    rels = [relation(seeded(dims=2, kind="fourier", dim=128, sigma=sigma, seed=0)(grid), q) for sigma in sigmas]
+    style = color_scale(*rels)  # one scale, so the panels compare
+    for ax, sigma, rel in zip(axes, sigmas, rels):
+        image = show_relation(ax, rel, grid, q, style)
         ax.set_title(f"sigma = {sigma:g}", fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity")
     fig.suptitle("fourier features, dim 128, pixel coords: similarity to the centre token", fontsize=10)

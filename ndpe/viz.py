@@ -20,7 +20,10 @@ kind, present or future. :func:`draw` writes, one figure per file, ``<name>_<fig
   the relation for each head.
 
 ``--figures`` (``figures=``) picks a subset. A ``PosOut`` with several fields (``ndpe.Combine``) is
-shown through one, the first of ``bias, rot, add, cat`` (:func:`shown_field`). The numbers
+shown through one, the first of ``bias, rot, add, cat`` (:func:`shown_field`). Colour scales fit the
+values drawn (:func:`color_scale`: diverging around 0 only when they straddle 0); per-head panels get one
+scale each; a kind's curves are drawn in its colour (:data:`KIND_COLOURS`, as in the benchmark report).
+The numbers
 (:func:`relation`, :func:`table`, :func:`offset_curve`) need only torch; :func:`make_figure` and
 :func:`show_relation` let a script compose its own figures (``docs/make_figures.py``).
 Pictures need matplotlib: ``pip install "ndpe[viz]"`` (without it, drawing raises
@@ -191,11 +194,60 @@ def offset_curve(pe, grid: tuple[int, ...], *, axis: int = 0, span: int = 4, hea
 
 
 # -- pictures ----------------------------------------------------------------------------
-def _style(pos: PosOut) -> dict:
-    """Colour scale of a relation: biases unbounded (viridis, own range), others in [-1, 1] (diverging)."""
-    if shown_field(pos) == "bias":
-        return {"cmap": "viridis"}
-    return {"cmap": "RdBu_r", "vmin": -1.0, "vmax": 1.0}
+# kind -> colour of its curves, the same in every figure of the guide and of the benchmark report
+# (mirrors ``train/plots.py`` ``KIND_STYLES``; ndpe does not import the benchmark).
+KIND_COLOURS = {
+    "none": "#000000", "learned": "#1f77b4", "sinusoidal": "#ff7f0e", "alibi": "#2ca02c", "rope": "#d62728",
+    "rope-mixed": "#9467bd", "coord": "#8c564b", "fourier": "#bcbd22", "relative": "#17becf",
+}
+OTHER_COLOUR = "#636363"
+
+
+def kind_colour(kind: str | None) -> str:
+    """The colour of ``kind``'s curves (:data:`KIND_COLOURS`; grey for a kind not listed)."""
+    return KIND_COLOURS.get(kind or "", OTHER_COLOUR)
+
+
+def shades(kind: str | None, n: int) -> list:
+    """``n`` shades of ``kind``'s colour, dark to light (one per head or variant of a single kind)."""
+    from matplotlib.colors import to_rgb
+
+    base = to_rgb(kind_colour(kind))
+    darkest = tuple(0.45 * c for c in base)
+    out = []
+    for i in range(n):
+        t = i / max(n - 1, 1) * 1.6  # 0: dark, 0.8: the kind's colour, 1.6: light
+        if t <= 0.8:
+            mix = t / 0.8
+            out.append(tuple(d + (b - d) * mix for d, b in zip(darkest, base)))
+        else:
+            mix = (t - 0.8) / 0.8 * 0.75
+            out.append(tuple(b + (1.0 - b) * mix for b in base))
+    return out
+
+
+def color_scale(*values: Tensor) -> dict:
+    """``imshow`` keywords (cmap, vmin, vmax) fitted to ``values``: a diverging scale centred on 0 when they
+    straddle 0, else a sequential one over their own range.
+
+    >>> color_scale(torch.tensor([0.4, 1.0]))
+    {'cmap': 'viridis', 'vmin': 0.4000000059604645, 'vmax': 1.0}
+    >>> color_scale(torch.tensor([-0.2, 1.0]))
+    {'cmap': 'RdBu_r', 'vmin': -1.0, 'vmax': 1.0}
+    """
+    flat = torch.cat([v.detach().float().flatten() for v in values])
+    lo, hi = float(flat.min()), float(flat.max())
+    if lo < 0 < hi:
+        m = max(-lo, hi)
+        return {"cmap": "RdBu_r", "vmin": -m, "vmax": m}
+    if hi - lo < 1e-6:  # a constant map: any small range around it
+        lo, hi = lo - 0.5, hi + 0.5
+    return {"cmap": "viridis", "vmin": lo, "vmax": hi}
+
+
+def _style(pos: PosOut, *values: Tensor) -> dict:
+    """Colour scale of relation maps: :func:`color_scale` of ``values`` (the maps drawn with one scale)."""
+    return color_scale(*values)
 
 
 def _axis_names(dims: int) -> tuple[str, ...]:
@@ -203,15 +255,16 @@ def _axis_names(dims: int) -> tuple[str, ...]:
             3: ("frame (axis 0)", "row (axis 1)", "column (axis 2)")}[dims]
 
 
-def show_relation(ax, values: Tensor, grid: tuple[int, ...], query: int, style: dict, label: str | None = None):
-    """Draw a relation ``(N,)`` on ``ax``: a curve (1D) or a map with the query marked (2D, 3D: its frame)."""
+def show_relation(ax, values: Tensor, grid: tuple[int, ...], query: int, style: dict | None = None,
+                  label: str | None = None, color=None):
+    """Draw a relation ``(N,)`` on ``ax``: a curve (1D, in ``color``) or a map with the query marked (2D, 3D: its
+    frame) in ``style`` (``imshow`` keywords; default :func:`color_scale` of ``values``)."""
     if len(grid) == 1:
-        ax.plot(values.detach().numpy(), label=label)
+        ax.plot(values.detach().numpy(), label=label, color=color)
         ax.axvline(query, color="gray", ls=":", lw=1)
         ax.set(xlabel="key position", ylabel="relation to the query")
-        if "vmin" in style:
-            ax.set_ylim(-1.05, 1.05)
         return None
+    style = color_scale(values) if style is None else style
     coord = list(torch.unravel_index(torch.tensor(query), grid))
     frame = int(coord[0]) if len(grid) == 3 else None
     image = ax.imshow(as_image(values.detach(), grid, frame).numpy(), interpolation="nearest", **style)
@@ -234,37 +287,37 @@ def _table_figure(pos: PosOut, name: str, grid: tuple[int, ...]):
         image = ax.imshow(values.numpy(), cmap="viridis", interpolation="nearest")
         ax.set(xlabel="key token (row-major)", ylabel="query token (row-major)")
     else:
-        vmax = float(values.abs().max()) or 1.0
-        image = ax.imshow(values.numpy(), aspect="auto", cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
+        image = ax.imshow(values.numpy(), aspect="auto", interpolation="nearest", **color_scale(values))
         ax.set(xlabel="frequency pair" if field == "rot" else "channel", ylabel="grid token (row-major)")
     what = {"rot": "rot, cos(angle)"}.get(field, field) + (f", head 0 of {heads}" if heads > 1 else "")
     ax.set_title(f"{name}: {what}, grid {grid}")
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, label={"bias": "attention bias", "rot": "cos(angle)"}.get(field, "value"))
     return fig
 
 
-def _similarity_figure(pos: PosOut, name: str, grid: tuple[int, ...]):
+def _similarity_figure(pos: PosOut, name: str, grid: tuple[int, ...], colour=None):
     import matplotlib.pyplot as plt
 
     query = centre_index(grid)
     fig, ax = plt.subplots(figsize=(5.5, 4.2) if len(grid) > 1 else (6, 3.6), layout="constrained")
-    image = show_relation(ax, relation(pos, query), grid, query, _style(pos))
+    values = relation(pos, query)
+    image = show_relation(ax, values, grid, query, _style(pos, values), color=colour)
     if image is not None:
-        fig.colorbar(image, ax=ax)
+        fig.colorbar(image, ax=ax, label=_what(pos))
     where = f"frame {grid[0] // 2}, " if len(grid) == 3 else ""
     ax.set_title(f"{name}: relation to the centre token\n({where}grid {grid}, {_what(pos)})", fontsize=10)
     return fig
 
 
-def _offset_figure(pe, name: str, grid: tuple[int, ...]):
+def _offset_figure(pe, name: str, grid: tuple[int, ...], colour=None):
     import matplotlib.pyplot as plt
 
     offsets, values = offset_curve(pe, grid)
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
-    ax.plot(offsets.numpy(), values.numpy(), marker=".", ms=3)
+    ax.plot(offsets.numpy(), values.numpy(), marker=".", ms=3, color=colour)
     for x in (-(grid[0] - 1), grid[0] - 1):
         ax.axvline(x, color="gray", ls=":", lw=1)
-    ax.set(xlabel="offset along axis 0 (key - query)", ylabel="relation",
+    ax.set(xlabel="offset along axis 0 (key - query)", ylabel=f"relation ({_what(pe(grid))})",
            title=f"{name}: relation vs offset on a 4x longer axis 0\n(dotted: largest offset of grid {grid})")
     ax.title.set_fontsize(10)
     return fig
@@ -273,58 +326,59 @@ def _offset_figure(pe, name: str, grid: tuple[int, ...]):
 def _grow_figure(pe, pos: PosOut, name: str, grid: tuple[int, ...], grow: tuple[int, ...]):
     import matplotlib.pyplot as plt
 
-    style = _style(pos)
     if len(grid) == 1:
         fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
-        for g in (grid, grow):
+        for g, colour, ls in zip((grid, grow), shades(getattr(pe, "kind", None), 3)[1:], ("-", "--")):
             q = centre_index(g)
-            ax.plot(torch.arange(g[0]) - q, relation(pe(g), q).numpy(), marker=".", ms=3, label=f"grid {g}")
-        ax.set(xlabel="offset from the centre token", ylabel="relation", title=f"{name}: relation as the grid grows")
+            ax.plot(torch.arange(g[0]) - q, relation(pe(g), q).numpy(), marker=".", ms=3, label=f"grid {g}",
+                    color=colour, ls=ls)
+        ax.set(xlabel="offset from the centre token", ylabel=f"relation ({_what(pos)})",
+               title=f"{name}: relation as the grid grows")
         ax.legend()
         return fig
     rel = {g: relation(pe(g), centre_index(g)) for g in (grid, grow)}
-    if "vmin" not in style:  # one colour scale for both panels
-        both = torch.cat(list(rel.values()))
-        style = {**style, "vmin": float(both.min()), "vmax": float(both.max())}
+    style = _style(pos, *rel.values())  # one colour scale for both panels
     fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), gridspec_kw={"width_ratios": [grid[-1], grow[-1]]},
                              layout="constrained")
     for ax, (g, r) in zip(axes, rel.items()):
         image = show_relation(ax, r, g, centre_index(g), style)
         ax.set_title(f"grid {g}" + (f", frame {g[0] // 2}" if len(g) == 3 else ""))
-    fig.colorbar(image, ax=axes, shrink=0.8)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=_what(pos))
     fig.suptitle(f"{name}: relation to the centre token as the grid grows ({_what(pos)})", fontsize=10)
     return fig
 
 
-def _heads_figure(pos: PosOut, name: str, grid: tuple[int, ...]):
+def _heads_figure(pos: PosOut, name: str, grid: tuple[int, ...], kind: str | None = None):
+    """One panel per head, each with its own colour scale and colorbar (heads can differ by orders of magnitude)."""
     import matplotlib.pyplot as plt
 
     heads = min(num_heads(pos), MAX_HEADS_SHOWN)
     query = centre_index(grid)
-    style = _style(pos)
     rows = [relation(pos, query, head=h) for h in range(heads)]
     if len(grid) == 1:
         fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
-        for h, r in enumerate(rows):
-            show_relation(ax, r, grid, query, style, label=f"head {h}")
-        ax.legend(fontsize=7, ncol=2)
+        for h, (r, colour) in enumerate(zip(rows, shades(kind, heads))):
+            show_relation(ax, r, grid, query, label=f"head {h}", color=colour)
+        ax.set_ylabel(f"relation to the query ({_what(pos)})")
+        ax.legend(fontsize=7, ncol=2, loc="lower center")
         ax.set_title(f"{name}: relation to the centre token, per head", fontsize=10)
         return fig
-    if "vmin" not in style:
-        style = {**style, "vmin": float(torch.stack(rows).min()), "vmax": float(torch.stack(rows).max())}
     cols = min(heads, 4)
     nrows = math.ceil(heads / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(2.6 * cols + 1, 2.6 * nrows + 0.6), squeeze=False,
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.1 * cols + 0.5, 2.9 * nrows + 0.6), squeeze=False,
                              layout="constrained")
+    names = _axis_names(len(grid))
     for h, ax in enumerate(axes.flat):
         if h >= heads:
             ax.axis("off")
             continue
-        image = show_relation(ax, rows[h], grid, query, style)
-        ax.set_title(f"head {h}" + (f", frame {grid[0] // 2}" if len(grid) == 3 else ""), fontsize=9)
-        ax.set(xlabel="", ylabel="")
-    fig.colorbar(image, ax=axes, shrink=0.8)
-    fig.suptitle(f"{name}: relation to the centre token, per head ({_what(pos)})", fontsize=10)
+        image = show_relation(ax, rows[h], grid, query, _style(pos, rows[h]))
+        fig.colorbar(image, ax=ax, shrink=0.85)
+        ax.set_title(f"head {h}" + (f", frame {grid[0] // 2}" if len(grid) == 3 else "") + " (own scale)", fontsize=9)
+        ax.set_xlabel(names[-1], fontsize=8)
+        ax.set_ylabel(names[-2], fontsize=8)
+    fig.suptitle(f"{name}: relation to the centre token, per head ({_what(pos)}; each head its own colour scale)",
+                 fontsize=10)
     return fig
 
 
@@ -344,20 +398,21 @@ def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...]
     matplotlib.use("Agg")
     grid = tuple(grid)
     name = name or f"{pe.kind}_{len(grid)}d"
+    kind = getattr(pe, "kind", None)
     with torch.no_grad():
         pos = pe(grid)
         if figure == "table":
             return _table_figure(pos, name, grid)
         if figure == "similarity":
-            return _similarity_figure(pos, name, grid)
+            return _similarity_figure(pos, name, grid, kind_colour(kind))
         if figure == "offset":
-            return _offset_figure(pe, name, grid)
+            return _offset_figure(pe, name, grid, kind_colour(kind))
         if figure == "grow":
             if grow is None or len(grow) != len(grid):
                 raise ValueError(f"the grow figure needs grow= with one size per axis of grid {grid}, got {grow}")
             return _grow_figure(pe, pos, name, grid, tuple(grow))
         if figure == "heads":
-            return _heads_figure(pos, name, grid)
+            return _heads_figure(pos, name, grid, kind)
     raise ValueError(f"figure must be one of {FIGURES}, got {figure!r}")
 
 

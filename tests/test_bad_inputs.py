@@ -49,7 +49,7 @@ CASES = [
     ("rope unknown scaling", ("rope",), make(kind="rope", scaling="xntk"), ValueError, "scaling"),
     ("learned grid beyond table", ("learned",),
      call(kind="learned", opts={"grid_shape": (4, 4)}, args=((5, 4),)), ValueError, "resize"),
-    ("sinusoidal concat split", ("sinusoidal",), make(kind="sinusoidal", dim=30, heads=1), ValueError, "dim"),
+    ("sinusoidal concat split", ("sinusoidal",), make(kind="sinusoidal", dim=31, heads=1), ValueError, "dim"),
     ("alibi causal in 2D", ("alibi",), make(kind="alibi", causal=True), ValueError, "causal"),
     ("relative negative distance", ("relative",), make(kind="relative", max_distance=-1), ValueError, "max_distance"),
     ("continuous augment on integer kind", ("relative",), make(kind="relative", augment="cape"), ValueError,

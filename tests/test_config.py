@@ -80,3 +80,20 @@ def test_shipped_configs_load_and_build(path):
     cfg.model.num_classes = 16 if cfg.model.name == "text" else 3  # main() takes these from the dataset
     cfg.model.vocab_size = 16 if cfg.model.name == "text" else None
     build_model(cfg.model)
+
+
+def test_tensorboard_flag_loads_and_defaults_off():
+    assert load_config(None).train.tensorboard is False
+    assert load_config(None, ["train.tensorboard=true"]).train.tensorboard is True
+    with pytest.raises(ConfigError, match=r"train\.tensorboard expects bool"):
+        load_config(None, ["train.tensorboard=1"])
+
+
+def test_config_reference_walks_every_dataclass_field():
+    from train.config import config_help, config_reference
+
+    rows = {key: (tp, default, comment) for key, tp, default, comment in config_reference()}
+    assert rows["train.steps"][:2] == ("int", "0") and rows["train.steps"][2].startswith("> 0: total optimizer")
+    assert rows["model.pe.options"] == ("dict", "{}", "the kind's keyword options (ndpe.options(kind))")
+    assert rows["optim.clip_grad"][:2] == ("float | None", "1.0")
+    assert len(rows) == len(config_help().splitlines()) - 1 - 3  # a title, one blank line between sections

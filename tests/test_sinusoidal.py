@@ -69,15 +69,80 @@ def test_equals_positional_encodings_when_channels_split_evenly(dims, peer, dim,
     torch.testing.assert_close(out, rearrange(ref, "... c -> (...) c"), atol=1e-6, rtol=0)
 
 
-def test_positional_encodings_uneven_split_differs_and_ndpe_raises():
-    """2D dim=6: positional-encodings gives rows 4 channels, columns the first 2 of a 4-channel table."""
-    ref = rearrange(PositionalEncoding2D(6)(torch.zeros(1, 3, 5, 6))[0], "h w c -> (h w) c")
-    table4 = make(1, 4)
+def test_positional_encodings_uneven_split_truncates_where_ndpe_splits():
+    """2D dim=10: positional-encodings gives rows 6 channels, columns the first 4 of a 6-channel table
+    (frequencies meant for 6); ndpe's default split (6, 4) gives the columns a 4-channel table of their own.
+    (2D dim=6 happens to agree: the first pair of any table has w_0 = 1.)"""
+    ref = rearrange(PositionalEncoding2D(10)(torch.zeros(1, 3, 5, 10))[0], "h w c -> (h w) c")
+    table6 = make(1, 6)
     rows, cols = grid_coords((3, 5)).unbind(-1)
-    torch.testing.assert_close(ref[:, :4], table4(positions=rows[:, None]).add)
-    torch.testing.assert_close(ref[:, 4:], table4(positions=cols[:, None]).add[:, :2])
-    with pytest.raises(ValueError, match="divisible by 2 \\* dims = 4"):
-        make(2, 6)
+    torch.testing.assert_close(ref[:, :6], table6(positions=rows[:, None]).add)
+    torch.testing.assert_close(ref[:, 6:], table6(positions=cols[:, None]).add[:, :4])
+    out = make(2, 10)((3, 5)).add
+    torch.testing.assert_close(out[:, :6], ref[:, :6], atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[:, 6:], make(1, 4)(positions=cols[:, None]).add)
+    assert not torch.allclose(out, ref)
+    six = rearrange(PositionalEncoding2D(6)(torch.zeros(1, 3, 5, 6))[0], "h w c -> (h w) c")
+    torch.testing.assert_close(make(2, 6)((3, 5)).add, six, atol=1e-6, rtol=0)
+
+
+# -- axis_dims: the per-axis channel split ----------------------------------------------------
+@pytest.mark.parametrize("dims,dim,split", [
+    (1, 6, (6,)), (2, 32, (16, 16)), (3, 24, (8, 8, 8)), (3, 48, (16, 16, 16)),  # today's equal split
+    (2, 6, (4, 2)), (2, 10, (6, 4)), (3, 16, (6, 6, 4)), (3, 20, (8, 6, 6)), (3, 8, (4, 2, 2)), (3, 6, (2, 2, 2)),
+])
+def test_default_axis_dims(dims, dim, split):
+    pe = make(dims, dim)
+    assert pe.axis_dims == split and sum(split) == dim
+    assert pe((2,) * dims).add.shape == (2 ** dims, dim)
+
+
+@pytest.mark.parametrize("dims,dim", [(1, 12), (2, 16), (2, 32), (3, 24), (3, 48)])
+@pytest.mark.parametrize("layout", ["interleaved", "blocks", "sin_cos"])
+def test_explicit_equal_axis_dims_is_the_default_bit_for_bit(dims, dim, layout):
+    grid = (3, 4, 5)[:dims]
+    default = make(dims, dim, layout=layout)(grid).add
+    explicit = make(dims, dim, layout=layout, axis_dims=(dim // dims,) * dims)(grid).add
+    torch.testing.assert_close(explicit, default, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("axis_dims", [(6, 4), (2, 8), (4, 6)])
+@pytest.mark.parametrize("layout", ["interleaved", "blocks", "sin_cos"])
+def test_uneven_axis_dims_are_per_axis_1d_tables(axis_dims, layout):
+    grid = (4, 5)
+    out = make(2, sum(axis_dims), layout=layout, axis_dims=axis_dims)(grid).add
+    coords = grid_coords(grid)
+    tables = [make(1, d, layout="blocks")(positions=coords[:, a:a + 1]).add for a, d in enumerate(axis_dims)]
+    halves = [(t[:, :d // 2], t[:, d // 2:]) for t, d in zip(tables, axis_dims)]  # (sines, cosines) per axis
+    if layout == "interleaved":
+        ref = torch.cat([make(1, d)(positions=coords[:, a:a + 1]).add for a, d in enumerate(axis_dims)], -1)
+    elif layout == "blocks":
+        ref = torch.cat(tables, -1)
+    else:
+        ref = torch.cat([s for s, _ in halves] + [c for _, c in halves], -1)
+    torch.testing.assert_close(out, ref, atol=0, rtol=0)
+    assert out.abs().max() <= 1.0
+
+
+def test_uneven_3d_split_encodes_every_position_uniquely():
+    out = make(3, 16)((3, 4, 5)).add
+    dist = torch.cdist(out, out) + torch.eye(out.shape[0]) * 1e3
+    assert dist.min() > 1e-3
+
+
+@pytest.mark.parametrize("dims,dim,opts,error,match", [
+    (2, 8, {"axis_dims": (2, 4)}, ValueError, r"axis_dims \(2, 4\) sum to 6 channels but dim is 8"),
+    (2, 8, {"axis_dims": (3, 5)}, ValueError, "even and >= 2"),
+    (2, 8, {"axis_dims": (8, 0)}, ValueError, "even and >= 2"),
+    (2, 8, {"axis_dims": (2, 2, 4)}, ValueError, r"one entry per axis \(2\)"),
+    (2, 8, {"axis_dims": 8}, TypeError, "tuple of 2 ints"),
+    (2, 8, {"axis_dims": (4.0, 4)}, TypeError, "tuple of 2 ints"),
+    (2, 8, {"axis_dims": (4, 4), "combine": "add"}, ValueError, 'combine="concat" only'),
+])
+def test_bad_axis_dims(dims, dim, opts, error, match):
+    with pytest.raises(error, match=match) as info:
+        make(dims, dim, **opts)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("dims,grid", [(1, (6,)), (2, (3, 4)), (3, (2, 3, 2))])
@@ -147,9 +212,12 @@ def test_bf16_output_computed_in_float32():
 
 
 @pytest.mark.parametrize("dims,dim,opts,match", [
-    (2, 10, {}, "divisible by 2 \\* dims = 4"),
-    (3, 16, {}, "divisible by 2 \\* dims = 6"),
-    (1, 7, {}, "divisible by 2 \\* dims = 2"),
+    (2, 10, {}, None),  # fine since axis_dims: split (6, 4)
+    (3, 16, {}, None),  # split (6, 6, 4)
+    (1, 7, {}, "needs an even dim .* got dim=7; nearest valid: 6 or 8$"),
+    (3, 9, {}, "got dim=9; nearest valid: 8 or 10$"),
+    (3, 4, {}, r"dim >= 2 \* dims = 6\), got dim=4; nearest valid: dim >= 6, e.g. 6 \(or combine='add'"),
+    (2, 2, {}, "nearest valid: dim >= 4"),
     (2, 10, {"combine": "add"}, None),  # fine: add needs an even dim only
     (2, 9, {"combine": "add"}, "divisible by 2"),
     (2, 16, {"combine": "sum"}, "combine must be one of"),

@@ -207,3 +207,177 @@ def test_copy_task_loss_drops(tmp_path):
     steps = [json.loads(l)["loss"] for l in (tmp_path / "log.jsonl").read_text().splitlines()
              if json.loads(l)["phase"] == "train_step"]
     assert sum(steps[-5:]) / 5 < 0.8 * sum(steps[:5]) / 5, steps
+
+
+# -- progress bar, log lines, TensorBoard -------------------------------------------------------
+class _TTY:
+    """A terminal stand-in: a text buffer that says it is a TTY (so the progress bar is drawn)."""
+
+    def __init__(self):
+        import io
+
+        self.buffer = io.StringIO()
+
+    def write(self, text):
+        return self.buffer.write(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def _screen_lines(text: str) -> list[str]:
+    """What a terminal shows for each finished line of ``text``: ``\\r`` returns to column 0 and overwrites."""
+    shown = []
+    for raw in text.split("\n")[:-1]:
+        row: list[str] = []
+        col = 0
+        for ch in raw:
+            if ch == "\r":
+                col = 0
+                continue
+            row[col:col + 1] = [ch]
+            col += 1
+        shown.append("".join(row).rstrip())
+    return shown
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    """Every tqdm the training loop creates, drawn (as on a terminal) into a buffer; the list of them."""
+    import io
+
+    import train.engine as engine
+
+    made = []
+
+    class Recorded(engine.tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs.update(disable=False, file=io.StringIO())
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(engine, "tqdm", Recorded)
+    return made
+
+
+def test_progress_bar_counts_optimizer_steps_of_the_whole_run(tmp_path, bars):
+    cfg = fake_config(tmp_path, "image", "train.epochs=2", "train.log_every=0")  # 64 items / 16: 4 steps per epoch
+    fit(cfg)
+    train_bars = [(b.desc, b.initial, b.n, b.total) for b in bars if b.desc.startswith("epoch")]
+    assert train_bars == [("epoch 0", 0, 4, 8), ("epoch 1", 4, 8, 8)]
+    assert all(b.unit == "step" for b in bars if b.desc.startswith("epoch"))
+
+
+def test_progress_bar_of_a_resumed_run_starts_at_the_resumed_step(tmp_path, bars):
+    fit(fake_config(tmp_path, "image", "train.epochs=2", "train.stop_after=3", "train.log_every=0"))
+    bars.clear()
+    result = main(fake_config(tmp_path, "image", "train.epochs=2", "train.log_every=0",
+                              f"train.resume={tmp_path / 'checkpoint.pt'}"))
+    assert result["step"] == 8
+    assert [(b.initial, b.n, b.total) for b in bars if b.desc.startswith("epoch")] == [(3, 4, 8), (4, 8, 8)]
+
+
+def test_train_one_epoch_bar_total_can_be_the_whole_run(bars):
+    from train.engine import train_one_epoch
+
+    class NoSchedule:
+        def step_update(self, num_updates):
+            pass
+
+    model = torch.nn.Linear(3, 2)
+    loader = [(torch.randn(4, 3), torch.randint(2, (4,))) for _ in range(5)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _, step = train_one_epoch(model, loader, opt, NoSchedule(), task="classify", device=torch.device("cpu"),
+                              epoch=2, global_step=10, max_steps=13, total_steps=40, amp=False, log_every=0)
+    assert step == 13
+    assert (bars[-1].initial, bars[-1].n, bars[-1].total) == (10, 13, 40)
+
+
+def test_log_lines_go_above_the_bar(tmp_path, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    term = _TTY()
+    monkeypatch.setattr("sys.stdout", term)
+    monkeypatch.setattr("sys.stderr", term)  # bar and log lines share one terminal
+    fit(fake_config(tmp_path, "image", "train.epochs=2"))
+    text = term.buffer.getvalue()
+    assert "epoch 0:" in text and "/8 [" in text  # the bar was drawn, with the run's 8 steps as total
+    shown = _screen_lines(text)
+    records = [json.loads(line) for line in shown]  # every finished line is one whole JSON record
+    assert [r["phase"] for r in records].count("train_step") == 8
+    assert records == [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+
+
+def test_tensorboard_missing_is_one_line(tmp_path, monkeypatch):
+    from train.config import ConfigError
+    from train.engine import JsonlLogger
+
+    monkeypatch.setitem(__import__("sys").modules, "tensorboard", None)  # import tensorboard -> ImportError
+    with pytest.raises(ConfigError, match=r"needs the tensorboard package.*: pip install tensorboard$") as info:
+        JsonlLogger(tmp_path / "log.jsonl", tensorboard=True)
+    assert "\n" not in str(info.value)
+
+
+def test_tensorboard_writes_numeric_scalars_per_phase(tmp_path, monkeypatch):
+    """The writer path with a stand-in SummaryWriter (tensorboard itself is an optional install)."""
+    import sys
+    import types
+
+    from train.engine import JsonlLogger
+
+    calls = []
+
+    class FakeWriter:
+        def __init__(self, log_dir):
+            calls.append(("init", log_dir))
+
+        def add_scalar(self, tag, value, global_step=None):
+            calls.append((tag, value, global_step))
+
+        def flush(self):
+            calls.append(("flush",))
+
+        def close(self):
+            calls.append(("close",))
+
+    monkeypatch.setitem(sys.modules, "tensorboard", types.ModuleType("tensorboard"))
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = FakeWriter
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    log = JsonlLogger(tmp_path / "log.jsonl", echo=False, tensorboard=True)
+    log({"phase": "train_step", "epoch": 0, "step": 5, "loss": 0.5, "lr": 1e-3})
+    log({"phase": "epoch", "epoch": 0, "step": 8, "train_loss": 0.4, "eval_acc": 0.9, "note": "x", "ok": True})
+    log.close()
+    assert calls == [("init", str(tmp_path / "tb")), ("train_step/loss", 0.5, 5), ("train_step/lr", 1e-3, 5),
+                     ("epoch/train_loss", 0.4, 8), ("epoch/eval_acc", 0.9, 8), ("flush",), ("close",)]
+    assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 2
+
+
+def test_help_lists_every_config_key_with_type_and_default():
+    import dataclasses
+    import subprocess
+    import sys
+    import typing
+
+    from train.config import Config
+    from train.main import get_args_parser
+
+    text = get_args_parser().format_help()
+
+    def keys(cls, prefix=""):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                yield from keys(hints[f.name], f"{prefix}{f.name}.")
+            else:
+                yield prefix + f.name, f
+
+    for key, f in keys(Config):
+        assert f"  {key}: " in text, key
+    assert "optim.lr: float = 0.001" in text and "train.tensorboard: bool = False" in text
+    assert "model.dim: int | None = None" in text and "model.pe.kind: str = 'none'" in text
+    assert "data.options: dict = {}" in text and "a name from ndpe.available()" in text
+    run = subprocess.run([sys.executable, "-m", "train.main", "--help"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "train.batch_size: int = 32" in run.stdout

@@ -1,7 +1,7 @@
-"""``ndpe._triton.rotary`` (fused Triton RoPE kernel) against the eager ``functional._rotate``.
+"""``ndpe.kernels.triton.rotary`` (fused Triton RoPE kernel) against the eager ``ndpe.kernels.eager.rotate``.
 
 The kernel runs on CPU under Triton's interpreter (``TRITON_INTERPRET=1``, set per test with
-``monkeypatch``; ``_triton._kernel`` decorates the kernel once per value of the flag, so no other
+``monkeypatch``; ``triton._kernel`` decorates the kernel once per value of the flag, so no other
 test gets an interpreted kernel). ``test_compiles_for_sm90`` compiles the real CUDA kernel to
 PTX/cubin for an H100 target without a GPU, with the same argument specialization as a launch.
 """
@@ -13,8 +13,10 @@ from einops import rearrange
 
 triton = pytest.importorskip("triton")
 
-from ndpe import _triton as T  # noqa: E402
-from ndpe.functional import _empty_in_memory_order, _rotate, rotate_reference  # noqa: E402
+from ndpe.kernels import triton as T  # noqa: E402
+from ndpe.functional import rotate_reference  # noqa: E402
+from ndpe.kernels.eager import empty_in_memory_order as _empty_in_memory_order  # noqa: E402
+from ndpe.kernels.eager import rotate as _rotate  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

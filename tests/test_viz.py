@@ -187,3 +187,52 @@ def test_main_rejects_bad_options_clearly(tmp_path, capsys, option, message):
         main(["--kind", "rope", "--grid", "8", "--option", option, "--out", str(tmp_path)])
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+# -- colour scales and kind colours ------------------------------------------------------
+def test_color_scale_fits_the_values():
+    from ndpe.viz import color_scale
+
+    assert color_scale(torch.tensor([0.4, 0.7, 1.0])) == {"cmap": "viridis", "vmin": pytest.approx(0.4), "vmax": 1.0}
+    assert color_scale(torch.tensor([-0.2, 0.5]), torch.tensor([0.8])) == {
+        "cmap": "RdBu_r", "vmin": pytest.approx(-0.8), "vmax": pytest.approx(0.8)}
+    assert color_scale(torch.tensor([-3.0, 0.0])) == {"cmap": "viridis", "vmin": -3.0, "vmax": 0.0}  # bias <= 0
+    flat = color_scale(torch.ones(4))
+    assert flat["vmin"] < 1.0 < flat["vmax"]
+
+
+def test_kind_colours_match_the_benchmark_plots():
+    plots = pytest.importorskip("train.plots")
+    from ndpe.viz import KIND_COLOURS, kind_colour
+
+    for kind, colour in KIND_COLOURS.items():
+        assert plots.KIND_STYLES[kind][0] == colour, kind
+    assert set(ndpe.available()) <= set(KIND_COLOURS)
+    assert kind_colour("rope") == "#d62728" and kind_colour("unheard-of").startswith("#")
+
+
+def test_rope_maps_use_their_own_range_and_curves_the_kind_colour():
+    from matplotlib.colors import to_hex
+
+    from ndpe.viz import KIND_COLOURS, make_figure
+
+    fig = make_figure("similarity", ndpe.make(dims=2, kind="rope", dim=32), (8, 8))
+    image = fig.axes[0].images[0]
+    lo, hi = image.get_clim()
+    assert lo > 0.3 and hi == pytest.approx(1.0) and image.get_cmap().name == "viridis"  # values in 0.4..1
+    assert fig.axes[1].get_ylabel()  # the colorbar says what it shows
+    fig = make_figure("offset", ndpe.make(dims=1, kind="sinusoidal", dim=16), (8,))
+    assert to_hex(fig.axes[0].lines[0].get_color()) == KIND_COLOURS["sinusoidal"]
+
+
+@pytest.mark.skipif("alibi" not in ndpe.available(), reason="alibi not registered yet")
+def test_heads_panels_have_their_own_scales_colorbars_and_labels():
+    from ndpe.viz import make_figure
+
+    fig = make_figure("heads", ndpe.make(dims=2, kind="alibi", dim=64, heads=4), (9, 9))
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 4 and len(fig.axes) == 8  # a colorbar per head
+    lows = [ax.images[0].get_clim()[0] for ax in panels]
+    assert lows[0] < 10 * lows[3] < 0  # head 3's slope is far smaller: its own scale, not head 0's
+    for ax in panels:
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()

@@ -44,10 +44,10 @@ class DataConfig:
     name: str = "shapes"  # a name train.data.build_dataset knows
     root: str | None = None  # where real datasets live (downloaded there)
     seed: int = 0  # seed of the built-in synthetic datasets
-    train_split: str = "train"
-    eval_split: str = "val"
+    train_split: str = "train"  # split trained on
+    eval_split: str = "val"  # split evaluated on
     options: dict = field(default_factory=dict)  # passed to build_dataset, e.g. {image_size: 32}
-    num_workers: int = 0
+    num_workers: int = 0  # DataLoader worker processes
     allow_import: bool = False  # let name be "package.module:factory" (imports that module)
 
 
@@ -61,11 +61,11 @@ class PEConfig:
 @dataclass
 class ModelConfig:
     name: str = "vit"  # vit | audio | text | video | conv
-    num_classes: int | None = None
-    vocab_size: int | None = None
-    dim: int | None = None
-    depth: int | None = None
-    heads: int | None = None
+    num_classes: int | None = None  # None: from the dataset
+    vocab_size: int | None = None  # text: None: from the dataset
+    dim: int | None = None  # width; None (here and below): the architecture's default
+    depth: int | None = None  # transformer blocks
+    heads: int | None = None  # attention heads
     mlp_ratio: float | None = None
     drop: float | None = None
     drop_path: float | None = None
@@ -85,29 +85,30 @@ class ModelConfig:
 @dataclass
 class OptimConfig:
     opt: str = "adamw"  # any timm create_optimizer_v2 name
-    lr: float = 1e-3
-    weight_decay: float = 0.05
-    warmup_steps: int = 0
-    min_lr: float = 0.0
+    lr: float = 1e-3  # peak learning rate (after warmup, then cosine to min_lr)
+    weight_decay: float = 0.05  # not on biases, norms, position tables, cls tokens
+    warmup_steps: int = 0  # linear warmup, in optimizer steps
+    min_lr: float = 0.0  # learning rate at the end of the cosine schedule
     clip_grad: float | None = 1.0  # max gradient norm; None disables
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 1
+    epochs: int = 1  # passes over the training split (unless steps > 0)
     steps: int = 0  # > 0: total optimizer steps (overrides epochs); sets the cosine schedule's length
     stop_after: int = 0  # > 0: stop this run after that many steps and checkpoint (preemption, tests)
-    batch_size: int = 32
+    batch_size: int = 32  # per process
     eval_batch_size: int = 0  # 0: same as batch_size
     loss: str = "mse"  # regression loss: mse | l1
     amp: bool = True  # bf16 autocast, on CUDA only
-    seed: int = 0
+    seed: int = 0  # weights, shuffling, dropout
     device: str = "auto"  # auto | cpu | cuda
-    out_dir: str = "runs/default"
+    out_dir: str = "runs/default"  # log.jsonl, config.yaml, checkpoint.pt (and tb/)
     resume: str | None = None  # checkpoint path to continue from
     log_every: int = 50  # steps between train log lines
     eval_every: int = 1  # epochs between evaluations (the last epoch is always evaluated)
     save_every: int = 1  # epochs between checkpoints (the last step is always saved)
+    tensorboard: bool = False  # also write the log's scalars to <out_dir>/tb (needs: pip install tensorboard)
 
 
 @dataclass
@@ -116,6 +117,65 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+
+# -- help text ----------------------------------------------------------------------------------
+def config_reference(cls: type | None = None, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """Every config key as ``(key, type, default, comment)``, walking the dataclasses above (``--help``).
+
+    The comment is the one after the field in this file's source ("" when there is none).
+
+    >>> [row for row in config_reference() if row[0] == "train.batch_size"]
+    [('train.batch_size', 'int', '32', 'per process')]
+    """
+    cls = Config if cls is None else cls
+    hints, comments = typing.get_type_hints(cls), _field_comments(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows += config_reference(tp, f"{prefix}{f.name}.")
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        rows.append((prefix + f.name, _name(tp), "None" if default is None else repr(default),
+                     comments.get(f.name, "")))
+    return rows
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """``{field: its trailing comment}`` from the class source (empty if the source is not available)."""
+    import inspect
+    import io
+    import tokenize
+
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    comments, name = {}, None
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.NAME and name is None and tok.start[1] == 4:
+            name = tok.string  # first name of an indented line: the field
+        elif tok.type == tokenize.COMMENT and name is not None:
+            comments[name] = tok.string.lstrip("#").strip()
+        elif tok.type in (tokenize.NEWLINE, tokenize.NL):
+            name = None
+    return comments
+
+
+def config_help() -> str:
+    """The config keys, types, defaults and comments as text (the epilog of ``python -m train.main --help``)."""
+    rows = config_reference()
+    width = max(len(f"{k}: {t} = {d}") for k, t, d, _ in rows)
+    lines = ["config keys (YAML sections in --config, or key=value overrides; `type = default`):"]
+    section = None
+    for key, tp, default, comment in rows:
+        if key.split(".")[0] != section and section is not None:
+            lines.append("")
+        section = key.split(".")[0]
+        text = f"{key}: {tp} = {default}"
+        lines.append(f"  {text:<{width}}  {comment}".rstrip())
+    return "\n".join(lines)
 
 
 # -- building and checking ---------------------------------------------------------------------

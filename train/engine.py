@@ -86,10 +86,20 @@ def autocast(device: torch.device, amp: bool):
     return contextlib.nullcontext()
 
 
-def progress(iterable: Iterable, **kwargs) -> Iterable:
-    """tqdm on an interactive terminal of rank 0; silent when not a TTY or under CI."""
+def progress(iterable: Iterable | None = None, **kwargs) -> tqdm:
+    """tqdm on an interactive terminal of rank 0; silent when not a TTY or under CI.
+
+    Lines printed while a bar is shown must go through :func:`echo` (``tqdm.write``), which draws them
+    above the bar instead of into it.
+    """
     disable = not sys.stderr.isatty() or bool(os.environ.get("CI")) or not dist.is_main()
     return tqdm(iterable, disable=disable, leave=False, dynamic_ncols=True, **kwargs)
+
+
+def echo(line: str) -> None:
+    """Print ``line`` to stdout above any progress bar (``tqdm.write``: clears the bars, writes, redraws them)."""
+    tqdm.write(line, file=sys.stdout)
+    sys.stdout.flush()
 
 
 def _add(total: dict[str, float], batch: dict[str, float]) -> None:
@@ -100,34 +110,41 @@ def _add(total: dict[str, float], batch: dict[str, float]) -> None:
 def train_one_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, scheduler, *, task: str,
                     device: torch.device, epoch: int, global_step: int, max_steps: int, amp: bool = True,
                     clip_grad: float | None = None, regress_loss: str = "mse", log_every: int = 50,
-                    log: Callable[[dict], None] | None = None) -> tuple[dict[str, float], int]:
+                    log: Callable[[dict], None] | None = None,
+                    total_steps: int | None = None) -> tuple[dict[str, float], int]:
     """Train until the loader ends or ``global_step`` reaches ``max_steps``; returns (metrics, global_step).
 
-    The scheduler is a timm scheduler stepped per optimizer step (``step_update``).
+    The scheduler is a timm scheduler stepped per optimizer step (``step_update``). The progress bar
+    counts optimizer steps of the whole run: it starts at ``global_step`` (where a resumed run picks up)
+    and ends at ``total_steps`` (default ``max_steps``), so its ETA is the time left in the run.
     """
     model.train()
     sums: dict[str, float] = {}
     t0 = time.time()
-    for x, target in progress(loader, desc=f"epoch {epoch}"):
-        if global_step >= max_steps:
-            break
-        x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
-        with autocast(device, amp):
-            out = model(x)
-        loss, stats = task_loss(task, out, target, regress_loss=regress_loss)
-        if not math.isfinite(loss.item()):
-            raise FloatingPointError(f"loss is {loss.item()} at step {global_step}; lower optim.lr or enable clip_grad")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_grad:
-            stats["grad_norm"] = float(nn.utils.clip_grad_norm_(model.parameters(), clip_grad))
-        optimizer.step()
-        global_step += 1
-        scheduler.step_update(num_updates=global_step)
-        _add(sums, stats)
-        if log is not None and log_every and global_step % log_every == 0:
-            log({"phase": "train_step", "epoch": epoch, "step": global_step, "loss": loss.item(),
-                 "lr": optimizer.param_groups[0]["lr"]})
+    with progress(total=max_steps if total_steps is None else total_steps, initial=global_step,
+                  desc=f"epoch {epoch}", unit="step") as bar:
+        for x, target in loader:
+            if global_step >= max_steps:
+                break
+            x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
+            with autocast(device, amp):
+                out = model(x)
+            loss, stats = task_loss(task, out, target, regress_loss=regress_loss)
+            if not math.isfinite(loss.item()):
+                raise FloatingPointError(f"loss is {loss.item()} at step {global_step}; lower optim.lr or enable "
+                                         "clip_grad")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_grad:
+                stats["grad_norm"] = float(nn.utils.clip_grad_norm_(model.parameters(), clip_grad))
+            optimizer.step()
+            global_step += 1
+            scheduler.step_update(num_updates=global_step)
+            _add(sums, stats)
+            bar.update(1)
+            if log is not None and log_every and global_step % log_every == 0:
+                log({"phase": "train_step", "epoch": epoch, "step": global_step, "loss": loss.item(),
+                     "lr": optimizer.param_groups[0]["lr"]})
     sums.pop("grad_norm", None)
     metrics = summarize(task, dist.all_reduce_sum(sums, device))
     metrics["time"] = time.time() - t0
@@ -151,12 +168,23 @@ def evaluate(model: nn.Module, loader: Iterable, *, task: str, device: torch.dev
 class JsonlLogger:
     """Append one JSON object per record to ``path`` and print it (rank 0 only).
 
+    Printed lines go above the progress bar (:func:`echo`). With ``tensorboard`` (a folder, or ``True``
+    for ``tb/`` beside ``path``) every numeric value is also written as a TensorBoard scalar
+    (:class:`TensorBoardWriter`).
+
     >>> import tempfile; log = JsonlLogger(tempfile.mkdtemp() + "/log.jsonl", echo=False)
     >>> log({"step": 1, "loss": 0.5})
     """
 
-    def __init__(self, path: str | Path | None, *, echo: bool = True):
+    def __init__(self, path: str | Path | None, *, echo: bool = True, tensorboard: bool | str | Path | None = None):
         self.path, self.echo = (Path(path) if path else None), echo
+        self.tensorboard: TensorBoardWriter | None = None
+        if tensorboard and dist.is_main():
+            if tensorboard is True:
+                if self.path is None:
+                    raise ValueError("JsonlLogger(tensorboard=True) needs a log path (tb/ is written beside it)")
+                tensorboard = self.path.parent / "tb"
+            self.tensorboard = TensorBoardWriter(tensorboard)
 
     def __call__(self, record: dict) -> None:
         if not dist.is_main():
@@ -166,5 +194,50 @@ class JsonlLogger:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as f:
                 f.write(line + "\n")
+        if self.tensorboard is not None:
+            self.tensorboard(record)
         if self.echo:
-            print(line, flush=True)
+            echo(line)
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer (if any)."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+TENSORBOARD_MISSING = ("train.tensorboard=true needs the tensorboard package, which is not installed: "
+                       "pip install tensorboard")
+
+
+class TensorBoardWriter:
+    """Scalars of log records for TensorBoard (``torch.utils.tensorboard.SummaryWriter`` in ``log_dir``).
+
+    A record ``{"phase": "epoch", "step": 40, "train_loss": 0.3, ...}`` becomes the scalars ``epoch/train_loss``
+    ... at global step 40 (``train_step`` records: ``train_step/loss``, ``train_step/lr``); non-numeric values
+    and the ``step`` / ``epoch`` counters are skipped. Epoch records flush the file. A missing tensorboard
+    package raises :class:`~train.config.ConfigError` with one line naming ``pip install tensorboard``.
+    """
+
+    SKIP = ("phase", "step", "epoch")
+
+    def __init__(self, log_dir: str | Path):
+        try:
+            import tensorboard  # noqa: F401  (SummaryWriter imports it lazily, with a longer message)
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            from .config import ConfigError
+
+            raise ConfigError(TENSORBOARD_MISSING) from None
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def __call__(self, record: dict) -> None:
+        step, phase = record.get("step"), record.get("phase", "log")
+        for key, value in record.items():
+            if key in self.SKIP or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            self.writer.add_scalar(f"{phase}/{key}", value, global_step=step if isinstance(step, int) else None)
+        if phase != "train_step":
+            self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

@@ -159,7 +159,7 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
     rank, world = dist.init_distributed(device)
     t = cfg.train
     out_dir = Path(t.out_dir)
-    log = JsonlLogger(out_dir / "log.jsonl")
+    log = JsonlLogger(out_dir / "log.jsonl", tensorboard=t.tensorboard)
 
     train_set = build_data(cfg, cfg.data.train_split)
     eval_set = build_data(cfg, cfg.data.eval_split)
@@ -199,7 +199,7 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
         train_metrics, global_step = train_one_epoch(
             ddp, loader, optimizer, scheduler, task=train_set.task, device=device, epoch=epoch,
             global_step=global_step, max_steps=stop, amp=t.amp, clip_grad=cfg.optim.clip_grad,
-            regress_loss=t.loss, log_every=t.log_every, log=log)
+            regress_loss=t.loss, log_every=t.log_every, log=log, total_steps=total)
         epoch_done = global_step == (epoch + 1) * steps_per_epoch or global_step == total
         result.update(step=global_step, epoch=epoch, train=train_metrics)
         eval_metrics = {}
@@ -210,6 +210,7 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
              **{f"train_{k}": v for k, v in train_metrics.items()}, **{f"eval_{k}": v for k, v in eval_metrics.items()}})
         if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0):
             save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch)
+    log.close()
     return model, result
 
 
@@ -318,9 +319,16 @@ def evaluate_model(model: nn.Module, cfg: Config, *, split: str | None = None, b
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Train an ndpe reference model", add_help=True)
+    """The ``python -m train.main`` parser; ``--help`` lists every config key with its type and default."""
+    from .config import config_help
+
+    p = argparse.ArgumentParser(prog="python -m train.main", description="Train an ndpe reference model",
+                                add_help=True, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=config_help() + "\n\nexample: python -m train.main --config "
+                                "configs/image_shapes.yaml model.pe.kind=rope train.steps=200")
     p.add_argument("--config", default=None, help="YAML file in configs/ (defaults apply when omitted)")
-    p.add_argument("overrides", nargs="*", help="key.sub=value overrides, typed by the config field")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="key.sub=value overrides (keys below), typed by the config field")
     return p
 
 

@@ -1,4 +1,4 @@
-"""Fused Triton kernel for RoPE on CUDA: q and k rotated in one launch (same semantics as ``functional._rotate``).
+"""Fused Triton kernel for RoPE on CUDA: q and k rotated in one launch (same semantics as ``ndpe.kernels.eager.rotate``).
 
 Layout. ``x`` ``(..., T, head_dim)`` and cos/sin ``(*, T, half)`` are broadcast to one lead shape
 ``(L0, L1, L2, T)`` (missing axes padded with size 1) through strides only: a broadcast axis is
@@ -62,7 +62,7 @@ def available(*xs: Tensor) -> bool:
 
 def rotary(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str,
            inverse: bool = False) -> tuple[Tensor, ...]:
-    """``functional._rotate(x, cos, sin, pairing, inverse)`` for every ``x`` of ``xs``, on the Triton kernel.
+    """``eager.rotate(x, cos, sin, pairing, inverse)`` for every ``x`` of ``xs``, on the Triton kernel.
 
     Consecutive tensors of the same shape, dtype and strides (q and k) go through one launch that
     loads each cos/sin tile once for both. cos/sin may be any of the supported dtypes; the rotation
@@ -106,8 +106,8 @@ def _prepare(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str
         lead = torch.broadcast_shapes(lead, cos.shape[:-1])  # cos/sin widen x (or do not fit: raises)
         new_out = lambda t: t.new_empty(lead + (head_dim,))  # noqa: E731
     else:
-        from ndpe.functional import _empty_in_memory_order  # here: functional imports this module
-        new_out = _empty_in_memory_order
+        from .eager import empty_in_memory_order  # lazily: eager imports this module for its fused path
+        new_out = empty_in_memory_order
     if len(lead) > 4:
         raise ValueError(f"the Triton rotary kernel takes at most 4 lead axes, got shape {tuple(lead)}")
     if cos.shape != sin.shape:

@@ -1,0 +1,11 @@
+"""The fast paths of RoPE, apart from its formula (``ndpe.functional.rotate_reference``).
+
+``ndpe.functional.apply_rotary_many`` is the one dispatch; :func:`ndpe.functional.set_rotary_kernel`
+picks a path outside ``torch.compile``:
+
+- :mod:`.eager` — PyTorch ops near the memory floor, and the autograd Function of the fused paths;
+- :mod:`.compile` — the reference formula compiled by Inductor;
+- :mod:`.triton` — ndpe's Triton kernel for CUDA (q and k in one launch, float32 angles).
+
+Each is tested against the reference formula; none imports ``ndpe.functional``.
+"""
