@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, cast
 
@@ -103,7 +104,8 @@ class Encoding(nn.Module):
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)
     integer_positions: ClassVar[bool] = False  # positions must be integers (offset tables)
-    position_free: ClassVar[bool] = False  # encodes no position at all (NoPE): nothing tells grids apart
+    position_free: ClassVar[bool] = False
+    repr_attributes: ClassVar[dict[str, str]] = {"coords": "coords_mode"}  # option -> attribute holding its value  # encodes no position at all (NoPE): nothing tells grids apart
     _anchor: Tensor
 
     if TYPE_CHECKING:  # nn.Module types __call__ as returning Any; an encoding's call is its forward
@@ -289,7 +291,30 @@ class Encoding(nn.Module):
         self.clear_cache()  # loaded buffers invalidate outputs cached for the old ones
 
     def extra_repr(self) -> str:
-        return f"dims={self.dims}, dim={self.dim}, heads={self.heads}"
+        """``dims, dim, heads`` and every option that was passed or holds a value other than its default.
+
+        Derived from the kind's signature, so no option can be left out of the repr: an option shows the
+        attribute of its name (or of :attr:`repr_attributes`), which holds the value as the kind
+        resolved it (e.g. per-axis tuples), else the value passed.
+        """
+        parts = [f"dims={self.dims}", f"dim={self.dim}", f"heads={self.heads}"]
+        passed = getattr(self, "_init_kwargs", {})
+        for name, param in inspect.signature(type(self).__init__).parameters.items():
+            if name in ("self", "dims", "dim", "heads") or param.kind is not param.KEYWORD_ONLY:
+                continue
+            held = getattr(self, self.repr_attributes.get(name, name), None)
+            value = passed.get(name, param.default) if held is None or isinstance(held, Tensor) else held
+            if value is None or (name not in passed and _equal(value, param.default)):
+                continue
+            parts.append(f"{name}={value!r}")
+        return ", ".join(parts)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 def pad_prefix(out: PosOut, num_prefix: int) -> PosOut:

@@ -31,3 +31,14 @@ def test_every_kind_has_keyword_only_init_without_kwargs():
 
 def test_options_lists_defaults():
     assert ndpe.options("none") == {}
+
+
+@pytest.mark.parametrize("kind", sorted(ndpe.available()))
+def test_repr_shows_every_option_passed(kind):
+    """extra_repr is derived from the signature: an option passed explicitly is always in the repr."""
+    dims = ndpe.available()[kind][0]
+    required = ndpe.registry.kind_class(kind).example_options(dims)
+    defaults = {k: v for k, v in ndpe.options(kind).items() if v is not None and v is not inspect.Parameter.empty}
+    pe = ndpe.make(dims=dims, kind=kind, dim=48, heads=2, **{**defaults, **required})
+    text = repr(pe)
+    assert all(f"{name}=" in text for name in [*defaults, *required]), text

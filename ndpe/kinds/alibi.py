@@ -121,6 +121,3 @@ class ALiBi(Encoding):
             return -slopes[h] * length
 
         return bias
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, causal={self.causal}, distance={self.distance!r}"

@@ -56,9 +56,6 @@ class Coord(Encoding):
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         return PosOut(cat=with_radius(positions) if self.with_r else positions)
 
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, with_r={self.with_r}, coords={self.coords_mode!r}"
-
 
 class AddCoords(nn.Module):
     """CoordConv's layer: ``(B, C, *spatial) -> (B, C + dims + with_r, *spatial)``.

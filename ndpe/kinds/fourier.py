@@ -64,7 +64,3 @@ class Fourier(Encoding):
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         angles = 2 * math.pi * positions @ self.B.to(positions.dtype).t()  # (*, N, dim / 2)
         return PosOut(add=torch.cat([angles.cos(), angles.sin()], dim=-1))
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, sigma={self.sigma}, learnable={self.learnable}, seed={self.seed}, "
-                f"coords={self.coords_mode!r}")

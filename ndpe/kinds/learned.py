@@ -88,6 +88,8 @@ class Learned(Encoding):
             self.table = nn.Parameter(torch.empty(*self.table_shape, dim))  # (*grid_shape, dim)
         self.reset_parameters()
 
+    repr_attributes = {"coords": "coords_mode", "grid_shape": "table_shape"}
+
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
         return {"grid_shape": (6,) * dims, "resize": RESIZE_MODES[dims][-1]}
@@ -133,11 +135,6 @@ class Learned(Encoding):
             return PosOut(add=rearrange(tables[0], "... c -> (...) c")[flat])
         parts = [t[index[..., a]] for a, t in enumerate(tables)]  # each (*, N, d_a)
         return PosOut(add=sum(parts[1:], parts[0]) if self.combine == "add" else torch.cat(parts, -1))
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, grid_shape={self.table_shape}, factorized={self.factorized}, "
-                f"combine={self.combine!r}, resize={self.resize!r}, init_std={self.init_std:g}")
-
 
 def _interp(x: Tensor, size, mode: str) -> Tensor:
     """``F.interpolate`` of a channels-first table in float32, back in its dtype."""

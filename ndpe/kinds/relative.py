@@ -198,9 +198,3 @@ class RelativeBias(Encoding):
             return table[index, h]
 
         return bias_nd
-
-    def extra_repr(self) -> str:
-        s = f"{super().extra_repr()}, mode={self.mode!r}, max_distance={self.max_distance}"
-        if self.mode == "t5":
-            s += f", num_buckets={self.num_buckets}, bidirectional={self.bidirectional}"
-        return s

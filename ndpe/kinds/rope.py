@@ -315,15 +315,3 @@ class RoPE(Encoding):
         cos = torch.cat(cos_axes, dim=-1).float()  # (..., N, rot_dim / 2)
         sin = torch.cat(sin_axes, dim=-1).float()
         return PosOut(rot=(rearrange(cos, pattern), rearrange(sin, pattern)), pairing=self.pairing)
-
-    def extra_repr(self) -> str:
-        s = (f"{super().extra_repr()}, axis_dims={self.axis_dims}, theta={self.theta}, "
-             f"coords={self.coords_mode!r}, pairing={self.pairing!r}")
-        if self.scaling is not None:
-            s += f", scaling={self.scaling!r}, scale={self.scale}, train_shape={self.train_shape}"
-            for name, (default, owners) in _SCALING_OPTIONS.items():
-                if self.scaling in owners and self.options[name] != default:
-                    s += f", {name}={self.options[name]!r}"
-        if self.mrope_section is not None:
-            s += f", mrope_section={self.mrope_section}, mrope_interleaved={self.mrope_interleaved}"
-        return s

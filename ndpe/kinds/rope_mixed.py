@@ -101,7 +101,3 @@ class RoPEMixed(Encoding):
         # angle[..., h, n, j] = sum_a pos[..., n, a] * freqs[h, a, j]          -> (..., H, N, rot/2)
         angle = cast(Tensor, sum(pos[..., None, :, a, None] * freqs[:, None, a, :] for a in range(self.dims)))
         return PosOut(rot=(angle.cos(), angle.sin()), pairing=self.pairing)
-
-    def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, axis_dims={self.axis_dims}, theta={self.theta}, "
-                f"coords={self.coords_mode!r}, pairing={self.pairing!r}")

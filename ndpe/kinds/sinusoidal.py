@@ -163,9 +163,3 @@ class Sinusoidal(Encoding):
         if self.layout == "blocks":  # per axis: sines, then cosines
             return torch.cat([rearrange(p, "s ... f -> ... (s f)") for p in parts], dim=-1)
         return torch.cat([p[0] for p in parts] + [p[1] for p in parts], dim=-1)  # sin_cos
-
-    def extra_repr(self) -> str:
-        split = f", axis_dims={self.axis_dims}" if self.combine == "concat" and self.dims > 1 else ""
-        return (f"{super().extra_repr()}, combine={self.combine!r}, temperature={self.temperature}, "
-                f"layout={self.layout!r}, coords={self.coords_mode!r}{split}")
-
