@@ -104,6 +104,14 @@ def per_axis(value, dims: int, name: str, *, low: float | None = None, inclusive
     return values if integer else tuple(float(v) for v in values)
 
 
+PAIRINGS = ("half", "interleaved")  # RoPE channel pairings: (x[i], x[i + r/2]) or (x[2i], x[2i+1])
+
+
+def check_pairing(pairing) -> str:
+    """A RoPE channel pairing, ``"half"`` or ``"interleaved"`` (the one check of every rotary path)."""
+    return check_choice(pairing, "pairing", PAIRINGS)
+
+
 def check_choice(value, name: str, choices: Sequence[str]) -> str:
     """One of the strings ``choices`` (any other value, hashable or not, is refused the same way)."""
     if not isinstance(value, str) or value not in choices:

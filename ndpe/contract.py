@@ -18,10 +18,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor
 
-from .checks import check_float_dtype, check_float_tensor
+from .checks import check_float_dtype, check_float_tensor, check_pairing
 from .functional import apply_rotary_many
 
-PAIRINGS = ("half", "interleaved")
 
 
 @dataclass(frozen=True)
@@ -46,8 +45,7 @@ class PosOut:
     num_prefix: int = 0
 
     def __post_init__(self) -> None:
-        if self.pairing not in PAIRINGS:
-            raise ValueError(f"pairing must be one of {PAIRINGS}, got {self.pairing!r}")
+        check_pairing(self.pairing)
 
     @property
     def num_tokens(self) -> int:

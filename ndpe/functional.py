@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from .checks import check_pairing
 from .kernels import compile as compile_kernel
 from .kernels import eager
 
@@ -91,8 +92,7 @@ def apply_rotary_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing:
     >>> [t.shape for t in apply_rotary_many((q, k), angle.cos(), angle.sin())]
     [torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3, 4])]
     """
-    if pairing not in ("half", "interleaved"):
-        raise ValueError(f"pairing must be 'half' or 'interleaved', got {pairing!r}")
+    check_pairing(pairing)
     rot_dim = 2 * cos.shape[-1]
     for x in xs:
         if rot_dim > x.shape[-1]:

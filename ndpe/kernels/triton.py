@@ -30,6 +30,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..checks import check_pairing
+
 try:
     import triton
     import triton.language as tl
@@ -68,8 +70,7 @@ def rotary(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str,
     loads each cos/sin tile once for both. cos/sin may be any of the supported dtypes; the rotation
     is computed in float32 and stored in x's dtype. Check :func:`available` first.
     """
-    if pairing not in ("half", "interleaved"):
-        raise ValueError(f"pairing must be 'half' or 'interleaved', got {pairing!r}")
+    check_pairing(pairing)
     outs, i = [], 0
     while i < len(xs):
         x = xs[i]

@@ -58,8 +58,8 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice, check_number, per_axis
-from ..contract import PAIRINGS, PosOut
+from ..checks import check_bool, check_choice, check_number, check_pairing, per_axis
+from ..contract import PosOut
 from ..registry import register
 from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, NEEDS_TRAIN_SHAPE, SCALINGS,
                        axial_inv_freq, dynamic_ntk_theta, longrope_inv_freq, ntk_exponent, scaled_inv_freq)
@@ -94,11 +94,6 @@ def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None)
     if sum(axis_dims) > head_dim:
         raise ValueError(f"axis_dims {axis_dims} rotate {sum(axis_dims)} channels but head_dim is {head_dim}")
     return axis_dims
-
-
-def check_pairing(pairing: str) -> None:
-    """Validate the ``pairing`` option shared by the rotary kinds (``coords`` is checked by the base class)."""
-    check_choice(pairing, "pairing", PAIRINGS)
 
 
 def angle_dtype(device: torch.device) -> torch.dtype:

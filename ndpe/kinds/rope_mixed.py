@@ -37,8 +37,8 @@ from ..base import Encoding
 from ..contract import PosOut
 from ..registry import register
 from ..scaling import axial_inv_freq
-from ..checks import check_bool, per_axis
-from .rope import check_pairing, resolve_axis_dims
+from ..checks import check_bool, check_pairing, per_axis
+from .rope import resolve_axis_dims
 
 
 def random_rotations(n: int, dims: int, *, generator: torch.Generator | None = None) -> Tensor:
