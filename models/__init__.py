@@ -26,11 +26,7 @@ from .vit import ViT
 MODELS: dict[str, type[nn.Module]] = {
     "vit": ViT, "audio": AudioTransformer, "text": TextTransformer, "video": VideoTransformer, "conv": ConvNet,
 }
-# The data domains each model takes (coordinate regression images go to the ViT too).
-DOMAINS = {"vit": ("image", "coord"), "audio": ("audio",), "text": ("text",), "video": ("video",),
-           "conv": ("coord", "image")}
-
-__all__ = ["MODELS", "DOMAINS", "build_model", "AudioTransformer", "ConvNet", "TextTransformer", "VideoTransformer", "ViT"]
+__all__ = ["MODELS", "build_model", "AudioTransformer", "ConvNet", "TextTransformer", "VideoTransformer", "ViT"]
 
 
 def build_model(cfg: Mapping[str, Any] | Any) -> nn.Module:

@@ -1,7 +1,7 @@
 """Checkpoints: atomic writes, safe loads (``weights_only=True``), exact resume, clear errors.
 
 A checkpoint is a plain dict: ``model``, ``optimizer`` and ``scheduler`` state dicts, the loop
-position (``epoch``, ``step_in_epoch``, ``global_step``), the RNG states of every rank
+position (``global_step``, ``steps_per_epoch``), the RNG states of every rank
 (torch / python / numpy), and the run config as plain data. Loading refuses a truncated file
 and a checkpoint made for another model or dataset, naming what differs.
 

@@ -28,12 +28,13 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-from models import DOMAINS, build_model
+from models import build_model
 
 from . import dist
 from .checkpoint import (CheckpointError, check_config, load_checkpoint, load_model_state, require, rng_state,
                          save_checkpoint, set_rng_state)
-from .config import Config, ConfigError, check_data_name, from_dict, load_config, save_config, to_dict, validate
+from .config import (DOMAINS, Config, ConfigError, check_data_name, from_dict, load_config, save_config, to_dict,
+                     validate)
 from .engine import JsonlLogger, evaluate, train_one_epoch
 
 
