@@ -1,10 +1,12 @@
 """RoPE frequencies and their scaling for extrapolation: pure functions, one axis at a time.
 
 Notation (per positional axis): ``d`` rotary channels (``d / 2`` frequencies), base ``b``
-(``theta``), scale ``s >= 1`` (target length / trained length), trained length ``L``.
+(``theta``), scale ``s >= 1`` (target length / trained length; ``"linear"`` takes any ``s > 0``),
+trained length ``L``.
 
 - Axial RoPE (Su et al. 2021):   ``f_j = b ** (-2j / d)``, ``j = 0 .. d/2 - 1``; angle ``= m * f_j``.
-- Position interpolation ("linear", Chen et al. 2023): ``m -> m / s``, i.e. ``f_j / s``.
+- Position interpolation ("linear", Chen et al. 2023): ``m -> m / s``, i.e. ``f_j / s``; any ``s > 0``
+  (``s < 1`` stretches positions, as timm EVA's ``ref_feat_shape`` larger than the grid does).
 - NTK-aware ("ntk", bloc97 2023):  ``b' = b * s ** (d / (d - 2))``; the lowest frequency is
   interpolated by ``s``, the highest left alone.
 - Dynamic NTK ("dynamic-ntk", emozilla 2023, as in HF ``_compute_dynamic_ntk_parameters``):

@@ -18,7 +18,9 @@ Conventions:
   (position interpolation), ``"ntk"``, ``"dynamic-ntk"``, ``"yarn"``, ``"llama3"`` (Llama 3.1)
   and ``"longrope"`` (Phi-3; the last four need ``train_shape``, HF's
   ``original_max_position_embeddings``, or ``max_position_embeddings`` for dynamic); ``scale``
-  is target / trained length (HF's ``factor``). Scaling needs ``coords="index"``. Each matches
+  is target / trained length (HF's ``factor``), ``>= 1``; ``"linear"`` takes any ``scale > 0`` per
+  axis (positions divided by ``scale``: timm EVA's ``ref_feat_shape=R`` on a grid ``F`` is
+  ``scale=F / R``, below 1 where ``R > F``). Scaling needs ``coords="index"``. Each matches
   Hugging Face transformers' ``ROPE_INIT_FUNCTIONS`` (``tests/test_rope_hf.py``), with HF's
   keyword options and defaults: YaRN ``beta_fast=32``, ``beta_slow=1``, ``mscale``,
   ``mscale_all_dim``, ``attention_factor``, ``truncate=True``; Llama 3 ``low_freq_factor=1``,
@@ -111,7 +113,8 @@ class RoPE(Encoding):
         coords: ``"index"``, ``"pixel"`` or ``"centered"`` coordinates.
         pairing: ``"half"`` or ``"interleaved"``.
         scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic-ntk"``, ``"yarn"``, ``"llama3"`` or ``"longrope"``.
-        scale: factor >= 1 (target / trained length), one or per axis; required with a scaling.
+        scale: target / trained length, one or per axis; required with a scaling. ``>= 1``, except
+            ``"linear"`` which takes any finite ``scale > 0`` (below 1 it stretches positions).
         train_shape: grid the model was trained on (``dynamic-ntk``, ``yarn``, ``llama3``, ``longrope``).
         beta_fast, beta_slow: YaRN's ramp ends in turns over the trained length (32, 1; ``beta_fast >= beta_slow``).
         mscale, mscale_all_dim: YaRN's DeepSeek attention factor ``g(s, mscale) / g(s, mscale_all_dim)``
@@ -167,10 +170,13 @@ class RoPE(Encoding):
         if self.coords_mode != "index":
             raise ValueError(f"scaling={scaling!r} works on lengths in tokens: it needs coords='index', "
                              f"got {self.coords_mode!r}")
+        # position interpolation divides positions by any s > 0 (s < 1 stretches them: timm EVA's
+        # ref_feat_shape larger than the grid); the other formulas extrapolate and need s >= 1
+        low, inclusive = (0.0, False) if scaling == "linear" else (1.0, True)
         if scale is None:
-            raise ValueError(f"scaling={scaling!r} needs scale= (target length / trained length, >= 1, "
-                             "one or per axis)")
-        scale = per_axis(scale, dims, "scale", low=1.0)
+            raise ValueError(f"scaling={scaling!r} needs scale= (target length / trained length, "
+                             f"{'> 0' if scaling == 'linear' else '>= 1'}, one or per axis)")
+        scale = per_axis(scale, dims, "scale", low=low, inclusive=inclusive)
         if scaling in NEEDS_TRAIN_SHAPE:
             if train_shape is None:
                 raise ValueError(f"scaling={scaling!r} needs train_shape= (the grid the model was trained on)")

@@ -1,0 +1,178 @@
+"""timm glue, pinned against timm 1.0.31: EVA's ``ref_feat_shape`` as ``scaling="linear"`` (scale below and above 1,
+per axis), and the two recipes of docs/integrations.md (EVA with ndpe's rope, VisionTransformer with ndpe's rope or
+alibi). Everything runs on CPU in a few seconds."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ndpe
+
+timm = pytest.importorskip("timm")
+from timm.layers import Attention  # noqa: E402
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat  # noqa: E402
+from timm.models.vision_transformer import VisionTransformer  # noqa: E402
+
+
+# ---- ref_feat_shape == scaling="linear", scale = feat_shape / ref_feat_shape per axis ----------------------------
+
+REF_CASES = [  # grid, ref_feat_shape, timm dim D, head_dim, rotate_half
+    ((4, 6), (8, 12), 16, 16, True),     # ref larger than the grid: scale 0.5 on both axes
+    ((6, 4), (16, 16), 32, 40, False),   # larger, unequal: (0.375, 0.25), 8 channels past rot_dim
+    ((8, 6), (4, 3), 16, 16, False),     # smaller: scale 2
+    ((8, 6), (4, 6), 16, 24, True),      # smaller on one axis only: (2, 1)
+    ((6, 8), (3, 16), 16, 16, False),    # smaller on one axis, larger on the other: (2, 0.5)
+]
+
+
+@pytest.mark.parametrize("grid,ref_shape,timm_dim,head_dim,rotate_half", REF_CASES)
+def test_timm_ref_feat_shape_any_scale(grid, ref_shape, timm_dim, head_dim, rotate_half):
+    timm_pe = RotaryEmbeddingCat(timm_dim, temperature=100.0, in_pixels=False, ref_feat_shape=list(ref_shape),
+                                 rotate_half=rotate_half)
+    emb = timm_pe.get_embed(list(grid))  # (N, 2 * rot_dim): sin, cos
+    rot_dim = emb.shape[-1] // 2
+    q = torch.randn(2, 3, math.prod(grid), head_dim)
+    ref = apply_rot_embed_cat(q[..., :rot_dim], emb, half=rotate_half)
+    scale = tuple(g / r for g, r in zip(grid, ref_shape))
+    pe = ndpe.make(dims=2, kind="rope", dim=head_dim, heads=1, axis_dims=(2 * (timm_dim // 4),) * 2, theta=100.0,
+                   coords="index", pairing="half" if rotate_half else "interleaved", scaling="linear", scale=scale)
+    mine = ndpe.apply_qk(q, q, pe(grid))[0]
+    torch.testing.assert_close(mine[..., :rot_dim], ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(mine[..., rot_dim:], q[..., rot_dim:])
+
+
+def test_linear_scale_below_one_stretches_positions():
+    """``scale=s`` divides positions by ``s``: angles at scale 0.25 on grid n are those of positions 4i."""
+    stretched = ndpe.make(dims=1, kind="rope", dim=8, scaling="linear", scale=0.25)((5,)).rot
+    plain = ndpe.make(dims=1, kind="rope", dim=8)((17,)).rot
+    for a, b in zip(stretched, plain):
+        torch.testing.assert_close(a, b[:, ::4], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("opts,match", [
+    (dict(scaling="linear", scale=0.0), "scale must be > 0"),
+    (dict(scaling="linear", scale=(0.5, -1.0)), "scale must be > 0"),
+    (dict(scaling="linear", scale=float("inf")), "finite"),
+    (dict(scaling="linear", scale=float("nan")), "finite"),
+    (dict(scaling="ntk", scale=0.5), "scale must be >= 1"),
+    (dict(scaling="yarn", scale=0.5, train_shape=4), "scale must be >= 1"),
+    (dict(scaling="llama3", scale=(2.0, 0.5), train_shape=4), "scale must be >= 1"),
+])
+def test_scale_ranges(opts, match):
+    with pytest.raises(ValueError, match=match):
+        ndpe.make(dims=2, kind="rope", dim=16, **opts)
+
+
+# ---- recipe (a): timm EVA with ndpe's rope (docs/integrations.md) --------------------------------------------------
+
+class NdpeEvaRope(torch.nn.Module):
+    """Stands in for ``Eva.rope``: ``get_embed(shape)`` -> ``cat(sin, cos)``, timm's ``(N, 2 * rot_dim)`` layout."""
+
+    def __init__(self, pe: ndpe.Encoding):
+        super().__init__()
+        self.pe = pe
+
+    def get_embed(self, shape, dtype=None):
+        pos = self.pe(tuple(shape))
+        cos, sin = (t[0] for t in pos.rot)  # (N, rot_dim / 2) each
+        if pos.pairing == "half":           # timm rotate_half=True: [f0, f1, .., f0, f1, ..]
+            cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+        else:                               # interleaved: [f0, f0, f1, f1, ..]
+            cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+        return torch.cat([sin, cos], -1)
+
+
+@pytest.mark.parametrize("img_size,rotate_half", [(112, False), (336, False), (112, True)])
+def test_recipe_eva_with_ndpe_rope(img_size, rotate_half):
+    """Grid 8 x 8 (scale 0.5) and 24 x 24 (scale 1.5) against EVA02's ref_feat_shape (16, 16)."""
+    torch.manual_seed(0)
+    model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=img_size, depth=2,
+                              num_classes=10, head_init_scale=1.0, rope_rotate_half=rotate_half).eval()
+    grid = model.patch_embed.grid_size
+    pe = ndpe.make(dims=2, kind="rope", dim=192, heads=3, pairing="half" if rotate_half else "interleaved",
+                   scaling="linear", scale=tuple(g / 16 for g in grid))
+    x = torch.randn(2, 3, img_size, img_size)
+    with torch.no_grad():
+        ref = model(x)
+        timm_rope, model.rope = model.rope, NdpeEvaRope(pe)  # no feat_shape: Eva calls get_embed(shape=grid_size)
+        out = model(x)
+        model.rope = NdpeEvaRope(ndpe.make(dims=2, kind="rope", dim=192, heads=3, pairing=pe.pairing))
+        unscaled = model(x)  # ignoring ref_feat_shape is visibly different: the test can tell
+    assert tuple(timm_rope.ref_feat_shape) == (16, 16)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)  # ~1e-7 apart (float64 vs float32 angles)
+    assert (unscaled - ref).abs().max() > 100 * (out - ref).abs().max()  # ~1e-4 apart: the test can tell
+
+
+# ---- recipe (b): timm VisionTransformer with ndpe's rope or alibi (docs/integrations.md) ---------------------------
+
+class NdpeAttention(Attention):
+    pos: ndpe.PosOut | None = None  # this forward's encoding, set by NdpeViT
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        B, N, _ = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = ndpe.apply_qk(self.q_norm(q), self.k_norm(k), self.pos)
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=ndpe.attn_bias(self.pos, q.dtype))
+        return self.proj(x.transpose(1, 2).reshape(B, N, -1))
+
+
+class NdpeViT(VisionTransformer):
+    def __init__(self, kind="rope", embed_dim=768, num_heads=12, **kwargs):
+        super().__init__(embed_dim=embed_dim, num_heads=num_heads, attn_layer=NdpeAttention, pos_embed="none",
+                         dynamic_img_size=True, **kwargs)
+        self.pe = ndpe.make(dims=2, kind=kind, dim=embed_dim, heads=num_heads)
+
+    def _pos_embed(self, x):  # x: (B, H, W, C) patch tokens
+        pos = self.pe(tuple(x.shape[1:3]), num_prefix=self.num_prefix_tokens)
+        for block in self.blocks:
+            block.attn.pos = pos
+        return super()._pos_embed(x)
+
+
+def shuffle_patches(img: torch.Tensor, patch: int, perm: torch.Tensor) -> torch.Tensor:
+    """``img`` with its ``patch x patch`` tiles reordered by ``perm`` (row-major tile order)."""
+    B, C, H, W = img.shape
+    tiles = img.reshape(B, C, H // patch, patch, W // patch, patch).permute(0, 2, 4, 1, 3, 5).flatten(1, 2)
+    tiles = tiles[:, perm].reshape(B, H // patch, W // patch, C, patch, patch)
+    return tiles.permute(0, 3, 1, 4, 2, 5).reshape(B, C, H, W)
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi", "none"])
+def test_recipe_vit_with_ndpe(kind):
+    torch.manual_seed(0)
+    model = NdpeViT(kind, img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=5).eval()
+    for size in [(32, 32), (48, 64)]:  # grids 4 x 4 and 6 x 8
+        x = torch.randn(2, 3, *size)
+        perm = torch.randperm((size[0] // 8) * (size[1] // 8))
+        with torch.no_grad():
+            out, shuffled = model(x), model(shuffle_patches(x, 8, perm))
+        assert out.shape == (2, 5) and out.isfinite().all()
+        change = (shuffled - out).abs().max()  # freshly initialised (near-uniform attention): small but clear
+        if kind == "none":  # control: without positions a ViT cannot see the patch order (float noise ~1e-7)
+            assert change < 1e-6
+        else:
+            assert change > 1e-5
+
+
+def test_shuffle_patches_is_a_tile_permutation():
+    img = torch.arange(2 * 16 * 24.0).reshape(1, 2, 16, 24)
+    perm = torch.randperm(6)
+    out = shuffle_patches(img, 8, perm)
+    tile = lambda t, i: t[..., (i // 3) * 8:(i // 3 + 1) * 8, (i % 3) * 8:(i % 3 + 1) * 8]  # noqa: E731
+    for i in range(6):
+        assert torch.equal(tile(out, i), tile(img, int(perm[i])))
+
+
+def test_docs_timm_recipes_run_verbatim():
+    """The timm code blocks of docs/integrations.md run as written (the tests above are their checked copies)."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "integrations.md").read_text()
+    sections = [s for s in text.split("\n## ") if s.startswith("timm ")]
+    blocks = [b for s in sections for b in re.findall(r"```python\n(.*?)```", s, flags=re.S)]
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "docs/integrations.md", "exec"), {"__name__": "docs_recipe"})
