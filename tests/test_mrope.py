@@ -117,3 +117,29 @@ def test_sections_share_one_series():
 def test_bad_mrope_options(opts, err, match):
     with pytest.raises(err, match=match):
         ndpe.make(dims=3, kind="rope", dim=64, **opts)
+
+
+def test_tiny_qwen2_vl_text_model_outputs_with_ndpe_mrope(monkeypatch):
+    """Swap ndpe's M-RoPE cos/sin into a small random Qwen2-VL text model: same hidden states for text + image + video ids."""
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLTextModel
+
+    torch.manual_seed(0)
+    section = (4, 6, 6)  # head_dim 32
+    cfg = Qwen2VLTextConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=2,
+                            rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=list(section)))
+    model = Qwen2VLTextModel(cfg).eval()
+    _, types, img, vid = sequences()[2]  # text + image + text + video, batch of 2
+    position_ids = rope_index(types, img, vid)  # (3, B, T)
+    tokens = torch.randint(0, 64, position_ids.shape[1:])
+    with torch.no_grad():
+        reference = model(input_ids=tokens, position_ids=position_ids).last_hidden_state
+        pe = ndpe.from_hf_rope(cfg)
+        monkeypatch.setattr(model.rotary_emb, "forward",
+                            lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype))
+        swapped = model(input_ids=tokens, position_ids=position_ids).last_hidden_state
+        # positions matter here: the same model with plain 1D positions gives other states
+        flat = model(input_ids=tokens, position_ids=position_ids[:1].expand(3, -1, -1) * 0 +
+                     torch.arange(tokens.shape[1])).last_hidden_state
+    torch.testing.assert_close(swapped, reference, rtol=1e-4, atol=1e-4)
+    assert (flat - reference).abs().max() > 1e-3
