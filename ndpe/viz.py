@@ -195,7 +195,7 @@ def offset_curve(pe, grid: tuple[int, ...], *, axis: int = 0, span: int = 4, hea
 
 # -- pictures ----------------------------------------------------------------------------
 # kind -> colour of its curves, the same in every figure of the guide and of the benchmark report
-# (mirrors ``train/plots.py`` ``KIND_STYLES``; ndpe does not import the benchmark).
+# (``train/plots.py`` takes its colours from here).
 KIND_COLOURS = {
     "none": "#000000", "learned": "#1f77b4", "sinusoidal": "#ff7f0e", "alibi": "#2ca02c", "rope": "#d62728",
     "rope-mixed": "#9467bd", "coord": "#8c564b", "fourier": "#bcbd22", "relative": "#17becf",

@@ -35,7 +35,7 @@ import torch
 import yaml
 
 from .config import Config, ConfigError, apply_override, from_dict, load_yaml
-from .report import Row, append_rows, read_rows, write_report
+from .report import FLOOR, Row, append_rows, read_rows, write_report
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bench"
 RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
@@ -197,7 +197,6 @@ def check_executor(cfg: BenchConfig) -> None:
 
 
 # -- cells -------------------------------------------------------------------------------------
-FLOOR = "floor"  # the kind name of a task's floor rows (computed from the data, see train.floors)
 
 
 def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:

@@ -9,24 +9,17 @@ import math
 import zlib
 from pathlib import Path
 
+from ndpe.viz import KIND_COLOURS
+
 from .report import FLOOR_PREFIX, Cell, is_floor, kind_of, size_label, split_floors
 
-# kind -> (colour, marker); tab10 without its grey (grey is for floors), then distinct extras
-KIND_STYLES = {
-    "none": ("#000000", "o"),
-    "learned": ("#1f77b4", "s"),
-    "sinusoidal": ("#ff7f0e", "D"),
-    "alibi": ("#2ca02c", "^"),
-    "rope": ("#d62728", "o"),
-    "rope-mixed": ("#9467bd", "P"),
-    "coord": ("#8c564b", "X"),
-    "rope+cape": ("#e377c2", "v"),
-    "fourier": ("#bcbd22", "h"),
-    "relative": ("#17becf", "*"),
-    "sinusoidal+cape": ("#b8860b", "<"),
-    "conv": ("#393b79", "s"),
-    "conv+coord": ("#637939", "o"),
-}
+# kind -> (colour, marker): the library's kinds keep the colours of the guide's figures (ndpe.viz);
+# the benchmark's own names (augmented kinds, the conv nets) get distinct extras
+BENCH_COLOURS = {"rope+cape": "#e377c2", "sinusoidal+cape": "#b8860b", "conv": "#393b79", "conv+coord": "#637939"}
+KIND_MARKERS = {"none": "o", "learned": "s", "sinusoidal": "D", "alibi": "^", "rope": "o", "rope-mixed": "P",
+                "coord": "X", "rope+cape": "v", "fourier": "h", "relative": "*", "sinusoidal+cape": "<",
+                "conv": "s", "conv+coord": "o"}
+KIND_STYLES = {kind: (colour, KIND_MARKERS.get(kind, "o")) for kind, colour in {**KIND_COLOURS, **BENCH_COLOURS}.items()}
 EXTRA_COLOURS = ["#843c39", "#7b4173", "#3182bd", "#31a354", "#e6550d", "#756bb1", "#636363"]
 VARIANT_STYLES = {"pi": ("--", "v"), "ntk": (":", "^"), "yarn": ("-.", "s")}  # variant -> (line style, marker)
 FLOOR_STYLES = [("#4d4d4d", (0, (5, 2))), ("#7a7a7a", (0, (2, 2))), ("#a0a0a0", (0, (6, 2, 1, 2))),
