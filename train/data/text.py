@@ -71,6 +71,8 @@ class TagTask(SyntheticDataset):
             if not 1 <= min_length <= length:
                 raise ValueError(f"min_length must be in [1, length={length}], got {min_length}")
         self.length, self.causal, self.min_length = int(length), causal, min_length
+        inputs, outputs = self.example(np.random.default_rng(0), self.length)
+        self.full_length = len(inputs) + len(outputs)  # causal items are padded to it (the length at n = length)
 
     def example(self, rng, n: int) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -85,15 +87,9 @@ class TagTask(SyntheticDataset):
             seq = np.concatenate([inputs, [SEP], outputs + NUM_SPECIAL])
             tokens = seq[:-1]
             targets = np.concatenate([np.full(len(inputs), IGNORE), outputs])
-            full = self.full_length()
-            tokens = np.concatenate([tokens, np.full(full - len(tokens), BLANK)])
-            targets = np.concatenate([targets, np.full(full - len(targets), IGNORE)])
+            tokens = np.concatenate([tokens, np.full(self.full_length - len(tokens), BLANK)])
+            targets = np.concatenate([targets, np.full(self.full_length - len(targets), IGNORE)])
         return torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(targets.astype(np.int64))
-
-    def full_length(self) -> int:
-        """Length of a causal item at ``n = length`` (every item is padded to it)."""
-        inputs, outputs = self.example(np.random.default_rng(0), self.length)
-        return len(inputs) + len(outputs)
 
 
 class CopyTask(TagTask):
