@@ -84,6 +84,11 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("override,fragment", [
     ("tasks=[image/imagenet]", "unknown task"),
+    ("task_kinds={text/copy: rope}", r"task_kinds\['text/copy'\] must be a list of kinds"),
+    ("lrs={text/copy: .nan}", r"lrs\['text/copy'\] must be a finite number > 0"),
+    ("lrs={text/cpy: 0.1}", r"lrs names unknown task"),
+    ("steps={text/copy: 0}", r"steps\['text/copy'\] must be an int >= 1"),
+    ("data_seed=-3", "data_seed must be >= 0"),
     ("kinds=[ropee]", "unknown kind"),
     ("rope_variants=[xpos]", "unknown rope_variants"),
     ("seeds=zero", "seeds"),
@@ -138,3 +143,11 @@ def test_damaged_cache_file_is_named_and_regenerated(tmp_path):
         with pytest.warns(UserWarning, match=f"cache file {path} is damaged"):
             back = cached_dataset("val", seed=0, root=None, dataset="copy", cache=str(tmp_path), **opts)
         assert torch.equal(back.x, good)
+
+
+def test_a_run_directory_of_other_settings_is_one_line_at_the_cli(tmp_path, capsys):
+    bench.run(tiny(tmp_path), "test")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--quick", *TINY, f"out_root={tmp_path}", "dim=32"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and "other settings" in err[-1] and not any("Traceback" in line for line in err)

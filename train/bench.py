@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import platform
 import sys
@@ -163,17 +164,33 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
     if bad_variants:
         raise ConfigError(f"unknown rope_variants {bad_variants}; expected some of {sorted(SCALINGS)}")
     check_executor(cfg)
+    check_per_task(cfg)
     import ndpe
 
-    unknown_tasks = sorted(set(cfg.task_kinds) - set(TASKS))
-    if unknown_tasks:
-        raise ConfigError(f"task_kinds names unknown task(s) {unknown_tasks}; expected some of {sorted(TASKS)}")
     for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in kinds}:
         base = kind.split("+")[0]
         if base not in ndpe.available():
             raise ConfigError(f"unknown kind {kind!r}; expected a name from {sorted(ndpe.available())}, "
                               "optionally with '+cape' or '+random' augmentation")
     return cfg
+
+
+def check_per_task(cfg: BenchConfig) -> None:
+    """The per-task keys (``task_kinds``, ``steps``, ``lrs``, ``why``) name known tasks and hold usable values."""
+    checks = {"task_kinds": (lambda v: isinstance(v, list) and all(isinstance(k, str) for k in v), "a list of kinds"),
+              "steps": (lambda v: type(v) is int and v >= 1, "an int >= 1"),
+              "lrs": (lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0, "a finite number > 0"),
+              "why": (lambda v: isinstance(v, str), "a string")}
+    for key, (ok, expected) in checks.items():
+        mapping = getattr(cfg, key)
+        unknown = sorted(set(mapping) - set(TASKS))
+        if unknown:
+            raise ConfigError(f"{key} names unknown task(s) {unknown}; expected some of {sorted(TASKS)}")
+        for task, value in mapping.items():
+            if not ok(value):
+                raise ConfigError(f"{key}[{task!r}] must be {expected}, got {value!r}")
+    if cfg.data_seed < 0 or any(s < 0 for s in cfg.seeds):
+        raise ConfigError(f"seeds and data_seed must be >= 0, got seeds={cfg.seeds}, data_seed={cfg.data_seed}")
 
 
 EXECUTORS = ("local", "ray")
@@ -611,7 +628,10 @@ def main(argv: list[str] | None = None) -> Path:
             parser.error(f"{run_dir} holds no finished run (run_info.json): run the benchmark first")
         return write_report(run_dir, header(cfg, json.loads((run_dir / "run_info.json").read_text())),
                             select=lambda rows: selected_rows(cfg, rows))
-    return run(cfg, command)
+    try:
+        return run(cfg, command)
+    except ConfigError as e:  # e.g. a run directory trained under other settings: one line, no traceback
+        parser.error(str(e))
 
 
 if __name__ == "__main__":
