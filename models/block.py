@@ -46,8 +46,8 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, pos: ndpe.PosOut | None = None) -> Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), pos))  # (B, T, C)
+    def forward(self, x: Tensor, pos: ndpe.PosOut | None = None, cache: ndpe.KVCache | None = None) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), pos, cache))  # (B, T, C)
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
@@ -77,11 +77,19 @@ class Encoder(nn.Module):
         """Channels a model embeds tokens to: ``dim`` minus what a concatenated encoding appends."""
         return self.norm.normalized_shape[0] - self.pe.cat_dim
 
-    def forward(self, x: Tensor, grid_shape: Sequence[int], num_prefix: int = 0) -> Tensor:
-        pos = self.pe(tuple(grid_shape), num_prefix=num_prefix, dtype=x.dtype)  # once per forward
+    def forward(self, x: Tensor, grid_shape: Sequence[int], num_prefix: int = 0,
+                caches: Sequence[ndpe.KVCache] | None = None) -> Tensor:
+        """``caches``: one :class:`ndpe.KVCache` per block for decoding (1D); ``x`` then holds the new tokens only
+        and ``grid_shape`` their count, placed after the ``caches[0].length`` cached ones."""
+        past = 0
+        if caches is not None:
+            if len(caches) != len(self.blocks):
+                raise ValueError(f"caches: one KVCache per block ({len(self.blocks)}), got {len(caches)}")
+            past = max(caches[0].length - num_prefix, 0)  # cached grid tokens (the prefix is cached first)
+        pos = self.pe(tuple(grid_shape), num_prefix=num_prefix, dtype=x.dtype, past=past)  # once per forward
         x = ndpe.apply_tokens(x, pos)  # (B, T, dim)
-        for blk in self.blocks:
-            x = blk(x, pos)
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, pos, None if caches is None else caches[i])
         return self.norm(x)
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import torch
 from torch import Tensor, nn
+
+import ndpe
 
 from .block import Encoder, init_weights, make_pe
 
@@ -43,8 +46,60 @@ class TextTransformer(nn.Module):
                                  f"encoding without concatenated channels (cat_dim={self.encoder.pe.cat_dim})")
             self.head.weight = self.tok_embed.weight  # (vocab, dim)
 
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, caches: list[ndpe.KVCache] | None = None) -> Tensor:
+        """``caches``: one :class:`ndpe.KVCache` per block (see :meth:`new_caches`) to decode with; ``tokens`` are
+        then the new tokens after the cached ones."""
         x = self.tok_embed(tokens) * self.embed_scale  # (B, L, dim - cat_dim), unit scale
-        x = self.encoder(x, (tokens.shape[1],))  # (B, L, dim)
+        x = self.encoder(x, (tokens.shape[1],), caches=caches)  # (B, L, dim)
         return self.head(x)  # (B, L, num_classes)
+
+    def new_caches(self) -> list[ndpe.KVCache]:
+        """Empty KV caches, one per block."""
+        return [ndpe.KVCache() for _ in self.encoder.blocks]
+
+    @torch.no_grad()
+    def generate(self, prompt: Tensor, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+                 use_cache: bool = True, generator: torch.Generator | None = None) -> Tensor:
+        """Continue ``prompt`` ``(B, L)`` by ``max_new_tokens`` tokens; returns ``(B, L + max_new_tokens)``.
+
+        ``temperature=0`` is greedy; otherwise tokens are sampled from ``softmax(logits / temperature)``, from the
+        ``top_k`` most likely when given. With ``use_cache`` (default) the prompt is encoded once and each new token
+        attends to the cached keys and values (``pe((1,), past=...)``); ``use_cache=False`` re-runs the whole
+        sequence per token (the reference it must equal). Needs a causal model.
+
+        >>> m = TextTransformer(vocab_size=11, num_classes=11, pe={"kind": "alibi"}, dim=16, depth=1, heads=2,
+        ...                     causal=True).eval()
+        >>> out = m.generate(torch.tensor([[1, 2, 3]]), 4)
+        >>> out.shape, bool((out == m.generate(torch.tensor([[1, 2, 3]]), 4, use_cache=False)).all())
+        (torch.Size([1, 7]), True)
+        """
+        if not self.encoder.blocks[0].attn.causal:
+            raise ValueError("generate() needs a causal model (TextTransformer(causal=True)): a bidirectional one "
+                             "would let earlier tokens see later ones")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature >= 0:
+            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
+        if prompt.dim() != 2 or prompt.dtype != torch.long or prompt.shape[1] == 0:
+            raise ValueError(f"prompt must be (B, L >= 1) token ids of dtype long, got {tuple(prompt.shape)} {prompt.dtype}")
+        out, caches = prompt, (self.new_caches() if use_cache else None)
+        step = prompt
+        for _ in range(max_new_tokens):
+            logits = self(step, caches) if use_cache else self(out)
+            nxt = self._pick(logits[:, -1].float(), temperature, top_k, generator)  # (B, 1)
+            out = torch.cat([out, nxt], dim=1)
+            step = nxt
+        return out
+
+    @staticmethod
+    def _pick(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> Tensor:
+        if temperature == 0:
+            return logits.argmax(-1, keepdim=True)
+        logits = logits / temperature
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)
 

@@ -7,17 +7,17 @@
 >>> q, k = ndpe.apply_qk(q, k, pos)           # inside attention
 """
 from . import kinds as _kinds  # noqa: F401  (registers every kind)
-from .attention import Attention, causal_mask
+from .attention import Attention, KVCache, causal_mask
 from .base import Encoding, bias_budget, set_bias_budget
 from .combine import Combine
-from .contract import PosOut, apply_qk, apply_tokens, attn_bias, merge
+from .contract import LogitsTerm, PosOut, TokenTerm, apply_qk, apply_tokens, attn_bias, merge
 from .coords import grid_coords
 from .hf import from_hf_rope, hf_cos_sin  # Hugging Face glue (docs/integrations.md)
 from .kinds.coord import AddCoords
 from .registry import available, make, options, register
 
 __all__ = [
-    "AddCoords", "Attention", "Combine", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
+    "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PosOut", "apply_qk", "apply_tokens", "attn_bias", "available",
     "bias_budget", "causal_mask", "from_hf_rope", "hf_cos_sin", "grid_coords", "make", "merge", "options", "register", "set_bias_budget",
 ]
 __version__ = "0.1.0"

@@ -13,8 +13,12 @@ from .contract import PosOut, apply_qk, attn_bias
 class Attention(nn.Module):
     """Multi-head self-attention on ``F.scaled_dot_product_attention``.
 
-    Rotary encodings rotate q and k, bias encodings go in as ``attn_mask``; additive and
-    concatenated encodings were already applied to the tokens by ``ndpe.apply_tokens``.
+    Rotary encodings rotate q and k, bias and logits encodings go in as ``attn_mask``; additive,
+    concatenated and token-transforming encodings were already applied to the tokens by ``ndpe.apply_tokens``.
+
+    Decoding: pass a :class:`KVCache` and the encoding of the new tokens (``pe((n,), past=cache.length)``);
+    the new keys and values (rotated, as attention uses them) are appended to the cache and the new queries
+    attend to every cached key.
 
     >>> import ndpe
     >>> attn = Attention(64, heads=4)
@@ -39,26 +43,70 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x: Tensor, pos: PosOut | None = None) -> Tensor:
+    def forward(self, x: Tensor, pos: PosOut | None = None, cache: "KVCache | None" = None) -> Tensor:
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         q, k = apply_qk(q, k, pos)
-        mask = attn_bias(pos, q.dtype)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, past + T, hd)
+        mask = attn_bias(pos, q.dtype, q=q, k=k, causal=self.causal)
         if mask is not None and mask.dim() >= 3 and mask.shape[-3] not in (1, self.heads):
             raise ValueError(f"the encoding's bias has {mask.shape[-3]} heads but the attention has heads={self.heads}; "
                              f"build the encoding with heads={self.heads}")
-        if mask is not None and mask.shape[-1] != x.shape[1]:
-            raise ValueError(f"tokens have length {x.shape[1]} but the encoding's bias covers {mask.shape[-1]} "
-                             "(grid + prefix)")
+        if mask is not None and mask.shape[-2:] != (q.shape[-2], k.shape[-2]):
+            raise ValueError(f"tokens have length {q.shape[-2]} (keys {k.shape[-2]}) but the encoding's bias covers "
+                             f"{tuple(mask.shape[-2:])} (grid + prefix; with a KV cache build it with past=)")
         drop = self.attn_drop if self.training else 0.0
-        if mask is None:
+        square = q.shape[-2] == k.shape[-2]
+        if mask is None and (square or not self.causal):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=self.causal)
         else:
             if self.causal:
-                mask = mask + causal_mask(x.shape[1], device=x.device, dtype=mask.dtype)
+                tri = causal_mask(q.shape[-2], k.shape[-2], device=x.device, dtype=q.dtype)
+                mask = tri if mask is None else mask + tri
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         return self.proj_drop(self.proj(rearrange(out, "b h t d -> b t (h d)")))
 
 
-def causal_mask(n: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
-    """``(n, n)`` additive mask: 0 on and below the diagonal, -inf above."""
-    return torch.full((n, n), float("-inf"), device=device, dtype=dtype).triu(1)
+class KVCache:
+    """Keys and values of one attention layer for decoding, as the attention used them (rotated keys).
+
+    ``update(k, v)`` appends the new tokens' ``(B, heads, n, head_dim)`` keys and values and returns all of
+    them; ``length`` is the number of cached tokens (the next call's ``past``).
+
+    >>> cache = KVCache()
+    >>> k, v = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    >>> cache.length, cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))[0].shape
+    (3, torch.Size([1, 2, 4, 4]))
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.k is None or self.v is None:
+            self.k, self.v = k, v
+        else:
+            if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1]:
+                raise ValueError(f"new keys {tuple(k.shape)} do not extend the cached {tuple(self.k.shape)} "
+                                 "(batch, heads, T, head_dim)")
+            self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+
+def causal_mask(n: int, m: int | None = None, *, device: torch.device | str | None = None,
+                dtype: torch.dtype = torch.float32) -> Tensor:
+    """``(n, m)`` additive mask (``m`` defaults to ``n``): query ``i`` sees keys ``j <= i + m - n``, -inf elsewhere.
+
+    With ``m > n`` the queries are the last ``n`` of ``m`` tokens (decoding with ``m - n`` cached ones).
+
+    >>> causal_mask(2, 3)
+    tensor([[0., 0., -inf],
+            [0., 0., 0.]])
+    """
+    m = n if m is None else m
+    return torch.full((n, m), float("-inf"), device=device, dtype=dtype).triu(m - n + 1)

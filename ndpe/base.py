@@ -8,6 +8,7 @@ encodings per ``(grid_shape, num_prefix, device, dtype)``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 from collections import OrderedDict
@@ -83,14 +84,14 @@ class TensorCache:
 
 def _out_tensors(out: PosOut) -> tuple[Tensor, ...]:
     """The tensors of a PosOut (add, cat, cos, sin, bias), for version checks."""
-    ts = (out.add, out.cat, out.bias) + (() if out.rot is None else tuple(out.rot))
+    ts = (out.add, out.cat, out.bias) + (() if out.rot is None else tuple(out.rot)) + (() if out.rot_k is None else tuple(out.rot_k))
     return tuple(t for t in ts if t is not None)
 
 
 class Encoding(nn.Module):
     """Base class of all kinds. Subclasses set ``coords_mode`` and implement ``encode``.
 
-    Call as ``pe(grid_shape, *, positions=None, num_prefix=0, dtype=None) -> PosOut``.
+    Call as ``pe(grid_shape, *, positions=None, num_prefix=0, dtype=None, past=0) -> PosOut``.
 
     Args of ``forward``:
         grid_shape: sizes of the positional axes, ``ij`` order (e.g. ``(rows, cols)``).
@@ -98,9 +99,14 @@ class Encoding(nn.Module):
             coordinate units (``pe.coords(grid_shape)`` gives the default ones).
         num_prefix: cls/register tokens placed before the grid tokens; never encoded.
         dtype: dtype of the returned tensors; the math runs in float32 regardless.
+        past: KV-cache decoding (1D): ``grid_shape=(n,)`` are ``n`` new tokens after ``past`` cached ones.
+            Per-token fields cover the new tokens (positions ``past .. past + n - 1``); pairwise fields
+            (bias, logits) cover the ``n`` new queries against all ``num_prefix + past + n`` keys. The
+            prefix tokens are in the cache, so no prefix rows are added.
     """
 
     kind: ClassVar[str] = ""
+    _takes_keys: ClassVar[bool] = False
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)
     integer_positions: ClassVar[bool] = False  # positions must be integers (offset tables)
@@ -110,11 +116,14 @@ class Encoding(nn.Module):
 
     if TYPE_CHECKING:  # nn.Module types __call__ as returning Any; an encoding's call is its forward
         def __call__(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
-                     num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut: ...
+                     num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut: ...
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Record the keyword arguments a kind was built with (for :meth:`replace`)."""
         super().__init_subclass__(**kwargs)
+        encode = cls.__dict__.get("encode")
+        if encode is not None:  # kinds pairing queries with keys take key_positions (decoding with a KV cache)
+            cls._takes_keys = "key_positions" in inspect.signature(encode).parameters
         init = cls.__dict__.get("__init__")
         if init is None:
             return
@@ -150,7 +159,13 @@ class Encoding(nn.Module):
 
     # -- to implement --------------------------------------------------------------------
     def encode(self, positions: Tensor, grid_shape: tuple[int, ...] | None) -> PosOut:
-        """Encode ``positions`` ``(N, dims)`` or ``(B, N, dims)`` (float32) for the ``N`` grid tokens."""
+        """Encode ``positions`` ``(N, dims)`` or ``(B, N, dims)`` (float32) for the ``N`` grid tokens.
+
+        A kind whose output pairs queries with keys (a bias or logits term), or that must know it is decoding,
+        takes a third argument ``key_positions=None``: ``None`` in the usual call (keys are the queries), the
+        ``(past + n, 1)`` key coordinates in KV-cache decoding, where ``positions`` are the ``n`` new queries'
+        (the last ``n`` rows) and ``grid_shape`` is ``(past + n,)``. Kinds without it decode per-token fields only.
+        """
         raise NotImplementedError
 
     # -- shared machinery ----------------------------------------------------------------
@@ -184,15 +199,22 @@ class Encoding(nn.Module):
         self.augment = augment
         self.clear_cache()
 
-    def score_bias(self, coords: Tensor) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-        """The kind's attention bias as a function ``(h, i, j) -> bias`` of head and grid-token indices.
+    def score_bias(self, coords: Tensor, *, q: Tensor | None = None,
+                   k: Tensor | None = None) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+        """The kind's logit term as a function ``(b, h, i, j) -> term`` of batch, head and grid-token indices.
 
-        Bias kinds implement it from the grid coordinates ``coords (N, dims)``, so flex attention
-        (:mod:`ndpe.flex`) adds the bias per logit without a ``(heads, N, N)`` tensor; other kinds
-        have no bias to add.
+        Bias and logits kinds implement it from the grid coordinates ``coords (N, dims)`` (and, for logits
+        kinds, the grid tokens' queries and keys ``(B, heads, N, head_dim)``), so flex attention
+        (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor; other kinds have no
+        term to add.
         """
-        raise TypeError(f"score_mod supports the alibi and relative kinds (kinds with a score_bias), got "
-                        f"{type(self).__name__} ({self.kind!r}); apply its PosOut with apply_tokens / apply_qk")
+        raise TypeError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
+                        "flex score_mod; apply its PosOut with apply_tokens / apply_qk")
+
+    @classmethod
+    def has_score_bias(cls) -> bool:
+        """Whether the kind adds a term to the logits that flex attention can take (it overrides score_bias)."""
+        return cls.score_bias is not Encoding.score_bias
 
     def replace(self, **changes: Any) -> "Encoding":
         """A new encoding of the same kind with some options changed, e.g. test-time RoPE scaling.
@@ -228,13 +250,16 @@ class Encoding(nn.Module):
         self._cache.clear()
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
-                num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut:
+                num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut:
         check_int(num_prefix, "num_prefix", low=0)
+        check_int(past, "past", low=0)
         check_float_dtype(dtype)
         if grid_shape is None and positions is None:
             raise ValueError("pass grid_shape, positions, or both")
         if grid_shape is not None:
             grid_shape = check_grid_shape(grid_shape, self.dims)
+        if past:
+            return self._decode(cast(tuple, grid_shape), positions, num_prefix, dtype, past)
         augmenting = self.augment is not None and self.training
         key = None
         if positions is None and not augmenting and self._cacheable():
@@ -255,6 +280,28 @@ class Encoding(nn.Module):
         if key is not None:
             self._cache.put(key, out, _out_tensors(out))
         return out
+
+    def _decode(self, grid_shape: tuple[int, ...] | None, positions: Tensor | None, num_prefix: int,
+                dtype: torch.dtype | None, past: int) -> PosOut:
+        """``pe((n,), past=p)``: n new queries at positions p .. p + n - 1 against the p + n cached keys."""
+        if self.dims != 1:
+            raise ValueError(f"past= (KV-cache decoding) needs a token order, dims=1; got dims={self.dims}")
+        if grid_shape is None or positions is not None:
+            raise ValueError("past= takes grid_shape=(n,) for the n new tokens and no explicit positions")
+        if self.augment is not None and self.training:
+            raise ValueError("past= (KV-cache decoding) is for inference: call pe.eval() to turn position augmentation off")
+        n = grid_shape[0]
+        keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
+        self._check_bias_size(keys, (past + n,), num_prefix)
+        if self._takes_keys:
+            out = self.encode(keys[past:], (past + n,), key_positions=keys)  # type: ignore[call-arg]
+        else:
+            out = self.encode(keys[past:], (past + n,))
+            if out.bias is not None or out.logits is not None:
+                raise TypeError(f"kind {self.kind!r} pairs queries with keys but its encode() takes no key_positions, "
+                                "so it cannot decode with a KV cache")
+        out = pad_prefix(out, 0, k_prefix=num_prefix)
+        return out if dtype is None else out.to(dtype)
 
     def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int | None:
         """Estimated peak bytes of building this kind's ``(batch, heads, T, T)`` bias; None: no bias."""
@@ -317,18 +364,25 @@ def _equal(a: Any, b: Any) -> bool:
         return False
 
 
-def pad_prefix(out: PosOut, num_prefix: int) -> PosOut:
-    """Extend every field over ``num_prefix`` leading tokens with the identity (0 add, no rotation)."""
-    if num_prefix == 0:
-        return out
+def pad_prefix(out: PosOut, num_prefix: int, k_prefix: int | None = None) -> PosOut:
+    """Extend every field over ``num_prefix`` leading tokens with the identity (0 add, no rotation, 0 bias).
+
+    ``k_prefix`` (default ``num_prefix``): leading keys of the pairwise fields, when they differ from the
+    queries' (decoding: the prefix is in the cache, so keys have it and the new queries do not).
+    """
     p = num_prefix
+    pk = p if k_prefix is None else k_prefix
+    if p == 0 and pk == 0:
+        return out
 
     def tok(t):  # (*, N, C) -> (*, P + N, C), zeros in front
-        return None if t is None else F.pad(t, (0, 0, p, 0))
+        return t if t is None or p == 0 else F.pad(t, (0, 0, p, 0))
 
-    rot = None
-    if out.rot is not None:
-        cos, sin = out.rot
-        rot = (F.pad(cos, (0, 0, p, 0), value=1.0), F.pad(sin, (0, 0, p, 0)))
-    bias = None if out.bias is None else F.pad(out.bias, (p, 0, p, 0))
-    return PosOut(add=tok(out.add), cat=tok(out.cat), rot=rot, bias=bias, pairing=out.pairing, num_prefix=p)
+    def rot(r):  # identity rotation in front
+        return r if r is None or p == 0 else (F.pad(r[0], (0, 0, p, 0), value=1.0), F.pad(r[1], (0, 0, p, 0)))
+
+    bias = None if out.bias is None else F.pad(out.bias, (pk, 0, p, 0))
+    logits = None if out.logits is None else dataclasses.replace(out.logits, q_prefix=p, k_prefix=pk)
+    tokens = None if out.tokens is None else dataclasses.replace(out.tokens, num_prefix=p)
+    return PosOut(add=tok(out.add), cat=tok(out.cat), rot=rot(out.rot), bias=bias, pairing=out.pairing, num_prefix=p,
+                  rot_k=rot(out.rot_k), logits=logits, tokens=tokens)

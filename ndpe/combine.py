@@ -24,7 +24,7 @@ class Combine(nn.Module):
 
     if TYPE_CHECKING:  # nn.Module types __call__ as returning Any
         def __call__(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
-                     num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut: ...
+                     num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut: ...
 
     def __init__(self, *encodings: Encoding):
         super().__init__()
@@ -56,8 +56,8 @@ class Combine(nn.Module):
         return cast(Encoding, self.encodings[0]).coords(grid_shape)
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
-                num_prefix: int = 0, dtype: torch.dtype | None = None) -> PosOut:
+                num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut:
         if positions is not None:
             self._check_one_unit()
-        return merge(*(pe(grid_shape, positions=positions, num_prefix=num_prefix, dtype=dtype)
+        return merge(*(pe(grid_shape, positions=positions, num_prefix=num_prefix, dtype=dtype, past=past)
                        for pe in self.encodings))

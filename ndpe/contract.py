@@ -8,19 +8,65 @@ zero bias), so a model applies a ``PosOut`` without slicing or branching on the 
     pos = pe(grid_shape, num_prefix=1, dtype=x.dtype)   # once per forward
     x = ndpe.apply_tokens(x, pos)                       # add / concat
     q, k = ndpe.apply_qk(q, k, pos)                     # rotate (inside attention)
-    mask = ndpe.attn_bias(pos)                          # additive logits bias or None
+    mask = ndpe.attn_bias(pos, q=q, k=k)                # additive logits term or None
+
+Most kinds are data computed from positions alone (add, cat, rot, bias). Content-dependent kinds carry a
+function instead: ``logits`` (a term of the attention logits computed from q and k: CoPE, Transformer-XL)
+and ``tokens`` (a function of the token embeddings: complex word-order embeddings); ``rot_k`` lets keys
+rotate differently from queries (xPos). The apply functions call them, so a model still never branches.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .checks import check_float_dtype, check_float_tensor, check_pairing
 from .functional import apply_rotary_many
 
+
+
+@dataclass(frozen=True)
+class LogitsTerm:
+    """A term of the attention logits computed from queries and keys (content-dependent kinds).
+
+    ``fn(q, k)`` takes the grid tokens' queries ``(B, heads, Nq, head_dim)`` and keys ``(B, heads, Nk, head_dim)``
+    as attention sees them (after :func:`apply_qk`) and returns the float32 term ``(B | 1, heads, Nq, Nk)`` that
+    is added to SDPA's logits ``q.k / sqrt(head_dim)``. Calling the term with all tokens pads the prefix rows
+    (``q_prefix``) and columns (``k_prefix``) with zeros, as for a bias. ``causal_only``: the term is defined
+    for causal attention only (CoPE's gates count keys up to the query).
+    """
+
+    fn: Callable[[Tensor, Tensor], Tensor]
+    causal_only: bool = False
+    q_prefix: int = 0
+    k_prefix: int = 0
+
+    def __call__(self, q: Tensor, k: Tensor) -> Tensor:
+        check_float_tensor(q, "q")
+        check_float_tensor(k, "k")
+        pq, pk = self.q_prefix, self.k_prefix
+        term = self.fn(q[..., pq:, :], k[..., pk:, :])
+        return F.pad(term, (pk, 0, pq, 0)) if pq or pk else term
+
+
+@dataclass(frozen=True)
+class TokenTerm:
+    """A function of the token embeddings (kinds that transform tokens rather than add to them).
+
+    ``fn(x)`` maps the grid tokens ``(B, N, C)`` to ``(B, N, C)``; the ``num_prefix`` leading tokens pass through.
+    """
+
+    fn: Callable[[Tensor], Tensor]
+    num_prefix: int = 0
+
+    def __call__(self, x: Tensor) -> Tensor:
+        p = self.num_prefix
+        return torch.cat([x[..., :p, :], self.fn(x[..., p:, :])], dim=-2) if p else self.fn(x)
 
 
 @dataclass(frozen=True)
@@ -35,6 +81,14 @@ class PosOut:
         pairing: RoPE channel pairing, ``"half"`` (x[i], x[i + rot_dim/2]) or ``"interleaved"``
             (x[2i], x[2i+1]); channels past ``rot_dim`` are not rotated.
         num_prefix: leading tokens left unencoded (already included in ``T``).
+        rot_k: the keys' ``(cos, sin)`` when they differ from the queries' ``rot`` (xPos scales q and k
+            inversely); shapes as ``rot``.
+        logits: :class:`LogitsTerm`, a term of the logits computed from q and k (``attn_bias(pos, q=q, k=k)``).
+        tokens: :class:`TokenTerm`, a function of the token embeddings (``apply_tokens`` calls it first).
+
+    Pairwise fields (``bias``, ``logits``) cover queries x keys; in KV-cache decoding
+    (``pe((n,), past=p)``) those are ``n`` new queries against ``p + n`` keys, while the per-token fields
+    cover the ``n`` new tokens.
     """
 
     add: Tensor | None = None
@@ -43,9 +97,14 @@ class PosOut:
     bias: Tensor | None = None
     pairing: str = "half"
     num_prefix: int = 0
+    rot_k: tuple[Tensor, Tensor] | None = None
+    logits: LogitsTerm | None = None
+    tokens: TokenTerm | None = None
 
     def __post_init__(self) -> None:
         check_pairing(self.pairing)
+        if self.rot_k is not None and self.rot is None:
+            raise ValueError("PosOut.rot_k (the keys' rotation) needs rot (the queries' rotation)")
 
     @property
     def num_tokens(self) -> int:
@@ -59,24 +118,29 @@ class PosOut:
     def to(self, dtype: torch.dtype) -> "PosOut":
         """Cast every tensor to ``dtype`` (angles were already computed in float32)."""
         check_float_dtype(dtype)
-        cast = {f.name: _cast(getattr(self, f.name), dtype) for f in fields(self) if f.name in ("add", "cat", "rot", "bias")}
+        cast = {f.name: _cast(getattr(self, f.name), dtype) for f in fields(self) if f.name in _TENSOR_FIELDS}
         return replace(self, **cast)
 
 
+_TENSOR_FIELDS = ("add", "cat", "rot", "bias", "rot_k")
+
+
 def _flatten(out: PosOut):
-    return [out.add, out.cat, out.rot, out.bias], (out.pairing, out.num_prefix)
+    return [getattr(out, f) for f in _TENSOR_FIELDS], (out.pairing, out.num_prefix, out.logits, out.tokens)
 
 
 def _unflatten(children, context) -> PosOut:
-    add, cat, rot, bias = children
-    return PosOut(add=add, cat=cat, rot=None if rot is None else tuple(rot), bias=bias,
-                  pairing=context[0], num_prefix=context[1])
+    add, cat, rot, bias, rot_k = children
+    return PosOut(add=add, cat=cat, rot=None if rot is None else tuple(rot), bias=bias, pairing=context[0],
+                  num_prefix=context[1], rot_k=None if rot_k is None else tuple(rot_k), logits=context[2],
+                  tokens=context[3])
 
 
-# A pytree node, so PosOut can cross torch.compile / torch.export boundaries.
+# A pytree node, so PosOut can cross torch.compile / torch.export boundaries (the functions of content-dependent
+# kinds travel in the context, as code does).
 pytree.register_pytree_node(PosOut, _flatten, _unflatten, serialized_type_name="ndpe.PosOut",
                             flatten_with_keys_fn=lambda o: ([(pytree.GetAttrKey(k), v) for k, v in
-                                                             zip(("add", "cat", "rot", "bias"), _flatten(o)[0])],
+                                                             zip(_TENSOR_FIELDS, _flatten(o)[0])],
                                                             _flatten(o)[1]))
 
 
@@ -89,7 +153,7 @@ def _cast(value, dtype):
 
 
 def merge(*outs: PosOut) -> PosOut:
-    """Combine encodings: adds and biases sum, cats concatenate, at most one rotation.
+    """Combine encodings: adds and biases sum, cats concatenate, at most one rotation, logits and tokens term.
 
     >>> a = PosOut(add=torch.ones(4, 8)); b = PosOut(bias=torch.zeros(2, 4, 4))
     >>> m = merge(a, b); (m.add.shape, m.bias.shape)
@@ -103,6 +167,9 @@ def merge(*outs: PosOut) -> PosOut:
     rots = [o for o in outs if o.rot is not None]
     if len(rots) > 1:
         raise ValueError("cannot merge two rotary encodings: rotate q and k with one of them")
+    for name in ("logits", "tokens"):
+        if sum(getattr(o, name) is not None for o in outs) > 1:
+            raise ValueError(f"cannot merge two encodings with a {name} term (content-dependent kinds): use one of them")
 
     def total(name):
         ts = [getattr(o, name) for o in outs if getattr(o, name) is not None]
@@ -119,18 +186,23 @@ def merge(*outs: PosOut) -> PosOut:
         bias=total("bias"),
         pairing=rots[0].pairing if rots else "half",
         num_prefix=prefixes.pop(),
+        rot_k=rots[0].rot_k if rots else None,
+        logits=next((o.logits for o in outs if o.logits is not None), None),
+        tokens=next((o.tokens for o in outs if o.tokens is not None), None),
     )
 
 
 def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
-    """Add and/or concatenate the encoding to tokens ``x`` of shape ``(B, T, C)``.
+    """Transform, add and/or concatenate the encoding to tokens ``x`` of shape ``(B, T, C)``.
 
-    With a ``cat`` field the result has ``C + cat_dim`` channels.
+    A ``tokens`` term is applied first, then ``add``; with a ``cat`` field the result has ``C + cat_dim`` channels.
     """
     if pos is None:
         return x
     _check_pos(pos)
     check_float_tensor(x, "tokens x")
+    if pos.tokens is not None:
+        x = pos.tokens(x)
     if pos.add is not None:
         _check_tokens(x, pos.add, "add")
         x = x + pos.add.to(x.dtype)
@@ -144,6 +216,7 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
 def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
     """Rotate queries and keys ``(B, heads, T, head_dim)`` by the encoding's rotation, if any.
 
+    Keys use ``pos.rot_k`` when set (xPos), else the queries' ``rot``.
     New tensors are returned (q and k are not modified). q and k are rotated in one call:
     when they are same-shape views of one buffer (the usual split of a fused qkv projection)
     one pass reads both; with autograd, one node covers both.
@@ -166,12 +239,19 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
         raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
     if k.shape[-2] != cos.shape[-2]:
         raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
+    if pos.rot_k is not None:
+        return apply_rotary_many((q,), cos, sin, pos.pairing)[0], apply_rotary_many((k,), *pos.rot_k, pos.pairing)[0]
     q, k = apply_rotary_many((q, k), cos, sin, pos.pairing)
     return q, k
 
 
-def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None) -> Tensor | None:
-    """The additive attention-logit bias to hand to SDPA as ``attn_mask``, or None.
+def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor | None = None,
+              k: Tensor | None = None, causal: bool | None = None) -> Tensor | None:
+    """The additive attention-logit term to hand to SDPA as ``attn_mask``, or None.
+
+    It is ``pos.bias`` plus, for content-dependent kinds, ``pos.logits(q, k)`` (``q``, ``k``: the
+    ``(B, heads, Tq, head_dim)`` / ``(B, heads, Tk, head_dim)`` tensors SDPA gets, after :func:`apply_qk`).
+    ``causal``: whether the attention is causal; a term defined for causal attention only refuses ``False``.
 
     A per-head ``(heads, T, T)`` bias comes back as the view ``(1, heads, T, T)``: SDPA's fused CPU
     kernel takes 2-D and 4-D masks only and falls back to the unfused math path (2-3x slower at
@@ -183,10 +263,22 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None) -> Tensor | 
     check_float_dtype(dtype)
     if pos is not None:
         _check_pos(pos)
-    if pos is None or pos.bias is None:
+    if pos is None or (pos.bias is None and pos.logits is None):
         return None
-    bias = pos.bias if dtype is None else pos.bias.to(dtype)
-    return bias.unsqueeze(0) if bias.dim() == 3 else bias
+    bias = pos.bias
+    if bias is not None:
+        bias = bias.unsqueeze(0) if bias.dim() == 3 else bias
+    if pos.logits is not None:
+        if q is None or k is None:
+            raise ValueError("this encoding's logits depend on the queries and keys: call attn_bias(pos, q=q, k=k) "
+                             "with the (B, heads, T, head_dim) tensors attention uses")
+        if causal is False and pos.logits.causal_only:
+            raise ValueError("this encoding is defined for causal attention only (e.g. CoPE counts keys up to the "
+                             "query); use it with causal=True")
+        term = pos.logits(q, k)
+        bias = term if bias is None else bias + term
+    assert bias is not None  # a bias or a logits term, checked above
+    return bias if dtype is None else bias.to(dtype)
 
 
 def _check_pos(pos) -> None:

@@ -1,10 +1,12 @@
-"""Bias kinds on ``torch.nn.attention.flex_attention``: a ``score_mod`` instead of an N x N tensor.
+"""Bias and logits kinds on ``torch.nn.attention.flex_attention``: a ``score_mod`` instead of an N x N tensor.
 
-``score_mod(pe, grid_shape)`` turns an ``alibi`` or ``relative`` encoding into the function
-flex_attention calls per logit, ``(score, b, h, q_idx, kv_idx) -> score + bias``: it captures
-only per-token coordinates ``(N, dims)``, the slopes ``(heads,)`` or the learned table (whose
-gradient flows), never the ``(heads, N, N)`` bias. Prefix tokens get bias 0, as in the
-materialized ``PosOut``; ``causal=True`` adds the ``-inf`` upper triangle.
+``score_mod(pe, grid_shape)`` turns an encoding that adds to the attention logits into the function
+flex_attention calls per logit, ``(score, b, h, q_idx, kv_idx) -> score + term``. Each kind supplies
+its term as :meth:`ndpe.Encoding.score_bias`; this module knows no kind. A position-only bias
+(alibi, relative, fire, cpb) captures per-token coordinates ``(N, dims)`` and small tables or
+weights (whose gradient flows), never the ``(heads, N, N)`` bias; a logits kind (transformer-xl,
+cope) also takes the queries and keys (``q=``, ``k=``). Prefix tokens get 0, as in the materialized
+``PosOut``; ``causal=True`` adds the ``-inf`` upper triangle.
 
 On CPU (torch 2.14) flex_attention runs both eagerly (a slow reference that materializes the
 scores; forward only) and under ``torch.compile`` (a fused CPU kernel, compiled once per
@@ -37,19 +39,22 @@ def flex_available() -> tuple[bool, str]:
     return True, ""
 
 
-def score_mod(pe, grid_shape: Sequence[int], *, num_prefix: int = 0, causal: bool = False) -> Callable:
-    """The flex_attention ``score_mod`` adding ``pe``'s bias for ``num_prefix + N`` tokens.
+def score_mod(pe, grid_shape: Sequence[int], *, num_prefix: int = 0, causal: bool = False,
+              q: Tensor | None = None, k: Tensor | None = None) -> Callable:
+    """The flex_attention ``score_mod`` adding ``pe``'s logit term for ``num_prefix + N`` tokens.
 
-    ``pe`` is an encoding whose kind supplies :meth:`ndpe.base.Encoding.score_bias` (the bias kinds;
-    unbatched default grid coordinates). This module knows no kind: a new bias kind works here by
-    implementing ``score_bias``.
+    ``pe`` is an encoding whose kind supplies :meth:`ndpe.base.Encoding.score_bias` (unbatched default grid
+    coordinates); ``q``, ``k`` ``(B, heads, num_prefix + N, head_dim)`` are required by logits kinds. This
+    module knows no kind: a new kind works here by implementing ``score_bias``.
     """
-    bias_fn = pe.score_bias(pe.coords(grid_shape))  # (h, i, j) -> bias of grid tokens i, j
     p = num_prefix
+    grid_q = None if q is None else q[..., p:, :]
+    grid_k = None if k is None else k[..., p:, :]
+    bias_fn = pe.score_bias(pe.coords(grid_shape), q=grid_q, k=grid_k)  # (b, h, i, j) -> term of grid tokens i, j
 
     def mod(score, b, h, q_idx, kv_idx):
         gi, gj = (q_idx - p).clamp(min=0), (kv_idx - p).clamp(min=0)  # grid token indices
-        bias = torch.where((q_idx < p) | (kv_idx < p), 0.0, bias_fn(h, gi, gj))
+        bias = torch.where((q_idx < p) | (kv_idx < p), 0.0, bias_fn(b, h, gi, gj))
         score = score + bias
         return torch.where(kv_idx > q_idx, float("-inf"), score) if causal else score
 
@@ -65,10 +70,11 @@ def _compiled_flex():
 
 def attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shape: Sequence[int], *, num_prefix: int = 0,
               causal: bool = False, compiled: bool = True) -> Tensor:
-    """Attention ``(B, heads, T, head_dim)`` with ``pe``'s bias as a score_mod; ``T = num_prefix + N``.
+    """Attention ``(B, heads, T, head_dim)`` with ``pe``'s logit term as a score_mod; ``T = num_prefix + N``.
 
-    Equal to ``F.scaled_dot_product_attention(q, k, v, attn_mask=pe(grid_shape, num_prefix=P).bias)``
-    (plus the causal triangle) without building the ``(heads, T, T)`` bias.
+    Equal to ``F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias(pos, q=q, k=k))`` with
+    ``pos = pe(grid_shape, num_prefix=P)`` (plus the causal triangle) without building the ``(heads, T, T)``
+    bias. ``q``, ``k`` are the tensors attention uses (rotate them first with ``apply_qk`` for a rotary kind).
     """
     ok, why = flex_available()
     if not ok:
@@ -84,7 +90,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shape: Sequence[int], *,
         raise NotImplementedError("flex_attention has no backward here (eager flex, or compiled on CPU in torch "
                                   f"{torch.__version__}): run it under torch.no_grad() / inference, or train "
                                   "with the materialized PosOut.bias")
-    mod = score_mod(pe, grid_shape, num_prefix=num_prefix, causal=causal)
+    mod = score_mod(pe, grid_shape, num_prefix=num_prefix, causal=causal, q=q, k=k)
     if compiled:
         return _compiled_flex()(q, k, v, score_mod=mod)
     from torch.nn.attention.flex_attention import flex_attention

@@ -12,12 +12,25 @@ ids = [f"{k}-{d}d" for k, d in KIND_DIMS]
 pytestmark = pytest.mark.parametrize("kind,dims", KIND_DIMS, ids=ids)
 
 
-def fields(out: ndpe.PosOut):
-    """Every tensor of a PosOut, by name."""
+def fields(out: ndpe.PosOut, pe, t: int):
+    """Every tensor of a PosOut by name, with the content-dependent terms evaluated on fixed q, k and tokens
+    ``(2, heads, t, head_dim)`` / ``(2, t, dim - cat_dim)`` (``t`` = prefix + grid tokens)."""
     named = {"add": out.add, "cat": out.cat, "bias": out.bias}
     if out.rot is not None:
         named["cos"], named["sin"] = out.rot
+    if out.rot_k is not None:
+        named["cos_k"], named["sin_k"] = out.rot_k
+    g = torch.Generator().manual_seed(0)
+    if out.logits is not None:
+        q, k = torch.randn(2, 2, pe.heads, t, pe.head_dim, generator=g)
+        named["logits"] = out.logits(q, k)
+    if out.tokens is not None:
+        named["tokens"] = out.tokens(torch.randn(2, t, pe.dim - pe.cat_dim, generator=g))
     return {k: v for k, v in named.items() if v is not None}
+
+
+def tokens(grid, num_prefix=0):
+    return torch.Size(grid).numel() + num_prefix
 
 
 def test_shapes_and_dtypes(kind, dims):
@@ -40,11 +53,12 @@ def test_shapes_and_dtypes(kind, dims):
         if out.bias is not None:
             assert out.bias.shape[-2:] == (n + 2, n + 2)
             assert out.bias.ndim == 2 or out.bias.shape[-3] in (1, pe.heads)
-        for name, t in fields(out).items():
+        for name, t in fields(out, pe, n + 2).items():
             assert t.dtype == torch.float32, name
             assert torch.isfinite(t).all(), name
-        for name, t in fields(pe(grid, dtype=torch.bfloat16)).items():
-            assert t.dtype == torch.bfloat16, name
+        for name, t in fields(pe(grid, dtype=torch.bfloat16), pe, n).items():
+            if name not in ("logits", "tokens"):  # functions: their results follow q, k, x
+                assert t.dtype == torch.bfloat16, name
 
 
 def test_prefix_tokens_are_identity(kind, dims):
@@ -62,6 +76,57 @@ def test_prefix_tokens_are_identity(kind, dims):
     if out.bias is not None:
         assert (out.bias[..., :p, :] == 0).all() and (out.bias[..., :, :p] == 0).all()
         torch.testing.assert_close(out.bias[..., p:, p:], plain.bias)
+    if out.rot_k is not None:
+        assert (out.rot_k[0][..., :p, :] == 1).all() and (out.rot_k[1][..., :p, :] == 0).all()
+        torch.testing.assert_close(out.rot_k[0][..., p:, :], plain.rot_k[0])
+    n = tokens(grid)
+    terms, plain_terms = fields(out, pe, n + p), fields(plain, pe, n)
+    if "logits" in terms:
+        got = terms["logits"]
+        assert (got[..., :p, :] == 0).all() and (got[..., :, :p] == 0).all()
+        g = torch.Generator().manual_seed(0)  # the grid tokens' q, k alone give the grid block
+        q, k = torch.randn(2, 2, pe.heads, n + p, pe.head_dim, generator=g)
+        torch.testing.assert_close(got[..., p:, p:], plain.logits(q[..., p:, :], k[..., p:, :]))
+    if "tokens" in terms:
+        x = torch.randn(2, n + p, pe.dim - pe.cat_dim)
+        y = out.tokens(x)
+        torch.testing.assert_close(y[:, :p], x[:, :p])
+        torch.testing.assert_close(y[:, p:], plain.tokens(x[:, p:]))
+    assert plain_terms.keys() <= terms.keys()
+
+
+def test_decoding_rows_equal_the_full_sequence(kind, dims):
+    """``pe((n,), past=p)``: the new tokens' fields are the full sequence's last rows, queries against all keys."""
+    if dims != 1:
+        with pytest.raises(ValueError, match="dims=1"):
+            build(kind, dims).eval()(GRIDS[dims][0], past=2)
+        return
+    pe = build(kind, dims).eval()
+    full, p, n = pe((9,), num_prefix=1), 6, 3
+    try:
+        step = pe((n,), num_prefix=1, past=p)
+    except (ValueError, TypeError) as err:  # a kind that cannot decode says so in one line
+        assert "decod" in str(err) and "\n" not in str(err)
+        pytest.skip(f"{kind} does not decode with these options: {err}")
+    a = fields(full, pe, 10)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 2, pe.heads, 10, pe.head_dim, generator=g)
+    x = torch.randn(2, 10, pe.dim - pe.cat_dim, generator=g)
+    rows = slice(1 + p, None)  # the new tokens among prefix + 9
+    for name, t in (("add", step.add), ("cat", step.cat)):
+        if t is not None:
+            torch.testing.assert_close(t, a[name][..., rows, :])
+    if step.rot is not None:
+        torch.testing.assert_close(step.rot[0], full.rot[0][..., rows, :])
+        torch.testing.assert_close(step.rot[1], full.rot[1][..., rows, :])
+    if step.rot_k is not None:
+        torch.testing.assert_close(step.rot_k[0], full.rot_k[0][..., rows, :])
+    if step.bias is not None:
+        torch.testing.assert_close(step.bias, full.bias[..., rows, :])
+    if step.logits is not None:
+        torch.testing.assert_close(step.logits(q[..., rows, :], k), full.logits(q, k)[..., rows, :])
+    if step.tokens is not None:
+        torch.testing.assert_close(step.tokens(x[:, rows]), full.tokens(x)[:, rows])
 
 
 def test_transposed_grids_differ(kind, dims):
@@ -69,7 +134,7 @@ def test_transposed_grids_differ(kind, dims):
     if ndpe.registry.kind_class(kind).position_free or dims == 1:
         pytest.skip("nothing to distinguish")
     pe = build(kind, dims).eval()
-    a, b = (fields(pe(g)) for g in GRIDS[dims])
+    a, b = (fields(pe(g), pe, tokens(g)) for g in GRIDS[dims])
     assert a.keys() == b.keys()
     assert any(not torch.allclose(a[k], b[k]) for k in a)
 
@@ -79,7 +144,7 @@ def test_explicit_positions_equal_grid(kind, dims):
     grid = GRIDS[dims][0]
     coords = pe.coords(grid)
     assert coords.shape == (torch.Size(grid).numel(), dims)
-    a, b = fields(pe(grid)), fields(pe(grid, positions=coords))
+    a, b = fields(pe(grid), pe, tokens(grid)), fields(pe(grid, positions=coords), pe, tokens(grid))
     for k in a:
         torch.testing.assert_close(a[k], b[k])
 
@@ -91,8 +156,8 @@ def test_batched_positions(kind, dims):
     grid = GRIDS[dims][0]
     coords = pe.coords(grid)
     batched = torch.stack([coords, coords + 1.0])  # (2, N, dims): a shifted second sample
-    out = fields(pe(positions=batched))
-    ref0, ref1 = fields(pe(positions=coords)), fields(pe(positions=coords + 1.0))
+    out = fields(pe(positions=batched), pe, tokens(grid))
+    ref0, ref1 = fields(pe(positions=coords), pe, tokens(grid)), fields(pe(positions=coords + 1.0), pe, tokens(grid))
     for k, t in out.items():
         torch.testing.assert_close(t[0].expand_as(ref0[k]) if t.shape[0] == 1 else t[0], ref0[k])
         torch.testing.assert_close(t[-1].expand_as(ref1[k]) if t.shape[0] == 1 else t[-1], ref1[k])
@@ -101,7 +166,7 @@ def test_batched_positions(kind, dims):
 def test_parameters_and_gradients(kind, dims):
     pe = build(kind, dims)
     params = [p for p in pe.parameters() if p.requires_grad]
-    out = fields(pe(GRIDS[dims][0], num_prefix=1))
+    out = fields(pe(GRIDS[dims][0], num_prefix=1), pe, tokens(GRIDS[dims][0], 1))
     if not params:
         assert pe(GRIDS[dims][0]) is pe(GRIDS[dims][0]), "fixed kinds are cached per grid"
         return
@@ -118,7 +183,7 @@ def test_state_dict_round_trip(kind, dims):
     b = build(kind, dims)
     b.load_state_dict(a.state_dict())
     grid = GRIDS[dims][1]
-    fa, fb = fields(a(grid)), fields(b(grid))
+    fa, fb = fields(a(grid), a, tokens(grid)), fields(b(grid), b, tokens(grid))
     for k in fa:
         torch.testing.assert_close(fa[k], fb[k])
 
@@ -141,7 +206,8 @@ def test_compile_fullgraph_changing_grids(kind, dims):
     compiled = torch.compile(pe, fullgraph=True, dynamic=False)
     for grid in GRIDS[dims]:
         with torch.no_grad():
-            a, b = fields(pe(grid, num_prefix=1)), fields(compiled(grid, num_prefix=1))
+            a, b = (fields(pe(grid, num_prefix=1), pe, tokens(grid, 1)),
+                    fields(compiled(grid, num_prefix=1), pe, tokens(grid, 1)))
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-5)
 

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import ndpe
+from conftest import KIND_DIMS, build
 from ndpe import flex
 
 ok, why = flex.flex_available()
@@ -27,7 +28,7 @@ CASES = [  # (options, grid, causal attention)
 
 
 def sdpa_reference(q, k, v, pe, grid, num_prefix, causal):
-    mask = pe(grid, num_prefix=num_prefix).bias
+    mask = ndpe.attn_bias(pe(grid, num_prefix=num_prefix), q=q, k=k, causal=causal)
     if causal:
         mask = mask + ndpe.causal_mask(q.shape[-2])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -50,6 +51,27 @@ def test_eager_score_mod_equals_materialized_bias(opts, grid, causal):
         out = flex.attention(q, k, v, pe, grid, num_prefix=2, causal=causal, compiled=False)
         ref = sdpa_reference(q, k, v, pe, grid, 2, causal)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+SCORE_KINDS = [(k, d) for k, d in KIND_DIMS if ndpe.registry.kind_class(k).has_score_bias()]
+GRIDS = {1: (7,), 2: (3, 4), 3: (2, 2, 3)}
+
+
+@pytest.mark.parametrize("kind,dims", SCORE_KINDS, ids=[f"{k}-{d}d" for k, d in SCORE_KINDS])
+def test_every_score_kind_flex_equals_materialized(kind, dims):
+    """Every kind that adds to the logits supplies a score_mod, and it equals its materialized term."""
+    torch.manual_seed(0)
+    pe = build(kind, dims, dim=24, heads=3).eval()
+    with torch.no_grad():  # parameters away from their init, so a wrong index or sign shows
+        for p in pe.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    causal = dims == 1  # the causal-only kinds (cope) need it; the rest are checked causal in 1D, plain in N-D
+    grid = GRIDS[dims]
+    q, k, v = qkv(pe, grid, num_prefix=1)
+    with torch.no_grad():
+        out = flex.attention(q, k, v, pe, grid, num_prefix=1, causal=causal, compiled=False)
+        ref = sdpa_reference(q, k, v, pe, grid, 1, causal)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_compiled_cpu_kernel_equals_materialized_bias():
@@ -87,7 +109,7 @@ def test_bad_inputs(make_args, call, exc, fragment):
 
 def test_unsupported_kind():
     pe = ndpe.make(dims=1, kind="none", dim=24, heads=3)
-    with pytest.raises(TypeError, match="supports the alibi and relative kinds"):
+    with pytest.raises(TypeError, match="adds nothing to the attention logits"):
         flex.score_mod(pe, (6,))
 
 
@@ -103,9 +125,9 @@ def test_a_new_bias_kind_needs_no_change_to_flex():
             d = (positions[:, None, 0] - positions[None, :, 0]).abs()  # (N, N)
             return PosOut(bias=-0.5 * d.expand(self.heads, -1, -1))
 
-        def score_bias(self, coords):
+        def score_bias(self, coords, *, q=None, k=None):
             ax = coords[:, 0]
-            return lambda h, i, j: -0.5 * (ax[i] - ax[j]).abs()
+            return lambda b, h, i, j: -0.5 * (ax[i] - ax[j]).abs()
 
     pe = HalfDistance(dims=1, dim=8, heads=2)
     bias = pe((5,), num_prefix=1).bias  # (heads, 6, 6)

@@ -60,9 +60,11 @@ def alibi_slopes(heads: int) -> list[float]:
     return power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest]
 
 
-def offset_length(positions: Tensor, distance: str = "euclidean") -> Tensor:
-    """Pairwise offset lengths ``(..., N, N)`` of positions ``(..., N, dims)``: ``||p_i - p_j||``."""
-    offsets = positions[..., :, None, :] - positions[..., None, :, :]  # (..., N, N, dims): p_i - p_j
+def offset_length(positions: Tensor, distance: str = "euclidean", key_positions: Tensor | None = None) -> Tensor:
+    """Pairwise offset lengths ``(..., N, M)`` of query positions ``(..., N, dims)`` and key positions
+    ``(..., M, dims)`` (default: the queries'): ``||p_i - p_j||``."""
+    keys = positions if key_positions is None else key_positions
+    offsets = positions[..., :, None, :] - keys[..., None, :, :]  # (..., N, M, dims): p_i - p_j
     if distance == "euclidean":
         return offsets.square().sum(-1).sqrt()
     if distance == "manhattan":
@@ -98,19 +100,20 @@ class ALiBi(Encoding):
         floats = max((2 * self.dims + 1) * n2, (self.heads + 1) * n2 + (self.heads * t2 if num_prefix else 0))
         return 4 * batch * floats
 
-    def encode(self, positions: Tensor, grid_shape) -> PosOut:
-        length = offset_length(positions.float(), self.distance)  # (..., N, N)
-        if self.causal:
-            length = length.tril()  # keys j > i: 0, masked by the attention
+    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+        keys = positions if key_positions is None else key_positions
+        length = offset_length(positions.float(), self.distance, keys.float())  # (..., N, M)
+        if self.causal:  # keys after the query: 0, masked by the attention
+            length = torch.where(keys[..., None, :, 0] > positions[..., :, None, 0], 0.0, length)
         slopes = rearrange(self.slopes, "h -> h 1 1")
         bias = -slopes * length.unsqueeze(-3)  # (..., heads, N, N)
         return PosOut(bias=bias)
 
-    def score_bias(self, coords: Tensor):
-        """``(h, i, j) -> -slope_h * distance(i, j)`` for flex attention (see :meth:`Encoding.score_bias`)."""
+    def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
+        """``(b, h, i, j) -> -slope_h * distance(i, j)`` for flex attention (see :meth:`Encoding.score_bias`)."""
         axes, slopes = [coords[:, a].contiguous() for a in range(coords.shape[1])], self.slopes
 
-        def bias(h, i, j):
+        def bias(b, h, i, j):
             offsets = [ax[i] - ax[j] for ax in axes]
             if self.distance == "manhattan" or len(axes) == 1:
                 length = sum(o.abs() for o in offsets)

@@ -125,7 +125,14 @@ class Learned(Encoding):
         return rearrange(_interp(channels_first, grid_shape, cast(str, self.resize)), "1 c ... -> ... c")
 
     # -- encode ----------------------------------------------------------------------------
-    def encode(self, positions: Tensor, grid_shape) -> PosOut:
+    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+        if key_positions is not None:  # KV-cache decoding: rows of the stored table, never a resized one
+            length = key_positions.shape[-2]
+            if length > self.table_shape[0]:
+                raise ValueError(f"decoding to {length} tokens with a KV cache needs a learned table that covers "
+                                 f"them, got a table of {self.table_shape[0]} (a resized table would change with "
+                                 "every new token, so resize= does not apply to cached decoding)")
+            grid_shape = None
         tables = self.tables(grid_shape)
         sizes = tuple(t.shape[0] for t in tables) if self.factorized else tuple(tables[0].shape[:-1])
         index = _as_indices(positions, sizes)  # (*, N, dims) long

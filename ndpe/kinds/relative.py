@@ -71,17 +71,18 @@ def t5_bucket(relative_position: Tensor, *, bidirectional: bool = True, num_buck
     return ret + torch.where(n < max_exact, n, large)
 
 
-def clip_index(positions: Tensor, max_distance: tuple[int, ...]) -> Tensor:
-    """Table rows ``(..., N, N)`` of integer positions ``(..., N, dims)``: per-axis offsets ``p_i - p_j``
-    clipped to ``[-M_a, M_a]``, combined row-major over axes (one ``(N, N)`` temporary per axis).
+def clip_index(positions: Tensor, max_distance: tuple[int, ...], key_positions: Tensor | None = None) -> Tensor:
+    """Table rows ``(..., N, M)`` of integer query positions ``(..., N, dims)`` and key positions ``(..., M, dims)``
+    (default: the queries'): per-axis offsets ``p_i - p_j`` clipped to ``[-M_a, M_a]``, combined row-major over
+    axes (one ``(N, M)`` temporary per axis).
 
     >>> clip_index(torch.tensor([[0], [1], [5]]), (2,)).tolist()
     [[2, 1, 0], [3, 2, 0], [4, 4, 2]]
     """
+    keys = positions if key_positions is None else key_positions
     index = None
     for a, m in enumerate(max_distance):
-        axis = positions[..., a]
-        row = (axis[..., :, None] - axis[..., None, :]).clamp(-m, m) + m  # (..., N, N)
+        row = (positions[..., a, None] - keys[..., None, :, a]).clamp(-m, m) + m  # (..., N, M)
         index = row if index is None else index * (2 * m + 1) + row
     return cast(Tensor, index)  # max_distance has one entry per axis
 
@@ -143,12 +144,14 @@ class RelativeBias(Encoding):
         n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
         return batch * max(32 * n2, 8 * n2 + 4 * self.heads * n2 + (4 * self.heads * t2 if num_prefix else 0))
 
-    def index(self, positions: Tensor) -> Tensor:
-        """Table rows ``(..., N, N)`` (long) of integer positions ``(..., N, dims)``."""
+    def index(self, positions: Tensor, key_positions: Tensor | None = None) -> Tensor:
+        """Table rows ``(..., N, M)`` (long) of integer query positions ``(..., N, dims)`` and key positions
+        ``(..., M, dims)`` (default: the queries')."""
         pos = positions.round().long()
+        keys = pos if key_positions is None else key_positions.round().long()
         if self.mode == "clip":
-            return clip_index(pos, self.max_distance)
-        rel = pos[..., None, :, 0] - pos[..., :, None, 0]  # (..., N, N): memory - context = j - i
+            return clip_index(pos, self.max_distance, keys)
+        rel = keys[..., None, :, 0] - pos[..., :, None, 0]  # (..., N, M): memory - context = j - i
         return t5_bucket(rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
                          max_distance=self.max_distance[0])
 
@@ -163,12 +166,15 @@ class RelativeBias(Encoding):
         self._index_cache.put(key, (positions.clone(), index), (index,))
         return index
 
-    def encode(self, positions: Tensor, grid_shape) -> PosOut:
+    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if not torch.compiler.is_compiling() and not bool((positions == positions.round()).all()):
             raise ValueError("relative looks integer offsets up in a table but got fractional positions; "
                              "pass integer (index) positions, round them yourself, or use alibi/rope for "
                              "continuous positions")
-        index = self._cached_index(positions, grid_shape)  # (..., N, N)
+        if key_positions is None:
+            index = self._cached_index(positions, grid_shape)  # (..., N, N)
+        else:  # decoding: new queries against every cached key
+            index = self.index(positions, key_positions)  # (..., n, M)
         bias = F.embedding(index, self.table)  # (..., N, N, heads): the gather, fastest on CPU
         return PosOut(bias=rearrange(bias, "... i j h -> ... h i j"))
 
@@ -177,21 +183,21 @@ class RelativeBias(Encoding):
         if hasattr(self, "_index_cache"):
             self._index_cache.clear()
 
-    def score_bias(self, coords: Tensor):
-        """``(h, i, j) -> table[offset(i, j), h]`` for flex attention (see :meth:`Encoding.score_bias`)."""
+    def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
+        """``(b, h, i, j) -> table[offset(i, j), h]`` for flex attention (see :meth:`Encoding.score_bias`)."""
         table, pos = self.table, coords.round().long()  # (entries, heads), (N, dims)
         if self.mode == "t5":
             n = pos.shape[0]
             buckets = t5_bucket(torch.arange(-(n - 1), n, device=pos.device), bidirectional=self.bidirectional,
                                 num_buckets=self.num_buckets, max_distance=self.max_distance[0])  # (2N - 1,): j - i
 
-            def bias(h, i, j):
+            def bias(b, h, i, j):
                 return table[buckets[pos[j, 0] - pos[i, 0] + n - 1], h]
 
             return bias
         axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
 
-        def bias_nd(h, i, j):
+        def bias_nd(b, h, i, j):
             index = 0
             for ax, m in zip(axes, self.max_distance):
                 index = index * (2 * m + 1) + ((ax[i] - ax[j]).clamp(-m, m) + m)
