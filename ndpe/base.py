@@ -111,6 +111,7 @@ class Encoding(nn.Module):
     coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)
     integer_positions: ClassVar[bool] = False  # positions must be integers (offset tables)
     position_free: ClassVar[bool] = False
+    causal_only: ClassVar[bool] = False  # defined for causal attention only (CoPE): bidirectional use raises
     repr_attributes: ClassVar[dict[str, str]] = {"coords": "coords_mode"}  # option -> attribute holding its value  # encodes no position at all (NoPE): nothing tells grids apart
     _anchor: Tensor
 

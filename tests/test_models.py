@@ -30,6 +30,8 @@ MODEL_KINDS = [(m, k) for m, (dims, *_rest) in CASES.items() for k, ds in ndpe.a
 def make(name, kind, num_classes=5, **over):
     dims, extra, _, _, grid = CASES[name]
     pe = {"kind": kind, "options": OPTIONS.get(kind, lambda g: {})(grid)}
+    if ndpe.registry.kind_class(kind).causal_only:  # e.g. cope: a causal text model
+        extra = {**extra, "causal": True}
     cfg = {"name": name, "num_classes": num_classes, "dim": DIM, "depth": 2, "heads": HEADS, "pe": pe, **extra, **over}
     return build_model(cfg)
 
