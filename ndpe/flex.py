@@ -47,6 +47,8 @@ def score_mod(pe, grid_shape: Sequence[int], *, num_prefix: int = 0, causal: boo
     coordinates); ``q``, ``k`` ``(B, heads, num_prefix + N, head_dim)`` are required by logits kinds. This
     module knows no kind: a new kind works here by implementing ``score_bias``.
     """
+    if not causal and pe.causal_only:
+        raise ValueError(f"kind {pe.kind!r} is defined for causal attention only; call score_mod / attention with causal=True")
     p = num_prefix
     grid_q = None if q is None else q[..., p:, :]
     grid_k = None if k is None else k[..., p:, :]

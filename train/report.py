@@ -458,6 +458,14 @@ CLAIMS = [
     Claim("Press et al. 2022", "on a causal character LM, ALiBi and T5-style bias (`relative`) keep perplexity at "
           "longer contexts where sinusoidal and RoPE degrade", "text/stdlib_lm", ["alibi", "relative"],
           ["sinusoidal", "rope"], measure="degradation"),
+    Claim("Sun et al. 2023", "on a causal LM, xPos (`xpos`) keeps perplexity at longer contexts better than RoPE",
+          "text/stdlib_lm", ["xpos"], ["rope"], measure="degradation",
+          note="full attention at test time; the paper extrapolates with blockwise causal attention"),
+    Claim("Li et al. 2024", "on a causal LM, FIRE (`fire`) keeps perplexity at longer contexts better than RoPE and "
+          "NoPE", "text/stdlib_lm", ["fire"], ["rope", "none"], measure="degradation"),
+    Claim("Golovneva et al. 2024", "on copying beyond the training length, CoPE (`cope`) beats absolute encodings and "
+          "RoPE", "text/copy", ["cope"], ["learned", "sinusoidal", "rope"],
+          note="a plain copy task; the paper's are selective copy, counting and flip-flop"),
     *[Claim(*HEO, task, ["rope-mixed", "rope"], ["learned", "sinusoidal"])
       for task in ("image/shapes-zoom", "image/digits-zoom")],
     *[Claim(*HEO, task, ["rope-mixed", "rope"], ["learned", "sinusoidal"],

@@ -1,0 +1,158 @@
+"""``cope``: Contextual Position Encoding (Golovneva et al. 2024, "Contextual Position Encoding: Learning to
+Count What's Important"), 1D, causal attention only.
+
+Conventions (the paper's Appendix B code; pinned against x-transformers 2.31.10 ``CoPE`` as its ``Attend``
+calls it, ``tests/test_cope.py``):
+- Gates. ``g_ij = sigmoid(q_i . k_j / sqrt(head_dim))``: the SCALED logits, as the paper's code
+  (``attn_logits / sqrt(head_dim)`` then ``cope(query, attn_logits)``) and x-transformers (``sim * scale``).
+  The queries and keys are the ones attention uses (after :func:`ndpe.apply_qk`). x-transformers also adds
+  its other attention biases (``attn_bias``) to ``sim`` before the gates; here the gates see ``q.k`` alone,
+  so a CoPE merged with a bias kind (``ndpe.merge(alibi_pos, cope_pos)``) gates on the content logits only.
+  Keys after the query get gate 0 (x-transformers masks them with ``-finfo.max`` first, ``sigmoid -> 0``).
+- Positions. ``p_ij = sum_{t=j}^{i} g_it`` (the reversed cumulative sum over keys), clamped to
+  ``max_pos - 1`` as the reference (``pos.clamp(max=max_pos - 1)``): a key more than ``max_pos - 1``
+  gated tokens back shares the last position.
+- Term. ``e_ij = q_i . E[p_ij]`` interpolated linearly between the integer positions
+  ``floor(p_ij)`` and ``ceil(p_ij)`` of the learned table ``E`` ``(max_pos, head_dim)`` (the reference's
+  ``logits_ceil * w + logits_floor * (1 - w)``, ``w = p - floor(p)``), NOT divided by ``sqrt(head_dim)``
+  (the reference adds ``q . E`` to the scaled ``sim`` as is). ``E`` is shared by all heads, as the reference.
+- Causal only (``CoPE.causal_only``): the term is a :class:`ndpe.LogitsTerm` with ``causal_only=True``, so
+  ``attn_bias(pos, q=, k=, causal=False)`` (and ``ndpe.Attention(causal=False)``) raises. Keys after the
+  query get term 0; the attention masks them. In flex attention (:meth:`CoPE.score_bias`) they get ``-inf``:
+  score_bias cannot see whether the caller asked for a causal mask, so the grid rows mask themselves (prefix
+  rows get no term from a score_mod; pass ``causal=True``).
+- Positions (the tokens' coordinates) only order the tokens: query ``i`` sees keys with
+  ``key_position <= query_position``, and they must increase along the sequence (the counting runs in token
+  order); beyond that CoPE ignores their values. Not coordinate-based (no position augmentation).
+  KV-cache decoding (``pe((n,), past=p)``): queries at ``p .. p + n - 1`` against keys ``0 .. p + n - 1``
+  give exactly the full sequence's rows.
+- Prefix tokens (``num_prefix``) get term 0 and are not counted by the gates.
+- ``talking_heads=True`` (an x-transformers extra, not in the paper): the scaled logits are mixed across heads
+  by a learned ``(heads, heads)`` matrix (x-transformers' 1x1 ``Conv2d(heads, heads)`` weight) before the
+  gates. x-transformers' ``soft_onehot`` (softmax over positions instead of linear interpolation) is not
+  offered: it is not in the paper and raises an einx ``RankError`` in x-transformers 2.31.10.
+- Init: ``E = 0`` as the paper and the reference (the term starts at 0 and learns from the first step);
+  ``talking_heads`` starts at the identity (plain CoPE), where x-transformers keeps ``Conv2d``'s random init.
+- Cost: per attention call, a few ``(B, heads, Nq, Nk)`` tensors (logits, gates, positions, two int64 indices)
+  and ``(B, heads, Nq, max_pos)``; float32 whatever q's dtype. The term depends on q and k, so it is built in
+  every layer (nothing to cache per grid).
+
+>>> import ndpe, torch
+>>> pe = ndpe.make(dims=1, kind="cope", dim=32, heads=2, max_pos=8)
+>>> pos = pe((6,))
+>>> q = k = torch.randn(1, 2, 6, 16)
+>>> pos.logits(q, k).shape, pos.logits.causal_only
+(torch.Size([1, 2, 6, 6]), True)
+>>> ndpe.Attention(32, heads=2, causal=True)(torch.randn(1, 6, 32), pos).shape
+torch.Size([1, 6, 32])
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from ..base import Encoding
+from ..checks import check_bool, check_int
+from ..contract import LogitsTerm, PosOut
+from ..registry import register
+
+
+def cope_term(q: Tensor, k: Tensor, table: Tensor, visible: Tensor, head_mix: Tensor | None = None) -> Tensor:
+    """CoPE's logit term ``(B, heads, Nq, Nk)`` float32 of queries ``(B, heads, Nq, hd)`` and keys
+    ``(B, heads, Nk, hd)``: table ``(max_pos, hd)``, ``visible`` ``(..., Nq, Nk)`` bool (key at or before the
+    query), optional head mixing ``(heads, heads)`` of the scaled logits. Keys not visible get 0.
+
+    Every gate below is ``sigmoid(4 / 2) = 0.881``; q . E = (6, 22, 38) at positions 0, 1, 2, so the key
+    ``0.881`` gated tokens back gets ``6 + 0.881 * 16`` and the one ``1.762`` back ``22 + 0.762 * 16``:
+
+    >>> q = k = torch.ones(1, 1, 2, 4)
+    >>> cope_term(q, k, torch.arange(12.0).reshape(3, 4), torch.ones(2, 2, dtype=torch.bool).tril())[0, 0]
+    tensor([[20.0928,  0.0000],
+            [34.1855, 20.0928]])
+    """
+    qf, kf = q.float(), k.float()
+    logits = (qf @ kf.transpose(-1, -2)) * qf.shape[-1] ** -0.5  # what SDPA computes
+    if head_mix is not None:  # x-transformers' talking heads: a 1x1 conv over the heads axis
+        logits = torch.einsum("gh,bhij->bgij", head_mix, logits)
+    gates = torch.where(visible, logits.sigmoid(), 0.0)
+    pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=table.shape[0] - 1)  # sum_{t=j}^{i} g_it
+    per_pos = qf @ table.t()  # (B, heads, Nq, max_pos): q_i . E[p] at every integer p
+    floor = pos.floor()
+    w = pos - floor
+    term = per_pos.gather(-1, pos.ceil().long()) * w + per_pos.gather(-1, floor.long()) * (1 - w)
+    return torch.where(visible, term, 0.0)
+
+
+def _visible(positions: Tensor, keys: Tensor) -> Tensor:
+    """``(..., Nq, Nk)`` bool: key position <= query position; batched positions get a heads axis."""
+    vis = keys[..., None, :, 0] <= positions[..., :, None, 0]
+    return vis[:, None] if vis.ndim == 3 else vis
+
+
+@register("cope", dims=(1,))
+class CoPE(Encoding):
+    """Contextual position encoding: gated counts of keys index a learned table; see the module docstring.
+
+    Args:
+        max_pos: rows of the position table ``(max_pos, head_dim)`` (>= 1; default 16, x-transformers'
+            ``cope_max_pos``); counted positions beyond ``max_pos - 1`` are clamped to it.
+        talking_heads: mix the scaled logits across heads before the gates (x-transformers' option).
+    """
+
+    coordinate_based = False  # positions are counted from the content; coordinates only order the tokens
+    causal_only = True  # the gates count keys up to the query: a bidirectional attention raises
+    head_mix: nn.Parameter | None
+
+    def __init__(self, *, dims: int, dim: int, heads: int = 1, max_pos: int = 16, talking_heads: bool = False):
+        super().__init__(dims=dims, dim=dim, heads=heads)
+        check_int(max_pos, "max_pos", low=1)
+        check_bool(talking_heads, "talking_heads")
+        self.max_pos, self.talking_heads = max_pos, talking_heads
+        self.table = nn.Parameter(torch.zeros(max_pos, self.head_dim))  # the paper's pos_emb, zero-initialized
+        self.head_mix = nn.Parameter(torch.eye(heads)) if talking_heads else None
+
+    def _check_order(self, positions: Tensor, keys: Tensor) -> None:
+        if torch.compiler.is_compiling():
+            return
+        for name, p in (("positions", positions), ("key positions", keys)):
+            steps = p[..., 1:, 0] > p[..., :-1, 0]
+            if not bool(steps.all()):
+                *sample, at = (int(i) for i in (~steps).nonzero()[0])  # the first offending step
+                row = p[tuple(sample)][..., 0]
+                raise ValueError(f"cope counts keys in token order: {name} must increase along the sequence, "
+                                 f"but token {at + 1} is at {float(row[at + 1])} after {float(row[at])}")
+
+    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+        keys = positions if key_positions is None else key_positions
+        self._check_order(positions, keys)
+        visible = _visible(positions, keys)  # (..., Nq, Nk)
+        table, head_mix = self.table, self.head_mix
+
+        def term(q: Tensor, k: Tensor) -> Tensor:
+            if q.shape[-2] != visible.shape[-2] or k.shape[-2] != visible.shape[-1]:
+                raise ValueError(f"cope was encoded for {visible.shape[-2]} queries and {visible.shape[-1]} keys "
+                                 f"(grid tokens) but got q {tuple(q.shape)} and k {tuple(k.shape)}")
+            return cope_term(q, k, table, visible, head_mix)
+
+        return PosOut(logits=LogitsTerm(fn=term, causal_only=True))
+
+    def score_bias(self, coords: Tensor, *, q: Tensor | None = None,
+                   k: Tensor | None = None) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+        """``(b, h, i, j) -> term[b, h, i, j]`` for flex attention (see :meth:`Encoding.score_bias`).
+
+        CoPE's positions are cumulative sums over keys, so this MATERIALIZES the ``(B, heads, N, N)`` term from
+        ``q``, ``k`` (grid tokens, ``(B, heads, N, head_dim)``) and indexes it: flex saves nothing in memory here.
+        Keys after the query get ``-inf`` (CoPE is causal whether or not the score_mod adds the mask).
+        """
+        if q is None or k is None:
+            raise ValueError("cope's term depends on the queries and keys: pass q= and k= (B, heads, N, head_dim)")
+        self._check_order(coords, coords)
+        visible = _visible(coords, coords)
+        term = torch.where(visible, cope_term(q, k, self.table, visible, self.head_mix), float("-inf"))
+
+        def bias(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            return term[b, h, i, j]
+
+        return bias

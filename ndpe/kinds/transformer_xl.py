@@ -1,0 +1,188 @@
+"""``transformer-xl``: Transformer-XL relative attention (Dai et al. 2019, "Transformer-XL: Attentive Language
+Models Beyond a Fixed-Length Context", section 3.3), 1D, bidirectional or causal.
+
+Conventions (the paper's formula and its code, kimiyoung/transformer-xl ``pytorch/mem_transformer.py``
+``RelPartialLearnableMultiHeadAttn`` and ``PositionalEmbedding``; ``tests/test_transformer_xl.py`` pins it
+against a per-pair loop of the four terms):
+- Logits. ``A_ij = (q_i.k_j + q_i.W_R R(i-j) + u.k_j + v.W_R R(i-j)) / sqrt(head_dim)`` per head: the original
+  scales the whole sum (``attn_score = AC + BD; attn_score.mul_(self.scale)``). SDPA already adds
+  ``q.k / sqrt(head_dim)``, so the term here is the other three, divided by ``sqrt(head_dim)``. q and k are the
+  ones attention uses (after :func:`ndpe.apply_qk`); the paper's ``W_{k,E}`` projection is the model's key
+  projection.
+- ``R``. The original's sinusoid of the offset ``i - j`` (query minus key): ``inv_freq = 1 / 10000 **
+  (arange(0, dim, 2) / dim)``, ``R = [sin(o * inv_freq), cos(o * inv_freq)]`` concatenated, ``dim`` channels
+  (the model width, ``d_model``; ``dim`` must be even). Negative offsets (keys after the query, bidirectional)
+  use the same sinusoid at ``o < 0``. ``clamp_len`` clamps ``|o|`` as the original's ``pos_seq.clamp_(max=
+  clamp_len)``.
+- Parameters. ``w_r`` ``(dim, dim)`` is ``W_R`` (the original's ``r_net.weight``, ``Linear(d_model, heads *
+  head_dim, bias=False)``; output row ``h * head_dim + d`` is head ``h``), ``u`` and ``v`` ``(heads, head_dim)``
+  the original's ``r_w_bias`` and ``r_r_bias``. Init ``N(0, 0.02^2)`` for all three, the original's
+  ``train.py`` (``init="normal"``, ``init_std=0.02`` for Linear weights, ``r_w_bias`` and ``r_r_bias``).
+- Sharing across layers. An ndpe encoding is called once per model forward and its output is applied in every
+  layer, so ``W_R``, ``u`` and ``v`` are SHARED by all layers. The original shares ``u`` and ``v`` (one pair on
+  the model, unless its ``untie_r``) but gives each layer its own ``r_net``; per-layer ``W_R`` is one encoding
+  per layer here.
+- Causal. ``causal=True`` gives keys after the query term 0 and makes the :class:`ndpe.LogitsTerm`
+  ``causal_only`` (a non-causal attention raises); on the visible keys it equals ``causal=False``, so a causal
+  model gets the same logits either way, as ``alibi``'s ``causal``.
+- Efficiency. ``encode`` runs once per forward: the distinct offsets (``Nq + Nk - 1`` of them for contiguous
+  integer positions, ``2N - 1`` for a grid) are projected once, ``W_R R`` ``(heads, head_dim, offsets)``, with an
+  index ``(Nq, Nk)`` of every pair's offset. Each layer then computes ``(q + v) . W_R R`` ``(B, heads, Nq,
+  offsets)`` by one matmul, gathers it by the index (the original's ``_rel_shift``), and adds ``u . k``
+  ``(B, heads, 1, Nk)``. Integer positions with gaps (eager only) project their distinct offsets instead.
+  Under torch.compile the offsets count must be static: positions there must be contiguous integers (a grid,
+  a shifted grid, decoding), checked by an assert in the graph.
+- Positions: integer (index) units; fractional ones raise (offsets index the projected table). KV-cache
+  decoding (``pe((n,), past=p)``): queries ``p .. p + n - 1`` against keys ``0 .. p + n - 1``, equal to the full
+  sequence's rows. Prefix tokens (``num_prefix``) get term 0 (no ``u . k`` on prefix keys either).
+
+>>> import ndpe, torch
+>>> pe = ndpe.make(dims=1, kind="transformer-xl", dim=32, heads=2)
+>>> pe.w_r.shape, pe.u.shape, pe.v.shape
+(torch.Size([32, 32]), torch.Size([2, 16]), torch.Size([2, 16]))
+>>> pos = pe((6,))
+>>> q = k = torch.randn(1, 2, 6, 16)
+>>> pos.logits(q, k).shape
+torch.Size([1, 2, 6, 6])
+>>> ndpe.Attention(32, heads=2)(torch.randn(1, 6, 32), pos).shape
+torch.Size([1, 6, 32])
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from ..base import Encoding
+from ..checks import check_bool, check_int
+from ..contract import LogitsTerm, PosOut
+from ..registry import register
+from .rope import angle_dtype
+
+INIT_STD = 0.02  # the original train.py's init_std
+
+
+def xl_sinusoid(offsets: Tensor, dim: int) -> Tensor:
+    """Transformer-XL's ``PositionalEmbedding``: ``[sin(o f), cos(o f)]`` ``(..., dim)`` float32 of offsets
+    ``(...)``, ``f = 1 / 10000 ** (arange(0, dim, 2) / dim)`` (angles in float64, except on MPS).
+
+    >>> xl_sinusoid(torch.tensor([0.0, 1.0]), 4)
+    tensor([[0.0000, 0.0000, 1.0000, 1.0000],
+            [0.8415, 0.0100, 0.5403, 0.9999]])
+    """
+    dt = angle_dtype(offsets.device)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=offsets.device, dtype=dt) / dim))
+    angle = offsets.to(dt)[..., None] * inv_freq
+    return torch.cat([angle.sin(), angle.cos()], dim=-1).float()
+
+
+def offset_table(positions: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct offsets of query positions ``(..., Nq)`` and key positions ``(..., Nk)`` (integers) and each
+    pair's row: ``(table (..., S) float, index (..., Nq, Nk) long)`` with ``table[index] = p_i - p_j``.
+
+    Contiguous positions (any order) have ``S = Nq + Nk - 1`` offsets starting at the smallest; other integer
+    positions (eager only) their ``torch.unique`` offsets, shared by the batch.
+
+    >>> table, index = offset_table(torch.tensor([2.0, 3.0]), torch.tensor([0.0, 1.0, 2.0, 3.0]))
+    >>> table.tolist(), index.tolist()
+    ([-1.0, 0.0, 1.0, 2.0, 3.0], [[3, 2, 1, 0], [4, 3, 2, 1]])
+    """
+    offsets = positions[..., :, None] - keys[..., None, :]  # (..., Nq, Nk): p_i - p_j
+    size = offsets.shape[-2] + offsets.shape[-1] - 1
+    low = offsets.amin(dim=(-2, -1), keepdim=True)
+    rel = offsets - low
+    if torch.compiler.is_compiling():
+        torch._assert_async(((rel < size) & (rel == rel.round())).all(),
+                            "transformer-xl under torch.compile needs contiguous integer positions")
+    elif not bool((rel < size).all()):  # gaps: project the distinct offsets themselves
+        table, index = torch.unique(offsets, return_inverse=True)
+        return table, index
+    return low[..., 0] + torch.arange(size, device=offsets.device, dtype=offsets.dtype), rel.long()
+
+
+@register("transformer-xl", dims=(1,))
+class TransformerXL(Encoding):
+    """Transformer-XL relative attention terms ``q.W_R R + u.k + v.W_R R``; see the module docstring.
+
+    Args:
+        causal: term 0 for keys after the query, and non-causal attention raises.
+        clamp_len: clamp offsets to ``[-clamp_len, clamp_len]`` (the original's ``clamp_len``); None: no clamp.
+    """
+
+    integer_positions = True  # offsets index the projected sinusoids
+
+    def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, clamp_len: int | None = None):
+        super().__init__(dims=dims, dim=dim, heads=heads)
+        check_bool(causal, "causal")
+        if clamp_len is not None:
+            check_int(clamp_len, "clamp_len", low=0)
+        if dim % 2:
+            raise ValueError(f"transformer-xl needs an even dim (sin and cos halves of R), got dim={dim}")
+        self.causal, self.clamp_len = causal, clamp_len
+        self.w_r = nn.Parameter(torch.empty(dim, dim))  # W_R: R (dim) -> heads * head_dim
+        self.u = nn.Parameter(torch.empty(heads, self.head_dim))  # r_w_bias: with the keys
+        self.v = nn.Parameter(torch.empty(heads, self.head_dim))  # r_r_bias: with the relative encodings
+        for p in (self.w_r, self.u, self.v):
+            nn.init.normal_(p, std=INIT_STD)
+
+    def projected(self, table: Tensor) -> Tensor:
+        """``W_R R(o)`` per head, ``(..., heads, head_dim, S)``, for offsets ``(..., S)``."""
+        if self.clamp_len is not None:
+            table = table.clamp(-self.clamp_len, self.clamp_len)
+        r = xl_sinusoid(table, self.dim) @ self.w_r.t()  # (..., S, heads * head_dim)
+        return rearrange(r, "... s (h d) -> ... h d s", h=self.heads)
+
+    def _tables(self, positions: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(projected ``(..., heads, hd, S)``, index ``(1 | B, 1, Nq, Nk)``, future keys ``(..., Nq, Nk)`` bool)."""
+        if not torch.compiler.is_compiling():
+            for name, p in (("positions", positions), ("key positions", keys)):
+                if not bool((p == p.round()).all()):
+                    raise ValueError(f"transformer-xl looks integer offsets up in a table but got fractional {name}; "
+                                     "pass integer (index) positions or round them yourself")
+        table, index = offset_table(positions[..., 0], keys[..., 0])
+        future = keys[..., None, :, 0] > positions[..., :, None, 0]
+        index = index[:, None] if index.ndim == 3 else index[None, None]
+        return self.projected(table), index, future[:, None] if future.ndim == 3 else future
+
+    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+        keys = positions if key_positions is None else key_positions
+        projected, index, future = self._tables(positions, keys)
+        u, v, causal, heads, head_dim = self.u, self.v, self.causal, self.heads, self.head_dim
+
+        def term(q: Tensor, k: Tensor) -> Tensor:
+            nq, nk = index.shape[-2:]
+            if q.shape[-3:] != (heads, nq, head_dim) or k.shape[-3:] != (heads, nk, head_dim):
+                raise ValueError(f"transformer-xl was encoded for {heads} heads of {head_dim} channels, {nq} queries "
+                                 f"and {nk} keys (grid tokens), but got q {tuple(q.shape)} and k {tuple(k.shape)}")
+            qf, kf = q.float(), k.float()
+            by_offset = (qf + v[:, None, :]) @ projected  # (B, H, Nq, S): (q + v) . W_R R(o), every offset
+            shape = torch.broadcast_shapes(by_offset.shape[:-1], index.shape[:-1]) + (nk,)
+            qr = by_offset.expand(*shape[:-1], by_offset.shape[-1]).gather(-1, index.expand(shape))
+            uk = torch.einsum("bhjd,hd->bhj", kf, u)[:, :, None, :]  # (B, H, 1, Nk)
+            out = (qr + uk) * qf.shape[-1] ** -0.5
+            return torch.where(future, 0.0, out) if causal else out
+
+        return PosOut(logits=LogitsTerm(fn=term, causal_only=causal))
+
+    def score_bias(self, coords: Tensor, *, q: Tensor | None = None,
+                   k: Tensor | None = None) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+        """``(b, h, i, j) -> term`` for flex attention (see :meth:`Encoding.score_bias`): precomputes
+        ``(q + v) . W_R R`` ``(B, heads, N, offsets)`` and ``u . k`` ``(B, heads, N)`` from the grid tokens' q, k
+        ``(B, heads, N, head_dim)`` and indexes them per pair (the ``(N, N)`` offset index, no ``N x N`` logits)."""
+        if q is None or k is None:
+            raise ValueError("transformer-xl's term depends on the queries and keys: pass q= and k= "
+                             "(B, heads, N, head_dim)")
+        projected, index4, future = self._tables(coords, coords)
+        index = index4[0, 0]  # (N, N): each pair's offset column
+        qf, scale = q.float(), q.shape[-1] ** -0.5
+        by_offset = (qf + self.v[:, None, :]) @ projected  # (B, H, N, S)
+        uk = torch.einsum("bhjd,hd->bhj", k.float(), self.u)  # (B, H, N)
+        causal = self.causal
+
+        def bias(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            out = (by_offset[b, h, i, index[i, j]] + uk[b, h, j]) * scale
+            return torch.where(future[i, j], 0.0, out) if causal else out
+
+        return bias
