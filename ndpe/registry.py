@@ -2,8 +2,8 @@
 
 >>> import ndpe
 >>> pe = ndpe.make(dims=2, kind="rope", dim=384, heads=6)
->>> sorted(ndpe.available())[:3]
-['alibi', 'coord', 'fourier']
+>>> sorted(ndpe.available())[:2]
+['alibi', 'complex']
 """
 from __future__ import annotations
 

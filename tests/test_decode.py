@@ -26,7 +26,9 @@ CASES = {  # name: (kind, options)
     "relative-clip": ("relative", {"max_distance": 3}),
     "cope": ("cope", {}),
     "transformer-xl": ("transformer-xl", {}),
-    "fire": ("fire", {}),
+    "fire": ("fire", {"causal": True, "init_L": 4.0}),  # L below the length: the normalizer's max(L, i) acts
+    "cpb-dynamic": ("cpb", {"style": "dynamic", "log_distance": True}),
+    "cpb-swin": ("cpb", {"train_shape": (8,)}),
     "none": ("none", {}),
     "sinusoidal": ("sinusoidal", {}),
     "learned": ("learned", {"grid_shape": (LENGTH,)}),
@@ -113,6 +115,12 @@ def test_causal_only_kind_in_a_bidirectional_model():
     m = model("cope", {}, causal=False)
     with pytest.raises(ValueError, match="causal attention only"):
         m(torch.tensor([[1, 2, 3]]))
+
+
+@needs_kind("cpb")
+def test_cpb_normalized_by_the_growing_grid_cannot_decode():
+    with pytest.raises(ValueError, match="needs a fixed train_shape"):
+        ndpe.make(dims=1, kind="cpb", dim=16, heads=2)((1,), past=4)
 
 
 def test_generate_needs_a_causal_model():

@@ -1,0 +1,164 @@
+"""``fire``: Functional Interpolation for Relative Positions (Li et al., ICLR 2024), a learned attention bias.
+
+Conventions:
+- Formula. ``bias[h, i, j] = f(psi(d_ij) / psi(max(L, r_i)))[h]``, ``psi(x) = log(c x + 1)``, where
+  ``f`` is the MLP ``Linear(1, mlp_width) -> ReLU -> Linear(mlp_width, heads)`` (width 32), ``c`` a
+  learned scalar (init ``init_c = 0.1``) and ``L`` a learned threshold. As in the public PyTorch
+  code of the paper (mcleish7/arithmetic ``cramming/architectures/embeddings.py`` ``FIRE``),
+  ``L = |L_multiplier * init_L|`` with the parameter ``L_multiplier`` (init 1) and the fixed
+  ``init_L`` (default 512), ``c`` and ``L`` are kept positive by absolute values
+  (``psi(x) = log(|c x| + 1)``) and ``1e-6`` is added to the denominator. Parameter names equal
+  that code's, so its ``state_dict`` loads (drop its ``init_L`` entry, an option here).
+- Causal (``causal=True``, 1D only: the paper). ``d_ij = p_i - p_j`` and ``r_i = p_i``, the
+  query's position (0-based index units), so ``r_i`` is the longest distance to a key ``j <= i``.
+  Keys after the query (``p_j > p_i``) get 0 and must be masked by the attention
+  (``ndpe.Attention(causal=True)``), as alibi's causal form. A decoder uses this form.
+- Bidirectional (default; 1D, 2D, 3D). ``d_ij = ||p_i - p_j||`` (euclidean; ``|i - j|`` in 1D)
+  and ``r_i`` = the distance from the query to the farthest corner of the keys' bounding box
+  (per axis ``max(p_i - min_k, max_k - p_i)``): on a full grid, the longest distance from the
+  query to any key, as ``i`` is in the causal case. Not the distance from the grid origin: the
+  origin is arbitrary (``coords="centered"`` puts it mid-grid) and keys beyond ``r_i`` would leave
+  ``[0, 1]``. With it the normalised distance ``psi(d) / psi(max(L, r))`` is in ``[0, 1]`` for
+  every pair at every grid size (the paper's progressive interpolation), and translating all
+  positions together leaves the bias unchanged. It depends on the keys present: a decoder must
+  use ``causal=True`` (the bidirectional ``r_i`` of an early query sees the sequence length).
+- Translation. While ``r_i <= L`` (every query of a grid smaller than ``L``) the bias depends on
+  the offset alone, a learned function of the log distance; beyond ``L`` it interpolates: a fixed
+  offset maps to a smaller normalised distance as the query's range grows.
+- Decoding (``pe((n,), past=p)``): queries ``p .. p + n - 1`` against keys ``0 .. p + n - 1``,
+  equal to the last ``n`` rows of the ``p + n`` sequence.
+- Output ``(heads, N, N)`` float32, ``(B, heads, N, N)`` for batched positions. Memory: the MLP
+  runs per pair, ``~4 * N * N * (2 * mlp_width + 2 * heads + dims + 3)`` bytes (docs/bias.md);
+  :mod:`ndpe.flex` evaluates it per logit instead.
+
+>>> import ndpe
+>>> pe = ndpe.make(dims=1, kind="fire", dim=64, heads=4, causal=True)
+>>> pe((6,)).bias.shape
+torch.Size([4, 6, 6])
+>>> x = pe.normalized_distance(pe.coords((1000,))).detach()   # beyond L = 512: still in [0, 1]
+>>> bool(x.tril().max() <= 1), round(float(x[999, 0]), 4)
+(True, 1.0)
+"""
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from ..base import Encoding
+from ..checks import check_bool, check_int, check_number
+from ..contract import PosOut
+from ..registry import register
+
+EPS = 1e-6  # added to the denominator, as the paper's code
+
+
+@register("fire", dims=(1, 2, 3))
+class FIRE(Encoding):
+    """FIRE attention bias ``f(psi(d) / psi(max(L, r)))``; see the module docstring for conventions.
+
+    Args:
+        causal: 1D only; the paper's form (``d = i - j``, ``r = i``, 0 above the diagonal, to be masked).
+        mlp_width: hidden units of ``f`` (default 32).
+        init_c: initial ``c`` of ``psi(x) = log(c x + 1)`` (default 0.1).
+        init_L: the threshold ``L`` at init, in index units (default 512); learned through a multiplier.
+    """
+
+    def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, mlp_width: int = 32,
+                 init_c: float = 0.1, init_L: float = 512.0):
+        super().__init__(dims=dims, dim=dim, heads=heads)
+        check_bool(causal, "causal")
+        if causal and dims != 1:
+            raise ValueError(f"fire causal=True needs dims=1 (a token order), got dims={dims}; "
+                             "use the bidirectional N-D form (causal=False)")
+        check_int(mlp_width, "mlp_width", low=1)
+        self.causal, self.mlp_width = causal, mlp_width
+        self.init_c = check_number(init_c, "init_c", low=0.0, inclusive=False)
+        self.init_L = check_number(init_L, "init_L", low=0.0, inclusive=False)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, heads))
+        self.c = nn.Parameter(torch.tensor(self.init_c))
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+
+    @classmethod
+    def example_options(cls, dims: int) -> dict[str, Any]:
+        """A small threshold, so a short test grid has queries on both sides of ``L``."""
+        return {"init_L": 4.0}
+
+    @property
+    def threshold(self) -> Tensor:
+        """The learned threshold ``L = |L_multiplier * init_L|`` (0-d)."""
+        return (self.L_multiplier * self.init_L).abs()
+
+    def _psi(self, x: Tensor) -> Tensor:
+        return torch.log((self.c * x).abs() + 1)
+
+    def _ranges(self, q: Tensor, k: Tensor) -> Tensor:
+        """``r (..., Nq)``: the query's position (causal) or its distance to the farthest corner of the keys' box."""
+        if self.causal:
+            return q[..., 0]
+        far = torch.maximum(q - k.amin(-2, keepdim=True), k.amax(-2, keepdim=True) - q)  # (..., Nq, dims)
+        return far[..., 0] if self.dims == 1 else torch.linalg.vector_norm(far, dim=-1)
+
+    def _distances(self, q: Tensor, k: Tensor) -> Tensor:
+        """``d (..., Nq, Nk)``: ``p_i - p_j`` when causal (negative for keys after the query), else ``||p_i - p_j||``."""
+        offsets = q[..., :, None, :] - k[..., None, :, :]  # (..., Nq, Nk, dims): p_i - p_j
+        if self.causal:
+            return offsets[..., 0]
+        return offsets[..., 0].abs() if self.dims == 1 else torch.linalg.vector_norm(offsets, dim=-1)
+
+    def _normalizer(self, r: Tensor) -> Tensor:
+        """``psi(max(L, r)) + eps`` per query."""
+        return self._psi(torch.maximum(r, self.threshold)) + EPS
+
+    def normalized_distance(self, positions: Tensor, key_positions: Tensor | None = None) -> Tensor:
+        """The MLP's input ``psi(d_ij) / psi(max(L, r_i))`` ``(..., Nq, Nk)`` for positions ``(..., N, dims)``
+        (keys = queries unless ``key_positions``); in ``[0, 1]`` on keys the query attends to."""
+        q = positions.float()
+        k = q if key_positions is None else key_positions.float()
+        return self._psi(self._distances(q, k)) / self._normalizer(self._ranges(q, k))[..., None]
+
+    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int:
+        """Peak bytes: per pair the offsets, distances and normalised distances, the MLP's hidden units
+        before and after ReLU, its output and the masked copy; plus the padded ``(heads, T, T)`` with a prefix."""
+        n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
+        per_pair = self.dims + 3 + 2 * self.mlp_width + 2 * self.heads
+        return 4 * batch * (per_pair * n2 + (self.heads * t2 if num_prefix else 0))
+
+    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+        q = positions.float()
+        k = q if key_positions is None else key_positions.float()
+        d = self._distances(q, k)
+        x = self._psi(d) / self._normalizer(self._ranges(q, k))[..., None]  # (..., Nq, Nk)
+        bias = rearrange(self.mlp(x.unsqueeze(-1)), "... i j h -> ... h i j")
+        if self.causal:
+            bias = torch.where((d < 0).unsqueeze(-3), 0.0, bias)  # keys after the query: masked by the attention
+        return PosOut(bias=bias)
+
+    def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
+        """``(b, h, i, j) -> f(psi(d_ij) / psi(max(L, r_i)))[h]`` for flex attention (see :meth:`Encoding.score_bias`):
+        the MLP per logit, a python loop over its hidden units; only the per-query normaliser ``(N,)`` is
+        precomputed."""
+        pos = coords.float()
+        axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
+        norm = self._normalizer(self._ranges(pos, pos))  # (N,)
+        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
+        w1, b1, w2, b2 = first.weight[:, 0], first.bias, last.weight, last.bias
+        c, causal, width = self.c, self.causal, self.mlp_width
+
+        def bias(b, h, i, j):
+            offsets = [ax[i] - ax[j] for ax in axes]
+            if causal:
+                d = offsets[0]
+            elif len(offsets) == 1:
+                d = offsets[0].abs()
+            else:
+                d = cast(Tensor, sum(o * o for o in offsets)).sqrt()
+            x = torch.log((c * d).abs() + 1) / norm[i]
+            out = b2[h]
+            for u in range(width):
+                out = out + w2[h, u] * torch.relu(w1[u] * x + b1[u])
+            return torch.where(d < 0, 0.0, out) if causal else out
+
+        return bias
