@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 import ndpe  # noqa: E402
-from ndpe.viz import (as_image, centre_index, color_scale, kind_colour, make_figure, offset_curve,  # noqa: E402
-                      relation, save, shades, show_relation)
+from ndpe.viz import (as_image, centre_index, color_scale, encoding_relation, kind_colour,  # noqa: E402
+                      make_figure, offset_curve, relation, save, shades, show_relation)
 
 OUT = Path(__file__).parent / "figures"
 FIGURES = {}
@@ -258,6 +258,43 @@ def fourier_sigma():
         ax.set_title(f"sigma = {sigma:g}", fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity")
     fig.suptitle("fourier features, dim 128, pixel coords: similarity to the centre token", fontsize=10)
+    return fig
+
+
+NEW_1D_KINDS = {  # kind -> (options, what the panel's title adds)
+    "xpos": ({"scale_base": 32.0}, "scale_base 32"),
+    "complex": ({}, "frequencies at init"),
+    "cope": ({"max_pos": 16}, "max_pos 16, table E ~ N(0, 1 / 64) stand-in"),
+    "transformer-xl": ({}, "W_R, u, v at init"),
+    "fire": ({}, "MLP at init"),
+    "cpb": ({}, 'style "swin", MLP at init'),
+}
+
+
+@figure(*NEW_1D_KINDS)
+def kinds_1d_middle_query():
+    """One panel per 1D kind of issue 11: the relation of the middle query to every key, content terms for constant
+    content (ndpe.viz.Content: one seeded q, k and token at every position)."""
+    from ndpe.viz import _causal_note, _what
+
+    grid = (64,)
+    query = centre_index(grid)
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.6), layout="constrained")
+    for ax, (kind, (opts, note)) in zip(axes.flat, NEW_1D_KINDS.items()):
+        pe = seeded(dims=1, kind=kind, dim=64, heads=1, **opts)
+        if kind == "cope":  # its table starts at 0 (no term at all): a seeded stand-in for a trained one
+            with torch.no_grad():
+                pe.table.normal_(std=pe.head_dim ** -0.5, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            pos = pe(grid)
+            rel = encoding_relation(pe, grid, query)
+        show_relation(ax, rel, grid, query, color=kind_colour(kind))
+        ax.set_title(f"{kind} ({note})\n{_what(pos)}{_causal_note(pos)}", fontsize=9)
+        ax.set_ylabel(_what(pos), fontsize=8)
+        ax.set_xlabel("key position", fontsize=8)
+    fig.suptitle(f"1D kinds: relation of the middle query (position {query}, dotted) to every key, grid {grid}, "
+                 "dim 64, 1 head\ncontent-dependent terms (logits, tokens) for one constant seeded q, k, token at "
+                 "every position", fontsize=10)
     return fig
 
 

@@ -10,7 +10,8 @@ Everything is computed from the encoding's :class:`~ndpe.PosOut` alone, so it wo
 kind, present or future. :func:`draw` writes, one figure per file, ``<name>_<figure>.png``:
 
 - ``table``: the encoding as a matrix (the classic sinusoidal picture): tokens x channels for
-  ``add``/``cat``; tokens x frequencies, ``cos`` of the angle, for ``rot``; query x key for ``bias``.
+  ``add``/``cat``/``tokens``; tokens x frequencies, ``cos`` of the angle, for ``rot``; query x key for
+  ``bias``, ``logits`` and ``rot`` with ``rot_k``.
 - ``similarity``: :func:`relation` of the centre token to every token (1D curve, 2D map, 3D: the
   query's frame).
 - ``offset``: that relation along axis 0 on a grid 4 times longer, against the offset from the
@@ -19,8 +20,15 @@ kind, present or future. :func:`draw` writes, one figure per file, ``<name>_<fig
 - ``heads`` (when the encoding differs per head: ALiBi slopes, relative tables, RoPE-Mixed):
   the relation for each head.
 
+Content-dependent fields are drawn for fixed content (:class:`Content`: one seeded query vector at every
+position, one key vector, one token vector), so the picture shows how they depend on positions alone:
+``logits`` is the term for constant q, k (titles say so; a term defined for causal attention only is
+blank, NaN, on keys after the query); ``tokens`` is the constant token after the kind's function, drawn
+as an ``add`` table and its cosine similarity across positions; ``rot_k`` rotates the keys apart from the
+queries, so the relation pairs query i's rotation with key j's (xPos: a decay with the offset).
+
 ``--figures`` (``figures=``) picks a subset. A ``PosOut`` with several fields (``ndpe.Combine``) is
-shown through one, the first of ``bias, rot, add, cat`` (:func:`shown_field`). Colour scales fit the
+shown through one, the first of ``bias, logits, rot, tokens, add, cat`` (:func:`shown_field`). Colour scales fit the
 values drawn (:func:`color_scale`: diverging around 0 only when they straddle 0); per-head panels get one
 scale each; a kind's curves are drawn in its colour (:data:`KIND_COLOURS`, as in the benchmark report).
 The numbers
@@ -35,14 +43,15 @@ import argparse
 import ast
 import inspect
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NoReturn, cast
+from typing import NoReturn, Sequence, cast
 
 import torch
 from einops import rearrange
 from torch import Tensor
 
-from .contract import PosOut
+from .contract import LogitsTerm, PosOut, TokenTerm, apply_qk
 from .registry import available, make, options
 
 MAX_HEADS_SHOWN = 8
@@ -62,55 +71,184 @@ def require_matplotlib() -> None:
 
 
 # -- numbers -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Content:
+    """The fixed content that content-dependent fields (``logits``, ``tokens``) are drawn for.
+
+    Every grid token gets the same query vector ``q`` and the same key vector ``k`` (``(head_dim,)``, also the
+    same for every head) and the same token vector ``x`` (``(heads * head_dim,)``), each drawn ``N(0, 1)`` from
+    a generator seeded with ``seed`` (torch's global generator is left alone). Content is then constant, so a
+    term computed from it varies with the positions alone. ``num_tokens``: the ``N`` grid tokens.
+
+    >>> c = Content(heads=2, head_dim=4, num_tokens=3)
+    >>> q, k = c.qk(); q.shape, bool((q == q[:, :, :1]).all()), bool((q[:, 0] == q[:, 1]).all())
+    (torch.Size([1, 2, 3, 4]), True, True)
+    >>> c.tokens().shape
+    torch.Size([1, 3, 8])
+    """
+
+    heads: int
+    head_dim: int
+    num_tokens: int
+    seed: int = 0
+
+    @classmethod
+    def of(cls, pe, grid: Sequence[int], seed: int = 0) -> "Content":
+        """The content for encoding ``pe`` (its ``heads`` and ``head_dim``) on ``grid``."""
+        heads = int(getattr(pe, "heads", 1))
+        head_dim = int(getattr(pe, "head_dim", 0) or getattr(pe, "dim") // heads)
+        return cls(heads=heads, head_dim=head_dim, num_tokens=math.prod(grid), seed=seed)
+
+    def _vectors(self) -> tuple[Tensor, Tensor, Tensor]:
+        g = torch.Generator().manual_seed(self.seed)
+        q = torch.randn(self.head_dim, generator=g)
+        k = torch.randn(self.head_dim, generator=g)
+        return q, k, torch.randn(self.heads * self.head_dim, generator=g)
+
+    def qk(self) -> tuple[Tensor, Tensor]:
+        """Queries and keys ``(1, heads, N, head_dim)`` float32, the same vector at every token and head."""
+        q, k, _ = self._vectors()
+        shape = (1, self.heads, self.num_tokens, self.head_dim)
+        return q.expand(shape), k.expand(shape)
+
+    def tokens(self) -> Tensor:
+        """Token embeddings ``(1, N, heads * head_dim)`` float32, the same vector at every token."""
+        x = self._vectors()[2]
+        return x.expand(1, self.num_tokens, x.shape[0])
+
+
 def _per_head(t: Tensor) -> Tensor:
     """``(*, T, C)`` -> ``(H, T, C)``: the leading axes (heads, or size 1) flattened."""
     return t.float().reshape(-1, *t.shape[-2:])
 
 
+def _rot(rot: tuple[Tensor, Tensor] | None, p: int) -> tuple[Tensor, Tensor] | None:
+    return None if rot is None else (_per_head(rot[0])[:, p:], _per_head(rot[1])[:, p:])
+
+
 def grid_fields(pos: PosOut) -> PosOut:
-    """``pos`` without its ``num_prefix`` leading tokens, every field ``(H, N, .)`` float32 (H = 1 if shared)."""
+    """``pos`` without its ``num_prefix`` leading tokens, every tensor field ``(H, N, .)`` float32 (H = 1 if shared).
+
+    The ``logits`` and ``tokens`` functions come back taking the grid tokens alone (prefix counts set to 0).
+    """
     p = pos.num_prefix
-    rot = None if pos.rot is None else (_per_head(pos.rot[0])[:, p:], _per_head(pos.rot[1])[:, p:])
     return PosOut(add=None if pos.add is None else _per_head(pos.add)[:, p:],
                   cat=None if pos.cat is None else _per_head(pos.cat)[:, p:],
-                  rot=rot, bias=None if pos.bias is None else _per_head(pos.bias)[:, p:, p:],
-                  pairing=pos.pairing)
+                  rot=_rot(pos.rot, p), bias=None if pos.bias is None else _per_head(pos.bias)[:, p:, p:],
+                  pairing=pos.pairing, rot_k=_rot(pos.rot_k, p),
+                  logits=None if pos.logits is None else replace(pos.logits, q_prefix=0, k_prefix=0),
+                  tokens=None if pos.tokens is None else replace(pos.tokens, num_prefix=0))
 
 
-def num_heads(pos: PosOut) -> int:
-    """How many per-head pictures the field :func:`shown_field` uses holds (1 when every head shares it)."""
-    field = shown_field(pos)
-    t = _field_tensor(pos, field)
-    return _per_head(t).shape[0]
-
-
-FIELD_ORDER = ("bias", "rot", "add", "cat")
-
-
-def _field_tensor(pos: PosOut, field: str) -> Tensor:
-    """The tensor of a present ``field`` (``rot``: its cos)."""
-    return cast("tuple[Tensor, Tensor]", pos.rot)[0] if field == "rot" else getattr(pos, field)
+FIELD_ORDER = ("bias", "logits", "rot", "tokens", "add", "cat")
+CONTENT_FIELDS = ("logits", "tokens")  # drawn for the fixed content of :class:`Content`
 
 
 def shown_field(pos: PosOut) -> str:
-    """The field the pictures use: the first present of :data:`FIELD_ORDER` (a combined PosOut shows its bias)."""
+    """The field the pictures use: the first present of :data:`FIELD_ORDER` (a combined PosOut shows its bias).
+
+    ``rot_k`` is no field of its own: it changes how ``rot`` is drawn (keys rotate by it).
+    """
     for name in FIELD_ORDER:
         if getattr(pos, name) is not None:
             return name
     raise ValueError("this encoding outputs nothing (kind 'none'?): there is no relation between positions to show")
 
 
-def relation(pos: PosOut, query: int, *, head: int | None = None) -> Tensor:
+def _need_content(content: Content | None, field: str) -> Content:
+    if content is None:
+        raise ValueError(f"this encoding's {field} term depends on the content (q, k or the tokens): pass "
+                         "content=ndpe.viz.Content.of(pe, grid_shape) to draw it for constant content")
+    return content
+
+
+def content_term(pos: PosOut, content: Content | None) -> Tensor:
+    """The content-dependent field :func:`shown_field` picks, evaluated on ``content`` (grid tokens only).
+
+    ``logits``: the term for constant ``q``, ``k`` (:class:`Content`; rotated first by ``pos.rot`` / ``rot_k``
+    when the PosOut also rotates, as attention does), ``(H, N, N)`` query x key; a term defined for causal
+    attention only (``causal_only``) is NaN on keys after the query (row-major order). ``tokens``: the
+    constant token after the kind's function, ``(1, N, C)``.
+
+    >>> from ndpe.contract import LogitsTerm
+    >>> pos = PosOut(logits=LogitsTerm(lambda q, k: q @ k.transpose(-1, -2), causal_only=True))
+    >>> content_term(pos, Content(heads=1, head_dim=4, num_tokens=3)).isnan().int()
+    tensor([[[0, 1, 1],
+             [0, 0, 1],
+             [0, 0, 0]]], dtype=torch.int32)
+    """
+    field, pos = shown_field(pos), grid_fields(pos)
+    content = _need_content(content, field)
+    if field == "tokens":
+        return cast(TokenTerm, pos.tokens)(content.tokens()).float().reshape(-1, *content.tokens().shape[-2:])
+    if field != "logits":
+        raise ValueError(f"content_term draws the logits or tokens field; this PosOut shows its {field}")
+    term_fn = cast(LogitsTerm, pos.logits)
+    q, k = content.qk()
+    if pos.rot is not None:  # what attention hands the term: q, k after the rotation
+        q, k = apply_qk(q.contiguous(), k.contiguous(), PosOut(rot=pos.rot, rot_k=pos.rot_k, pairing=pos.pairing))
+    term = term_fn(q, k).float()
+    term = term.reshape(-1, *term.shape[-2:])  # (H, N, N)
+    if term_fn.causal_only:
+        n = term.shape[-1]
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)
+        term = term.masked_fill(future, float("nan"))
+    return term
+
+
+def _rot_scores(pos: PosOut) -> Tensor:
+    """``(H, N, N)`` score of content-free queries (rotated by ``rot``) and keys (by ``rot_k``, else ``rot``),
+    each row normalized at its query. ``pos``: grid fields."""
+    cos, sin = cast("tuple[Tensor, Tensor]", pos.rot)  # (H, N, rot_dim / 2)
+    cos_k, sin_k = (cos, sin) if pos.rot_k is None else pos.rot_k
+    score = cos @ cos_k.transpose(-1, -2) + sin @ sin_k.transpose(-1, -2)  # (H, N, N): sum_p cos_ip cos_jp + ...
+    return score / score.diagonal(dim1=-2, dim2=-1)[..., None]
+
+
+def _shown(pos: PosOut, content: Content | None) -> Tensor:
+    """The per-head tensor behind the pictures: ``(H, N, N)`` for bias / logits, ``(H, N, C)`` otherwise (``rot``:
+    its cos, or with ``rot_k`` the normalized query x key scores ``(H, N, N)``)."""
+    field = shown_field(pos)
+    if field in CONTENT_FIELDS:
+        return content_term(pos, content)
+    grid = grid_fields(pos)
+    if field == "rot":
+        return _rot_scores(grid) if grid.rot_k is not None else cast("tuple[Tensor, Tensor]", grid.rot)[0]
+    return getattr(grid, field)
+
+
+def num_heads(pos: PosOut, *, content: Content | None = None) -> int:
+    """How many per-head pictures the field :func:`shown_field` uses holds (1 when every head shares it).
+
+    A content term (``logits``) counts its heads only when they differ for the same ``content``.
+    """
+    field = shown_field(pos)
+    if field in CONTENT_FIELDS:
+        term = content_term(pos, content)
+        same = all(torch.equal(term[h].nan_to_num(), term[0].nan_to_num()) for h in range(term.shape[0]))
+        return 1 if same else term.shape[0]
+    grid = grid_fields(pos)
+    if field == "rot":
+        return max(r[0].shape[0] for r in (grid.rot, grid.rot_k) if r is not None)
+    return getattr(grid, field).shape[0]
+
+
+def relation(pos: PosOut, query: int, *, head: int | None = None, content: Content | None = None) -> Tensor:
     """How grid token ``query`` relates to all ``N`` grid tokens, ``(N,)`` float32.
 
     Prefix tokens are dropped (``query`` indexes grid tokens, row-major). Positions must be
     unbatched. The field used (:func:`shown_field`, first present in this order):
 
     - ``bias`` ``(heads, N, N)``: the bias row ``bias[h, query, :]``.
+    - ``logits`` (content-dependent): the term's row for constant ``q``, ``k`` (:func:`content_term`;
+      ``content`` required); NaN on keys after the query for a term defined for causal attention only.
     - ``rot``: the attention score of content-free queries and keys, every rotary pair ``(1, 0)``:
       ``s_h(i, j) = sum_p cos(a_hip - a_hjp) = sum_p cos_ip cos_jp + sin_ip sin_jp``, normalized by
       ``s_h(i, i)`` so it is 1 at the query (this also divides out YaRN's cos/sin factor).
-      Equal to rotating such ``q``, ``k`` with :func:`ndpe.apply_qk` and taking ``q_i . k_j``.
+      Equal to rotating such ``q``, ``k`` with :func:`ndpe.apply_qk` and taking ``q_i . k_j``. With ``rot_k``
+      the keys rotate by it: ``s_h(i, j)`` pairs query ``i``'s rotation with key ``j``'s (xPos: a decay
+      ``zeta ** ((i - j) / scale_base)`` on top of the rotation), still normalized at ``j = i``.
+    - ``tokens`` (content-dependent): cosine similarity of the constant token after the kind's function.
     - ``add`` / ``cat``: cosine similarity of the position vectors ``cos(e_i, e_j)``.
 
     ``head=None`` averages over heads; ``head=h`` picks one (any ``h`` when all heads share it).
@@ -120,34 +258,44 @@ def relation(pos: PosOut, query: int, *, head: int | None = None) -> Tensor:
     >>> r = relation(pe((4, 5)), query=7); r.shape, round(float(r[7]), 6)
     (torch.Size([20]), 1.0)
     """
-    field, pos = shown_field(pos), grid_fields(pos)
-    if field == "bias":
-        rows = cast(Tensor, pos.bias)[:, query]  # (H, N)
+    field = shown_field(pos)
+    if field in ("bias", "logits"):
+        rows = _shown(pos, content)[:, query]  # (H, N)
     elif field == "rot":
-        cos, sin = cast("tuple[Tensor, Tensor]", pos.rot)  # (H, N, rot_dim / 2)
-        score = (cos[:, query, None] * cos + sin[:, query, None] * sin).sum(-1)  # (H, N)
+        grid = grid_fields(pos)
+        cos, sin = cast("tuple[Tensor, Tensor]", grid.rot)  # (H, N, rot_dim / 2)
+        cos_k, sin_k = (cos, sin) if grid.rot_k is None else grid.rot_k
+        score = (cos[:, query, None] * cos_k + sin[:, query, None] * sin_k).sum(-1)  # (H, N)
         rows = score / score[:, query, None]
     else:
-        vec = getattr(pos, field)  # (H, N, C)
+        vec = _shown(pos, content)  # (H, N, C)
         rows = torch.nn.functional.cosine_similarity(vec[:, query, None], vec, dim=-1)  # (H, N)
     if head is None:
         return rows.mean(0)
     return rows[head % rows.shape[0]]
 
 
-def table(pos: PosOut, *, head: int = 0) -> Tensor:
+def table(pos: PosOut, *, head: int = 0, content: Content | None = None) -> Tensor:
     """The encoding as one matrix for a heatmap (grid tokens only, head ``head``).
 
     ``add``: ``(N, dim)``; ``cat``: ``(N, cat_dim)``; ``rot``: ``cos`` of the angles ``(N, rot_dim / 2)``
-    (``sin`` is the same picture shifted); ``bias``: ``(N, N)`` query x key. The field is :func:`shown_field`'s.
+    (``sin`` is the same picture shifted), or with ``rot_k`` the query x key scores ``(N, N)`` of
+    :func:`relation` (one row per query); ``bias``: ``(N, N)`` query x key; ``logits``: ``(N, N)`` query x key
+    for constant ``q``, ``k``; ``tokens``: ``(N, dim)`` the constant token after the kind's function
+    (``content``: :class:`Content`, for the last two). The field is :func:`shown_field`'s.
 
     >>> import ndpe
     >>> table(ndpe.make(dims=1, kind="sinusoidal", dim=16)((10,))).shape
     torch.Size([10, 16])
     """
-    field, pos = shown_field(pos), grid_fields(pos)
-    t = _field_tensor(pos, field)
+    t = _shown(pos, content)
     return t[head % t.shape[0]]
+
+
+def _is_pairwise(pos: PosOut) -> bool:
+    """Whether :func:`table` is query x key (bias, logits, rot with rot_k) rather than tokens x channels."""
+    field = shown_field(pos)
+    return field in ("bias", "logits") or (field == "rot" and pos.rot_k is not None)
 
 
 def centre_index(grid: tuple[int, ...]) -> int:
@@ -172,12 +320,31 @@ def as_image(values: Tensor, grid: tuple[int, ...], frame: int | None = None) ->
     return image
 
 
+def encoding_relation(pe, grid: Sequence[int], query: int, *, head: int | None = None) -> Tensor:
+    """:func:`relation` of encoding ``pe`` on ``grid`` (content terms for ``Content.of(pe, grid)``).
+
+    >>> import ndpe
+    >>> pe = ndpe.make(dims=1, kind="sinusoidal", dim=16)
+    >>> torch.equal(encoding_relation(pe, (6,), 2), relation(pe((6,)), 2))
+    True
+    """
+    return relation(pe(tuple(grid)), query, head=head, content=_content(pe, grid))
+
+
+def _content(pe, grid: Sequence[int]) -> Content | None:
+    """``Content.of(pe, grid)``, or None for an object without heads / dim (it can have no content terms)."""
+    if not hasattr(pe, "dim") and not hasattr(pe, "head_dim"):
+        return None
+    return Content.of(pe, grid)
+
+
 @torch.no_grad()
 def offset_curve(pe, grid: tuple[int, ...], *, axis: int = 0, span: int = 4, head: int | None = None):
     """Relation against the offset from the query along ``axis``, on a grid ``span`` times longer there.
 
     The query sits at the centre of the longer grid; returns ``(offsets, values)``, each ``(span * n,)``.
     Raises whatever ``pe`` raises when it cannot encode the longer grid (a learned table without resize).
+    Content-dependent terms are drawn for constant content (:class:`Content`).
 
     >>> import ndpe
     >>> off, rel = offset_curve(ndpe.make(dims=1, kind="alibi", dim=16, heads=2), (8,))
@@ -186,7 +353,7 @@ def offset_curve(pe, grid: tuple[int, ...], *, axis: int = 0, span: int = 4, hea
     """
     long_grid = tuple(n * span if a == axis else n for a, n in enumerate(grid))
     query = centre_index(long_grid)
-    values = relation(pe(long_grid), query, head=head).reshape(long_grid)
+    values = encoding_relation(pe, long_grid, query, head=head).reshape(long_grid)
     centre = [n // 2 for n in long_grid]
     line = values[tuple(slice(None) if a == axis else c for a, c in enumerate(centre))]  # (span * n,)
     offsets = torch.arange(long_grid[axis]) - centre[axis]
@@ -199,6 +366,10 @@ def offset_curve(pe, grid: tuple[int, ...], *, axis: int = 0, span: int = 4, hea
 KIND_COLOURS = {
     "none": "#000000", "learned": "#1f77b4", "sinusoidal": "#ff7f0e", "alibi": "#2ca02c", "rope": "#d62728",
     "rope-mixed": "#9467bd", "coord": "#8c564b", "fourier": "#bcbd22", "relative": "#17becf",
+    # issue 11's kinds: picked at least as far apart (CIE76) from each other and from the colours above (and
+    # train/plots.py's own) as those are from each other
+    "xpos": "#882255", "complex": "#e7298a", "cope": "#1b9e77", "transformer-xl": "#00008b", "fire": "#b15928",
+    "cpb": "#800080",
 }
 OTHER_COLOUR = "#636363"
 
@@ -228,7 +399,7 @@ def shades(kind: str | None, n: int) -> list:
 
 def color_scale(*values: Tensor) -> dict:
     """``imshow`` keywords (cmap, vmin, vmax) fitted to ``values``: a diverging scale centred on 0 when they
-    straddle 0, else a sequential one over their own range.
+    straddle 0, else a sequential one over their own range. NaN / inf entries (blanked keys, masks) are left out.
 
     >>> color_scale(torch.tensor([0.4, 1.0]))
     {'cmap': 'viridis', 'vmin': 0.4000000059604645, 'vmax': 1.0}
@@ -236,6 +407,9 @@ def color_scale(*values: Tensor) -> dict:
     {'cmap': 'RdBu_r', 'vmin': -1.0, 'vmax': 1.0}
     """
     flat = torch.cat([v.detach().float().flatten() for v in values])
+    flat = flat[flat.isfinite()]
+    if flat.numel() == 0:
+        flat = torch.zeros(1)
     lo, hi = float(flat.min()), float(flat.max())
     if lo < 0 < hi:
         m = max(-lo, hi)
@@ -261,6 +435,8 @@ def show_relation(ax, values: Tensor, grid: tuple[int, ...], query: int, style: 
     frame) in ``style`` (``imshow`` keywords; default :func:`color_scale` of ``values``)."""
     if len(grid) == 1:
         ax.plot(values.detach().numpy(), label=label, color=color)
+        if bool(values.isnan().any()):  # blank keys (a causal-only term): still show every key position
+            ax.set_xlim(-0.5, values.shape[0] - 0.5)
         ax.axvline(query, color="gray", ls=":", lw=1)
         ax.set(xlabel="key position", ylabel="relation to the query")
         return None
@@ -278,34 +454,58 @@ def show_relation(ax, values: Tensor, grid: tuple[int, ...], query: int, style: 
     return image
 
 
-def _table_figure(pos: PosOut, name: str, grid: tuple[int, ...]):
+def _table_figure(pos: PosOut, name: str, grid: tuple[int, ...], content: Content | None = None):
     import matplotlib.pyplot as plt
 
-    values, field, heads = table(pos), shown_field(pos), num_heads(pos)
+    values, field = table(pos, content=content), shown_field(pos)
+    heads = num_heads(pos, content=content)
     fig, ax = plt.subplots(figsize=(6, 4.5), layout="constrained")
     if field == "bias":
         image = ax.imshow(values.numpy(), cmap="viridis", interpolation="nearest")
-        ax.set(xlabel="key token (row-major)", ylabel="query token (row-major)")
+    elif _is_pairwise(pos):  # logits, or rot with rot_k: query x key, blank (NaN) where a causal term has none
+        image = ax.imshow(values.numpy(), interpolation="nearest", **color_scale(values))
     else:
         image = ax.imshow(values.numpy(), aspect="auto", interpolation="nearest", **color_scale(values))
         ax.set(xlabel="frequency pair" if field == "rot" else "channel", ylabel="grid token (row-major)")
-    what = {"rot": "rot, cos(angle)"}.get(field, field) + (f", head 0 of {heads}" if heads > 1 else "")
+    if _is_pairwise(pos):
+        ax.set(xlabel="key token (row-major)", ylabel="query token (row-major)")
+    what = {"rot": "rot, cos(angle)", "tokens": "a constant token after the tokens term",
+            "logits": "logits term for constant q, k"}.get(field, field)
+    if field == "rot" and pos.rot_k is not None:
+        what = "q_i.k_j of content-free q, k (keys rotated by rot_k)"
+    what += (f", head 0 of {heads}" if heads > 1 else "") + _causal_note(pos)
     ax.set_title(f"{name}: {what}, grid {grid}")
-    fig.colorbar(image, ax=ax, label={"bias": "attention bias", "rot": "cos(angle)"}.get(field, "value"))
+    if len(what) > 40:  # long (content terms, rot_k): the default title size would not fit
+        ax.title.set_fontsize(10)
+    fig.colorbar(image, ax=ax, label=_table_label(pos))
     return fig
 
 
-def _similarity_figure(pos: PosOut, name: str, grid: tuple[int, ...], colour=None):
+def _table_label(pos: PosOut) -> str:
+    field = shown_field(pos)
+    if field == "rot":
+        return "q.k (1 at i = j)" if pos.rot_k is not None else "cos(angle)"
+    return {"bias": "attention bias", "logits": "logits term", "tokens": "transformed token"}.get(field, "value")
+
+
+def _causal_note(pos: PosOut) -> str:
+    """A title's note that keys after the query are blank (a logits term defined for causal attention only)."""
+    shown = shown_field(pos) == "logits" and cast(LogitsTerm, pos.logits).causal_only
+    return "\n(causal only: keys after the query blank)" if shown else ""
+
+
+def _similarity_figure(pos: PosOut, name: str, grid: tuple[int, ...], colour=None, content: Content | None = None):
     import matplotlib.pyplot as plt
 
     query = centre_index(grid)
     fig, ax = plt.subplots(figsize=(5.5, 4.2) if len(grid) > 1 else (6, 3.6), layout="constrained")
-    values = relation(pos, query)
+    values = relation(pos, query, content=content)
     image = show_relation(ax, values, grid, query, _style(pos, values), color=colour)
     if image is not None:
         fig.colorbar(image, ax=ax, label=_what(pos))
     where = f"frame {grid[0] // 2}, " if len(grid) == 3 else ""
-    ax.set_title(f"{name}: relation to the centre token\n({where}grid {grid}, {_what(pos)})", fontsize=10)
+    ax.set_title(f"{name}: relation to the centre token\n({where}grid {grid}, {_what(pos)}){_causal_note(pos)}",
+                 fontsize=10)
     return fig
 
 
@@ -317,8 +517,10 @@ def _offset_figure(pe, name: str, grid: tuple[int, ...], colour=None):
     ax.plot(offsets.numpy(), values.numpy(), marker=".", ms=3, color=colour)
     for x in (-(grid[0] - 1), grid[0] - 1):
         ax.axvline(x, color="gray", ls=":", lw=1)
-    ax.set(xlabel="offset along axis 0 (key - query)", ylabel=f"relation ({_what(pe(grid))})",
-           title=f"{name}: relation vs offset on a 4x longer axis 0\n(dotted: largest offset of grid {grid})")
+    pos = pe(grid)
+    ax.set(xlabel="offset along axis 0 (key - query)", ylabel=_ylabel("relation", pos),
+           title=f"{name}: relation vs offset on a 4x longer axis 0\n(dotted: largest offset of grid {grid})"
+                 f"{_causal_note(pos)}")
     ax.title.set_fontsize(10)
     return fig
 
@@ -330,13 +532,13 @@ def _grow_figure(pe, pos: PosOut, name: str, grid: tuple[int, ...], grow: tuple[
         fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
         for g, colour, ls in zip((grid, grow), shades(getattr(pe, "kind", None), 3)[1:], ("-", "--")):
             q = centre_index(g)
-            ax.plot(torch.arange(g[0]) - q, relation(pe(g), q).numpy(), marker=".", ms=3, label=f"grid {g}",
+            ax.plot(torch.arange(g[0]) - q, encoding_relation(pe, g, q).numpy(), marker=".", ms=3, label=f"grid {g}",
                     color=colour, ls=ls)
-        ax.set(xlabel="offset from the centre token", ylabel=f"relation ({_what(pos)})",
-               title=f"{name}: relation as the grid grows")
+        ax.set(xlabel="offset from the centre token", ylabel=_ylabel("relation", pos),
+               title=f"{name}: relation as the grid grows{_causal_note(pos)}")
         ax.legend()
         return fig
-    rel = {g: relation(pe(g), centre_index(g)) for g in (grid, grow)}
+    rel = {g: encoding_relation(pe, g, centre_index(g)) for g in (grid, grow)}
     style = _style(pos, *rel.values())  # one colour scale for both panels
     fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), gridspec_kw={"width_ratios": [grid[-1], grow[-1]]},
                              layout="constrained")
@@ -348,20 +550,21 @@ def _grow_figure(pe, pos: PosOut, name: str, grid: tuple[int, ...], grow: tuple[
     return fig
 
 
-def _heads_figure(pos: PosOut, name: str, grid: tuple[int, ...], kind: str | None = None):
+def _heads_figure(pos: PosOut, name: str, grid: tuple[int, ...], kind: str | None = None,
+                  content: Content | None = None):
     """One panel per head, each with its own colour scale and colorbar (heads can differ by orders of magnitude)."""
     import matplotlib.pyplot as plt
 
-    heads = min(num_heads(pos), MAX_HEADS_SHOWN)
+    heads = min(num_heads(pos, content=content), MAX_HEADS_SHOWN)
     query = centre_index(grid)
-    rows = [relation(pos, query, head=h) for h in range(heads)]
+    rows = [relation(pos, query, head=h, content=content) for h in range(heads)]
     if len(grid) == 1:
         fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
         for h, (r, colour) in enumerate(zip(rows, shades(kind, heads))):
             show_relation(ax, r, grid, query, label=f"head {h}", color=colour)
-        ax.set_ylabel(f"relation to the query ({_what(pos)})")
+        ax.set_ylabel(_ylabel("relation to the query", pos))
         ax.legend(fontsize=7, ncol=2, loc="lower center")
-        ax.set_title(f"{name}: relation to the centre token, per head", fontsize=10)
+        ax.set_title(f"{name}: relation to the centre token, per head{_causal_note(pos)}", fontsize=10)
         return fig
     cols = min(heads, 4)
     nrows = math.ceil(heads / cols)
@@ -377,13 +580,25 @@ def _heads_figure(pos: PosOut, name: str, grid: tuple[int, ...], kind: str | Non
         ax.set_title(f"head {h}" + (f", frame {grid[0] // 2}" if len(grid) == 3 else "") + " (own scale)", fontsize=9)
         ax.set_xlabel(names[-1], fontsize=8)
         ax.set_ylabel(names[-2], fontsize=8)
-    fig.suptitle(f"{name}: relation to the centre token, per head ({_what(pos)}; each head its own colour scale)",
-                 fontsize=10)
+    gap = "\n" if cols < 3 else " "  # two panels are too narrow for the title on one line
+    fig.suptitle(f"{name}: relation to the centre token, per head{gap}({_what(pos)}; each head its own colour scale)"
+                 f"{_causal_note(pos)}", fontsize=10)
     return fig
 
 
+def _ylabel(text: str, pos: PosOut) -> str:
+    """``text (what)`` as an axis label, on two lines when :func:`_what` is long."""
+    what = _what(pos)
+    return f"{text}\n({what})" if len(what) > 25 else f"{text} ({what})"
+
+
 def _what(pos: PosOut) -> str:
-    return {"bias": "attention bias", "rot": "q.k of content-free q, k"}.get(shown_field(pos), "cosine similarity")
+    """What :func:`relation` measures for ``pos`` (figure labels)."""
+    field = shown_field(pos)
+    if field == "rot" and pos.rot_k is not None:
+        return "q.k of content-free q, k; keys by rot_k"
+    return {"bias": "attention bias", "rot": "q.k of content-free q, k", "logits": "logits term for constant q, k",
+            "tokens": "cosine sim. of a constant token"}.get(field, "cosine similarity")
 
 
 FIGURES = ("table", "similarity", "offset", "grow", "heads")
@@ -399,12 +614,13 @@ def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...]
     grid = tuple(grid)
     name = name or f"{pe.kind}_{len(grid)}d"
     kind = getattr(pe, "kind", None)
+    content = _content(pe, grid)
     with torch.no_grad():
         pos = pe(grid)
         if figure == "table":
-            return _table_figure(pos, name, grid)
+            return _table_figure(pos, name, grid, content)
         if figure == "similarity":
-            return _similarity_figure(pos, name, grid, kind_colour(kind))
+            return _similarity_figure(pos, name, grid, kind_colour(kind), content)
         if figure == "offset":
             return _offset_figure(pe, name, grid, kind_colour(kind))
         if figure == "grow":
@@ -412,7 +628,7 @@ def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...]
                 raise ValueError(f"the grow figure needs grow= with one size per axis of grid {grid}, got {grow}")
             return _grow_figure(pe, pos, name, grid, tuple(grow))
         if figure == "heads":
-            return _heads_figure(pos, name, grid, kind)
+            return _heads_figure(pos, name, grid, kind, content)
     raise ValueError(f"figure must be one of {FIGURES}, got {figure!r}")
 
 
@@ -438,10 +654,10 @@ def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir
     try:
         with torch.no_grad():
             pos = pe(grid)
-        if all(getattr(pos, f) is None for f in ("add", "cat", "rot", "bias")):
+        if all(getattr(pos, f) is None for f in FIELD_ORDER):
             print(f"{name}: the encoding outputs nothing; no figures")
             return []
-        applies = {"grow": grow is not None, "heads": num_heads(pos) > 1}
+        applies = {"grow": grow is not None, "heads": num_heads(pos, content=_content(pe, grid)) > 1}
         wanted = [f for f in FIGURES if f in figures and applies.get(f, True)]
         paths = []
         for figure in wanted:

@@ -106,6 +106,19 @@ def test_cells_skip_kinds_that_do_not_apply():
     assert [k for t, k, s in cells if t == "coord/uniform"] == [bench.FLOOR, "conv", "conv+coord"]
 
 
+def test_causal_only_kinds_run_on_causal_tasks_only(monkeypatch):
+    import ndpe
+
+    causal_only = [k for k in ndpe.available() if ndpe.registry.kind_class(k).causal_only]
+    assert causal_only, "expected a causal-only kind (cope)"
+    cfg = bench.load_bench_config(bench.CONFIG_DIR / "full.yaml", ["seeds=[0]"])
+    assert set(causal_only) <= set(bench.kinds_for(cfg, "text/copy"))  # a causal task
+    bidirectional = bench.Task("text/tag-test", "copy", "text", 1, "length", 8, (8,), "acc", True, "L")
+    monkeypatch.setitem(bench.TASKS, "text/tag-test", bidirectional)
+    kinds = bench.kinds_for(cfg, "text/tag-test")
+    assert "rope" in kinds and not set(causal_only) & set(kinds)
+
+
 def test_presets_load():
     for path in sorted(bench.CONFIG_DIR.glob("*.yaml")):
         assert bench.cells_for(bench.load_bench_config(path, []))

@@ -236,3 +236,228 @@ def test_heads_panels_have_their_own_scales_colorbars_and_labels():
     assert lows[0] < 10 * lows[3] < 0  # head 3's slope is far smaller: its own scale, not head 0's
     for ax in panels:
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+
+
+# -- content-dependent fields (rot_k, logits, tokens) and every registered kind ------------------------------
+from ndpe.contract import LogitsTerm, TokenTerm  # noqa: E402
+from ndpe.viz import Content, content_term, num_heads, shown_field  # noqa: E402
+
+KIND_DIMS = [(kind, dims) for kind, supported in sorted(ndpe.available().items()) for dims in supported]
+GRIDS = {1: (12,), 2: (4, 5), 3: (3, 4, 5)}
+GROWS = {1: (20,), 2: (6, 7), 3: (4, 5, 6)}
+
+
+def xpos_like(n: int, rot_dim: int = 8, base: float = 4.0, pairing: str = "half", rotate: bool = True) -> ndpe.PosOut:
+    """Stand-in for xPos: RoPE angles, queries scaled by zeta ** (p / base), keys by its inverse (zeta < 1)."""
+    p = torch.arange(n, dtype=torch.float64)[:, None]
+    freq = 10.0 ** -torch.arange(rot_dim // 2, dtype=torch.float64) * rotate
+    zeta = torch.linspace(0.3, 0.9, rot_dim // 2, dtype=torch.float64)
+    angle, scale = p * freq, zeta ** (p / base)
+    cos, sin = angle.cos(), angle.sin()
+    return ndpe.PosOut(rot=((cos * scale).float(), (sin * scale).float()),
+                       rot_k=((cos / scale).float(), (sin / scale).float()), pairing=pairing)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rot_k_relation_is_query_i_against_key_j_and_decays_with_the_offset(pairing):
+    n, rot_dim = 16, 8
+    pos = xpos_like(n, rot_dim, pairing=pairing)
+    scores = rope_scores(pos, head_dim=rot_dim, heads=1)[0]  # apply_qk: queries by rot, keys by rot_k
+    p = torch.arange(n, dtype=torch.float64)
+    zeta = torch.linspace(0.3, 0.9, rot_dim // 2, dtype=torch.float64)
+    freq = 10.0 ** -torch.arange(rot_dim // 2, dtype=torch.float64)
+    for query in (0, 7, n - 1):
+        rel = relation(pos, query).double()
+        torch.testing.assert_close(rel, scores[query] / scores[query, query], atol=1e-5, rtol=0)
+        offset = (query - p)[:, None]  # the paper's decay zeta ** ((i - j) / base) on top of the rotation
+        ref = (zeta ** (offset / 4.0) * (offset * freq).cos()).mean(-1)
+        torch.testing.assert_close(rel, ref, atol=1e-5, rtol=0)
+    # without the rotation the decay alone is left: smaller the farther a key lies before the query, larger after
+    decay = relation(xpos_like(n, pairing=pairing, rotate=False), 7)
+    assert bool((decay[1:] > decay[:-1]).all()) and decay[7].item() == pytest.approx(1.0) and decay[0] < 0.5
+    assert table(pos).shape == (n, n)  # query x key, one relation row per query
+    torch.testing.assert_close(table(pos)[5], relation(pos, 5))
+    assert not torch.allclose(table(pos), table(pos).T)  # q_i . k_j != q_j . k_i
+
+
+def recording_term(calls: list, causal_only: bool = False, heads: int = 2) -> LogitsTerm:
+    """A logits term ``-|i - j| * (1 + h) + q.k`` per head that records what it was called with."""
+    def fn(q, k):
+        calls.append((q, k))
+        n = q.shape[-2]
+        offset = (torch.arange(n)[:, None] - torch.arange(k.shape[-2])).abs().float()
+        per_head = -offset * (1.0 + torch.arange(heads, dtype=torch.float32))[:, None, None]
+        return per_head + (q @ k.transpose(-1, -2))
+    return LogitsTerm(fn=fn, causal_only=causal_only)
+
+
+def test_logits_are_drawn_for_one_constant_seeded_q_and_k():
+    calls: list = []
+    pos = ndpe.PosOut(logits=recording_term(calls))
+    content = Content(heads=2, head_dim=4, num_tokens=6)
+    rel = relation(pos, 2, content=content)
+    q, k = calls[-1]
+    assert q.shape == k.shape == (1, 2, 6, 4)
+    assert bool((q == q[:, :1, :1]).all()) and bool((k == k[:, :1, :1]).all())  # every token and head the same
+    assert not torch.equal(q[0, 0, 0], k[0, 0, 0])
+    relation(pos, 2, content=content)
+    assert torch.equal(calls[-1][0], q)  # seeded: the same q every call
+    qk = float(q[0, 0, 0] @ k[0, 0, 0])
+    offset = (2 - torch.arange(6)).abs().float()
+    torch.testing.assert_close(rel, qk - 1.5 * offset)  # mean over the heads' slopes 1 and 2
+    torch.testing.assert_close(relation(pos, 2, head=1, content=content), qk - 2 * offset)
+    torch.testing.assert_close(table(pos, head=1, content=content), qk - 2 * (torch.arange(6)[:, None]
+                                                                               - torch.arange(6)).abs().float())
+    assert num_heads(pos, content=content) == 2 and shown_field(pos) == "logits"
+    with pytest.raises(ValueError, match="content=ndpe.viz.Content.of"):
+        relation(pos, 2)
+
+
+def test_a_causal_only_term_is_blank_after_the_query_and_prefix_tokens_are_dropped():
+    content = Content(heads=2, head_dim=4, num_tokens=5)
+    causal = ndpe.PosOut(logits=recording_term([], causal_only=True))
+    rel = relation(causal, 2, content=content)
+    assert rel[:3].isfinite().all() and rel[3:].isnan().all()
+    assert table(causal, content=content).triu(1).isnan().sum() == 10
+    both_ways = relation(ndpe.PosOut(logits=recording_term([])), 2, content=content)
+    assert both_ways.isfinite().all()
+    torch.testing.assert_close(rel[:3], both_ways[:3])
+    prefixed = ndpe.base.pad_prefix(causal, 2)  # the term then takes all 7 tokens, the grid's 5 are drawn
+    torch.testing.assert_close(relation(prefixed, 2, content=content), rel, equal_nan=True)
+
+
+def test_heads_of_a_logits_term_count_only_when_they_differ():
+    content = Content(heads=3, head_dim=4, num_tokens=5)
+    shared = ndpe.PosOut(logits=LogitsTerm(lambda q, k: (q @ k.transpose(-1, -2)) * 0 - 1.0))
+    assert num_heads(shared, content=content) == 1
+    assert num_heads(ndpe.PosOut(logits=recording_term([], heads=3)), content=content) == 3
+
+
+def test_logits_see_the_rotated_q_and_k_of_a_merged_posout():
+    calls: list = []
+    rope = ndpe.make(dims=1, kind="rope", dim=8)((5,))
+    merged = ndpe.merge(rope, ndpe.PosOut(logits=recording_term(calls, heads=1)))
+    relation(merged, 1, content=Content(heads=1, head_dim=8, num_tokens=5))
+    q, k = calls[-1]
+    plain_q, plain_k = Content(heads=1, head_dim=8, num_tokens=5).qk()
+    ref_q, ref_k = ndpe.apply_qk(plain_q.contiguous(), plain_k.contiguous(), rope)
+    torch.testing.assert_close(q, ref_q)
+    torch.testing.assert_close(k, ref_k)
+
+
+def test_tokens_are_drawn_as_the_transformed_constant_token():
+    n, dim = 7, 6
+    scale = torch.linspace(0.5, 2.0, n)[:, None] * torch.tensor([1.0, -1.0, 2.0, 0.0, 1.0, 3.0])
+    pos = ndpe.PosOut(tokens=TokenTerm(lambda x: x * scale + torch.arange(n)[:, None] * 0.1))
+    content = Content(heads=2, head_dim=3, num_tokens=n)
+    x = content.tokens()
+    assert x.shape == (1, n, dim) and bool((x == x[:, :1]).all())
+    ref = (x * scale + torch.arange(n)[:, None] * 0.1)[0]
+    torch.testing.assert_close(table(pos, content=content), ref)
+    torch.testing.assert_close(relation(pos, 3, content=content),
+                               torch.nn.functional.cosine_similarity(ref[3], ref, dim=-1))
+    assert num_heads(pos, content=content) == 1
+    prefixed = ndpe.base.pad_prefix(pos, 1)
+    torch.testing.assert_close(table(prefixed, content=content), ref)
+    with pytest.raises(ValueError, match="depends on the content"):
+        table(pos)
+
+
+def test_color_scale_leaves_out_blank_values():
+    from ndpe.viz import color_scale
+
+    assert color_scale(torch.tensor([0.5, float("nan"), 2.0])) == {"cmap": "viridis", "vmin": 0.5, "vmax": 2.0}
+    assert color_scale(torch.tensor([float("nan")]))["vmin"] < color_scale(torch.tensor([float("nan")]))["vmax"]
+
+
+@pytest.mark.skipif("xpos" not in ndpe.available(), reason="xpos not registered yet")
+def test_xpos_relation_is_its_normalized_apply_qk_score():
+    heads, head_dim = 2, 8
+    pe = build("xpos", 1, dim=heads * head_dim, heads=heads)
+    pos = pe((10,))
+    scores = rope_scores(pos, head_dim, heads)
+    for query in (0, 5, 9):
+        torch.testing.assert_close(relation(pos, query).double(), (scores[:, query] / scores[:, query, query, None])
+                                   .mean(0), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", [k for k in ("transformer-xl", "cope") if k in ndpe.available()])
+def test_logits_kinds_relation_is_their_term_on_constant_q_k(kind):
+    from ndpe.viz import encoding_relation
+
+    pe = build(kind, 1, dim=32, heads=2)
+    if kind == "cope":
+        with torch.no_grad():
+            pe.table.normal_(generator=torch.Generator().manual_seed(1))
+    grid = (9,)
+    content = Content.of(pe, grid)
+    with torch.no_grad():
+        term = pe(grid).logits(*content.qk())[0]  # (heads, N, N)
+        for query in (0, 4, 8):
+            rel = encoding_relation(pe, grid, query)
+            if pe(grid).logits.causal_only:
+                assert rel[query + 1:].isnan().all()
+            torch.testing.assert_close(rel[:query + 1], term[:, query, :query + 1].mean(0))
+
+
+@pytest.mark.parametrize("kind,dims", KIND_DIMS)
+def test_every_registered_kind_draws_from_the_command_line(tmp_path, kind, dims):
+    grid, grow = GRIDS[dims], GROWS[dims]
+    argv = ["--kind", kind, "--grid", *map(str, grid), "--grow", *map(str, grow), "--dim", "32", "--heads", "2",
+            "--out", str(tmp_path)]
+    paths = main(argv)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)
+    for p in paths:
+        read_png(p)
+    written = {p.name.removeprefix(f"{kind}_{dims}d_").removesuffix(".png") for p in paths}
+    if kind == "none":
+        assert written == set()
+        return
+    torch.manual_seed(0)  # the command's encoding: what it had to draw
+    options = {"grid_shape": grid} if kind == "learned" else {}
+    pe = ndpe.make(dims=dims, kind=kind, dim=32, heads=2, **options).eval()
+    per_head = num_heads(pe(grid), content=Content.of(pe, grid)) > 1
+    expected = {"table", "similarity"} | ({"heads"} if per_head else set())
+    if kind != "learned":  # a learned table without resize= refuses the longer grids (skipped, with a note)
+        expected |= {"offset", "grow"}
+    assert written == expected
+
+
+@pytest.mark.parametrize("kind,dims", KIND_DIMS)
+def test_every_registered_kind_draws_through_draw(tmp_path, kind, dims):
+    pe = build(kind, dims, dim=32, heads=4)
+    grid = GRIDS[dims]
+    paths = draw(pe, grid, GROWS[dims], out_dir=tmp_path, name="fig")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)
+    if kind == "none":
+        assert paths == []
+        return
+    assert {"fig_table.png", "fig_similarity.png", "fig_offset.png", "fig_grow.png"} <= {p.name for p in paths}
+    for p in paths:
+        read_png(p)
+
+
+@pytest.mark.skipif("cope" not in ndpe.available(), reason="cope not registered yet")
+def test_figures_of_a_causal_only_term_say_constant_q_k_and_blank_the_future():
+    from ndpe.viz import make_figure
+
+    pe = build("cope", 1, dim=32, heads=2)
+    fig = make_figure("similarity", pe, (9,))
+    title = fig.axes[0].get_title()
+    assert "for constant q, k" in title and "keys after the query blank" in title
+    y = torch.tensor(fig.axes[0].lines[0].get_ydata(), dtype=torch.float32)
+    assert y[:5].isfinite().all() and y[5:].isnan().all()
+    assert fig.axes[0].get_xlim()[1] >= 8  # every key position shown, blank ones included
+    fig = make_figure("table", pe, (9,))
+    assert "for constant q, k" in fig.axes[0].get_title() and fig.axes[0].get_xlabel().startswith("key")
+
+
+def test_new_kinds_keep_the_old_colours_and_get_their_own():
+    from ndpe.viz import KIND_COLOURS
+
+    old = {"none": "#000000", "learned": "#1f77b4", "sinusoidal": "#ff7f0e", "alibi": "#2ca02c", "rope": "#d62728",
+           "rope-mixed": "#9467bd", "coord": "#8c564b", "fourier": "#bcbd22", "relative": "#17becf"}
+    assert {k: KIND_COLOURS[k] for k in old} == old
+    for kind in ("xpos", "complex", "cope", "transformer-xl", "fire", "cpb"):
+        assert kind in KIND_COLOURS
+    assert len(set(KIND_COLOURS.values())) == len(KIND_COLOURS)

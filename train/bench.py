@@ -217,13 +217,20 @@ def check_executor(cfg: BenchConfig) -> None:
 
 
 def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
-    """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds``, those that apply to its dims."""
+    """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds``, those that apply to its dims
+    (and, for kinds defined for causal attention only, to causal tasks)."""
     import ndpe
 
     task = TASKS[task_name]
     if task.conv:
         return ["conv", "conv+coord"]
-    return [k for k in cfg.task_kinds.get(task_name, cfg.kinds) if task.dims in ndpe.available()[k.split("+")[0]]]
+    causal = bool(task.model_opts.get("causal"))
+
+    def applies(kind: str) -> bool:
+        base = kind.split("+")[0]
+        return task.dims in ndpe.available()[base] and (causal or not ndpe.registry.kind_class(base).causal_only)
+
+    return [k for k in cfg.task_kinds.get(task_name, cfg.kinds) if applies(k)]
 
 
 def cells_for(cfg: BenchConfig) -> list[tuple[str, str, int]]:
@@ -249,8 +256,12 @@ def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_gri
             options = {"grid_shape": list(max_grid or train_grid), "resize": None, "init_std": 1.0}
         else:
             options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims], "init_std": 1.0}
+    if base == "cope":  # counted positions reach the training length; beyond, they clamp (as the paper's table)
+        options = {"max_pos": int(train_grid[0]) if train_grid else 16}
+    if base == "cpb":  # 1D: x-transformers' DynamicPositionBias; N-D: Swin V2, offsets normalized by the training grid
+        options = {"style": "dynamic"} if task.dims == 1 else {"train_shape": list(train_grid or ())}
     if task.model_opts.get("causal"):
-        if base == "alibi":
+        if base in ("alibi", "transformer-xl", "fire"):
             options = {"causal": True}
         if base == "relative":
             options = {"mode": "t5", "bidirectional": False}
