@@ -31,8 +31,8 @@ Conventions:
   redraws Swin V2's ``cpb_mlp`` with ``trunc_normal_(std=0.02)``, a model's own init can too).
 - Decoding (``pe((n,), past=p)``): queries ``p .. p + n - 1`` against keys ``0 .. p + n - 1``
   (x-transformers' ``DynamicPositionBias(n, p + n)``); ``swin`` without ``train_shape``
-  normalises by the ``p + n`` keys, as for the full sequence, so earlier steps saw other
-  biases: a decoder uses ``style="dynamic"`` or ``train_shape``.
+  would normalise by the ``p + n`` keys, so earlier steps would have seen other biases: it raises,
+  and a decoder uses ``style="dynamic"`` or ``train_shape``.
 - Output ``(heads, N, N)`` float32, ``(B, heads, N, N)`` for batched positions.
 
 >>> import ndpe
