@@ -21,7 +21,8 @@ Conventions:
   ``[0, 1]``. With it the normalised distance ``psi(d) / psi(max(L, r))`` is in ``[0, 1]`` for
   every pair at every grid size (the paper's progressive interpolation), and translating all
   positions together leaves the bias unchanged. It depends on the keys present: a decoder must
-  use ``causal=True`` (the bidirectional ``r_i`` of an early query sees the sequence length).
+  use ``causal=True`` (the bidirectional ``r_i`` of an early query sees the sequence length; decoding
+  with ``causal=False`` raises).
 - Translation. While ``r_i <= L`` (every query of a grid smaller than ``L``) the bias depends on
   the offset alone, a learned function of the log distance; beyond ``L`` it interpolates: a fixed
   offset maps to a smaller normalised distance as the query's range grows.
@@ -127,6 +128,9 @@ class FIRE(Encoding):
         return 4 * batch * (per_pair * n2 + (self.heads * t2 if num_prefix else 0))
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+        if key_positions is not None and not self.causal:
+            raise ValueError("fire causal=False normalizes by the query's farthest key, which in a full sequence "
+                             "includes later keys; decoding with a KV cache needs fire causal=True")
         q = positions.float()
         k = q if key_positions is None else key_positions.float()
         d = self._distances(q, k)
