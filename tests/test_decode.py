@@ -123,6 +123,12 @@ def test_cpb_normalized_by_the_growing_grid_cannot_decode():
         ndpe.make(dims=1, kind="cpb", dim=16, heads=2)((1,), past=4)
 
 
+def test_dynamic_ntk_cannot_decode():
+    pe = ndpe.make(dims=1, kind="rope", dim=16, heads=2, scaling="dynamic-ntk", scale=2.0, train_shape=(4,))
+    with pytest.raises(ValueError, match="decoding with a KV cache needs a static scaling"):
+        pe((1,), past=8)
+
+
 def test_generate_needs_a_causal_model():
     with pytest.raises(ValueError, match="needs a causal model"):
         model("rope", {}, causal=False).generate(torch.tensor([[1, 2]]), 2)

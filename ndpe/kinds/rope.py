@@ -300,7 +300,11 @@ class RoPE(Encoding):
                     freqs[a] = axial_inv_freq(d, theta, device=positions.device, dtype=positions.dtype)
         return freqs
 
-    def encode(self, positions: Tensor, grid_shape) -> PosOut:
+    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+        if key_positions is not None and self.scaling == "dynamic-ntk":
+            raise ValueError("rope scaling='dynamic-ntk' recomputes theta from the current length, so keys cached at "
+                             "shorter lengths were rotated with another theta: decoding with a KV cache needs a static "
+                             "scaling (ntk, yarn, linear)")
         pos = positions.to(self.inv_freq.dtype)  # (..., N, dims), float64
         pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
         if self.mrope_section is not None:  # frequency j turns with the coordinate of axis freq_axis[j]
