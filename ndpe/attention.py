@@ -88,12 +88,14 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[-2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if k.shape[:-1] != v.shape[:-1]:
+            raise ValueError(f"keys {tuple(k.shape)} and values {tuple(v.shape)} must have the same batch, heads and tokens")
         if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
-            if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1]:
-                raise ValueError(f"new keys {tuple(k.shape)} do not extend the cached {tuple(self.k.shape)} "
-                                 "(batch, heads, T, head_dim)")
+            if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1] or k.dtype != self.k.dtype:
+                raise ValueError(f"new keys {tuple(k.shape)} {k.dtype} do not extend the cached {tuple(self.k.shape)} "
+                                 f"{self.k.dtype} (batch, heads, T, head_dim; one dtype)")
             self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
         return self.k, self.v
 

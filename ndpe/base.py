@@ -279,7 +279,8 @@ class Encoding(nn.Module):
         if dtype is not None:
             out = out.to(dtype)
         if key is not None:
-            self._cache.put(key, out, _out_tensors(out))
+            # also the parameters and buffers: a frozen one changed in place (an EMA copy) must not serve a stale output
+            self._cache.put(key, out, _out_tensors(out) + tuple(self.parameters()) + tuple(self.buffers()))
         return out
 
     def _decode(self, grid_shape: tuple[int, ...] | None, positions: Tensor | None, num_prefix: int,
@@ -291,9 +292,12 @@ class Encoding(nn.Module):
             raise ValueError("past= takes grid_shape=(n,) for the n new tokens and no explicit positions")
         if self.augment is not None and self.training:
             raise ValueError("past= (KV-cache decoding) is for inference: call pe.eval() to turn position augmentation off")
+        if self.coords_mode != "index":
+            raise ValueError(f"past= (KV-cache decoding) needs coords='index': {self.coords_mode!r} coordinates are "
+                             "normalized by the sequence length, which grows with every decoded token")
         n = grid_shape[0]
         keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
-        self._check_bias_size(keys, (past + n,), num_prefix)
+        self._check_bias_size(keys, (past + n,), num_prefix, queries=n)
         if self._takes_keys:
             out = self.encode(keys[past:], (past + n,), key_positions=keys)  # type: ignore[call-arg]
         else:
@@ -308,12 +312,15 @@ class Encoding(nn.Module):
         """Estimated peak bytes of building this kind's ``(batch, heads, T, T)`` bias; None: no bias."""
         return None
 
-    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int) -> None:
+    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int, queries: int | None = None) -> None:
+        """Refuse a bias over the budget; ``queries``: decoding builds only these rows of the square estimate."""
         budget = _BIAS_BUDGET[0]
         if budget is None or torch.compiler.is_compiling():
             return
         batch = positions.shape[0] if positions.ndim == 3 else 1
         need = self.bias_bytes(batch, positions.shape[-2], num_prefix)
+        if need is not None and queries is not None:
+            need = need * queries // (positions.shape[-2] + num_prefix)
         if need is None or need <= budget:
             return
         t = positions.shape[-2] + num_prefix

@@ -180,6 +180,33 @@ def test_parameters_and_gradients(kind, dims):
         assert p.grad is not None and p.grad.abs().sum() > 0
 
 
+def test_frozen_parameters_changed_in_place_are_seen(kind, dims):
+    """An EMA copy: frozen parameters (so the output is cached) updated in place give the new output, not the cache."""
+    pe = build(kind, dims).eval().requires_grad_(False)
+    if not list(pe.parameters()):
+        pytest.skip("no parameters")
+    grid = GRIDS[dims][0]
+    before = fields(pe(grid), pe, tokens(grid))
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.mul_(1.5).add_(0.1)
+    after, fresh = fields(pe(grid), pe, tokens(grid)), fields(pe.replace()(grid), pe, tokens(grid))
+    for k in after:
+        torch.testing.assert_close(after[k], fresh[k])
+    assert any(not torch.allclose(before[k], after[k]) for k in after)
+
+
+def test_a_model_cast_to_bfloat16(kind, dims):
+    """``model.to(torch.bfloat16)`` casts the encoding's parameters too; every kind still runs in attention."""
+    pe = build(kind, dims).to(torch.bfloat16)
+    attn = ndpe.Attention(pe.dim, heads=pe.heads, causal=pe.causal_only).to(torch.bfloat16)
+    grid = GRIDS[dims][0]
+    x = torch.randn(2, tokens(grid, 1), pe.dim - pe.cat_dim, dtype=torch.bfloat16)
+    pos = pe(grid, num_prefix=1, dtype=torch.bfloat16)
+    y = attn(ndpe.apply_tokens(x, pos), pos)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+
+
 def test_state_dict_round_trip(kind, dims):
     torch.manual_seed(0)
     a = build(kind, dims)

@@ -42,6 +42,8 @@ def model(kind: str, options: dict, *, causal: bool = True, depth: int = 2) -> T
     with torch.no_grad():  # move learned parameters off their init so that every term matters
         for p in m.encoder.pe.parameters():
             p.add_(0.2 * torch.randn_like(p))
+        for blk in m.encoder.blocks:  # larger q, k: a wrong rotation or offset changes the logits well above 1e-5
+            blk.attn.qkv.weight.mul_(8.0)
     return m
 
 
@@ -123,10 +125,32 @@ def test_cpb_normalized_by_the_growing_grid_cannot_decode():
         ndpe.make(dims=1, kind="cpb", dim=16, heads=2)((1,), past=4)
 
 
-def test_dynamic_ntk_cannot_decode():
-    pe = ndpe.make(dims=1, kind="rope", dim=16, heads=2, scaling="dynamic-ntk", scale=2.0, train_shape=(4,))
-    with pytest.raises(ValueError, match="decoding with a KV cache needs a static scaling"):
+@pytest.mark.parametrize("kind,options,fragment", [
+    ("rope", {"scaling": "dynamic-ntk", "scale": 2.0, "train_shape": (4,)}, "needs a static scaling"),
+    ("learned", {"grid_shape": (16,), "resize": "linear"}, "needs resize=None"),
+    ("sinusoidal", {"coords": "pixel"}, "needs coords='index'"),
+    ("rope", {"coords": "centered"}, "needs coords='index'"),
+])
+def test_encodings_that_change_with_the_length_cannot_decode(kind, options, fragment):
+    """What a cached key would have seen differently at a shorter length refuses past= in one line."""
+    pe = ndpe.make(dims=1, kind=kind, dim=16, heads=2, **options)
+    with pytest.raises(ValueError, match=fragment):
         pe((1,), past=8)
+
+
+def test_decoding_budget_counts_the_new_rows_only():
+    """One new query against 8001 keys is a (heads, 1, 8001) bias, far under the budget a square one would break."""
+    pe = ndpe.make(dims=1, kind="alibi", dim=64, heads=8, causal=True)
+    assert pe((1,), past=8000).bias.shape == (8, 1, 8001)
+
+
+def test_kv_cache_refuses_mismatched_updates():
+    cache = ndpe.KVCache()
+    cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="one dtype"):
+        cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16), torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="same batch, heads and tokens"):
+        cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 4))
 
 
 def test_generate_needs_a_causal_model():

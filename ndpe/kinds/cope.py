@@ -72,7 +72,8 @@ def cope_term(q: Tensor, k: Tensor, table: Tensor, visible: Tensor, head_mix: Te
     tensor([[20.0928,  0.0000],
             [34.1855, 20.0928]])
     """
-    qf, kf = q.float(), k.float()
+    qf, kf, table = q.float(), k.float(), table.float()  # float32 math, also for a model cast to half precision
+    head_mix = None if head_mix is None else head_mix.float()
     logits = (qf @ kf.transpose(-1, -2)) * qf.shape[-1] ** -0.5  # what SDPA computes
     if head_mix is not None:  # x-transformers' talking heads: a 1x1 conv over the heads axis
         logits = torch.einsum("gh,bhij->bgij", head_mix, logits)

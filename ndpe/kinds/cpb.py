@@ -139,7 +139,8 @@ class ContinuousBias(Encoding):
 
     def offset_bias(self, offsets: Tensor, divisor: Tensor | None = None) -> Tensor:
         """Per-head bias ``(..., heads)`` of offsets ``(..., dims)``: the transform, the MLP, Swin's ``16 sigmoid``."""
-        out = self.mlp(self._features(offsets, divisor))
+        weight = cast(nn.Linear, self.mlp[0]).weight  # a model cast to half precision runs the MLP in its dtype
+        out = self.mlp(self._features(offsets, divisor).to(weight.dtype)).float()
         return 16 * torch.sigmoid(out) if self.style == "swin" else out
 
     def _divisor(self, keys: Tensor, grid_shape) -> Tensor | None:

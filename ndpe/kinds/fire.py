@@ -90,10 +90,10 @@ class FIRE(Encoding):
     @property
     def threshold(self) -> Tensor:
         """The learned threshold ``L = |L_multiplier * init_L|`` (0-d)."""
-        return (self.L_multiplier * self.init_L).abs()
+        return (self.L_multiplier.float() * self.init_L).abs()
 
     def _psi(self, x: Tensor) -> Tensor:
-        return torch.log((self.c * x).abs() + 1)
+        return torch.log((self.c.float() * x).abs() + 1)
 
     def _ranges(self, q: Tensor, k: Tensor) -> Tensor:
         """``r (..., Nq)``: the query's position (causal) or its distance to the farthest corner of the keys' box."""
@@ -135,7 +135,8 @@ class FIRE(Encoding):
         k = q if key_positions is None else key_positions.float()
         d = self._distances(q, k)
         x = self._psi(d) / self._normalizer(self._ranges(q, k))[..., None]  # (..., Nq, Nk)
-        bias = rearrange(self.mlp(x.unsqueeze(-1)), "... i j h -> ... h i j")
+        weight = cast(nn.Linear, self.mlp[0]).weight  # a model cast to half precision runs the MLP in its dtype
+        bias = rearrange(self.mlp(x.unsqueeze(-1).to(weight.dtype)).float(), "... i j h -> ... h i j")
         if self.causal:
             bias = torch.where((d < 0).unsqueeze(-3), 0.0, bias)  # keys after the query: masked by the attention
         return PosOut(bias=bias)
@@ -148,8 +149,8 @@ class FIRE(Encoding):
         axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
         norm = self._normalizer(self._ranges(pos, pos))  # (N,)
         first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
-        w1, b1, w2, b2 = first.weight[:, 0], first.bias, last.weight, last.bias
-        c, causal, width = self.c, self.causal, self.mlp_width
+        w1, b1, w2, b2 = first.weight[:, 0].float(), first.bias.float(), last.weight.float(), last.bias.float()
+        c, causal, width = self.c.float(), self.causal, self.mlp_width
 
         def bias(b, h, i, j):
             offsets = [ax[i] - ax[j] for ax in axes]

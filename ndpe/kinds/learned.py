@@ -127,6 +127,10 @@ class Learned(Encoding):
     # -- encode ----------------------------------------------------------------------------
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if key_positions is not None:  # KV-cache decoding: rows of the stored table, never a resized one
+            if self.resize is not None:
+                raise ValueError(f"learned resize={self.resize!r} interpolates the table to each sequence length, so "
+                                 "keys cached at other lengths used other rows: decoding with a KV cache needs "
+                                 "resize=None (and a table covering the positions)")
             length = key_positions.shape[-2]
             if length > self.table_shape[0]:
                 raise ValueError(f"decoding to {length} tokens with a KV cache needs a learned table that covers "

@@ -301,10 +301,10 @@ class RoPE(Encoding):
         return freqs
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
-        if key_positions is not None and self.scaling == "dynamic-ntk":
-            raise ValueError("rope scaling='dynamic-ntk' recomputes theta from the current length, so keys cached at "
-                             "shorter lengths were rotated with another theta: decoding with a KV cache needs a static "
-                             "scaling (ntk, yarn, linear)")
+        if key_positions is not None and self.scaling in ("dynamic-ntk", "longrope"):
+            raise ValueError(f"rope scaling={self.scaling!r} picks its frequencies from the current length, so keys "
+                             "cached at shorter lengths were rotated with other ones: decoding with a KV cache needs a "
+                             "static scaling (ntk, yarn, linear, llama3)")
         pos = positions.to(self.inv_freq.dtype)  # (..., N, dims), float64
         pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
         if self.mrope_section is not None:  # frequency j turns with the coordinate of axis freq_axis[j]

@@ -131,7 +131,7 @@ class TransformerXL(Encoding):
         """``W_R R(o)`` per head, ``(..., heads, head_dim, S)``, for offsets ``(..., S)``."""
         if self.clamp_len is not None:
             table = table.clamp(-self.clamp_len, self.clamp_len)
-        r = xl_sinusoid(table, self.dim) @ self.w_r.t()  # (..., S, heads * head_dim)
+        r = xl_sinusoid(table, self.dim) @ self.w_r.float().t()  # (..., S, heads * head_dim), float32 math
         return rearrange(r, "... s (h d) -> ... h d s", h=self.heads)
 
     def _tables(self, positions: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -149,7 +149,7 @@ class TransformerXL(Encoding):
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         keys = positions if key_positions is None else key_positions
         projected, index, future = self._tables(positions, keys)
-        u, v, causal, heads, head_dim = self.u, self.v, self.causal, self.heads, self.head_dim
+        u, v, causal, heads, head_dim = self.u.float(), self.v.float(), self.causal, self.heads, self.head_dim
 
         def term(q: Tensor, k: Tensor) -> Tensor:
             nq, nk = index.shape[-2:]
@@ -177,8 +177,8 @@ class TransformerXL(Encoding):
         projected, index4, future = self._tables(coords, coords)
         index = index4[0, 0]  # (N, N): each pair's offset column
         qf, scale = q.float(), q.shape[-1] ** -0.5
-        by_offset = (qf + self.v[:, None, :]) @ projected  # (B, H, N, S)
-        uk = torch.einsum("bhjd,hd->bhj", k.float(), self.u)  # (B, H, N)
+        by_offset = (qf + self.v.float()[:, None, :]) @ projected  # (B, H, N, S)
+        uk = torch.einsum("bhjd,hd->bhj", k.float(), self.u.float())  # (B, H, N)
         causal = self.causal
 
         def bias(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:

@@ -22,7 +22,8 @@ against):
   and k on ``k_len // 2``, which breaks the offset-only decay; we do not copy that.)
 - Range. ``zeta_0 = 0.4 / 1.4``: ``1 / s`` overflows float32 once ``|p - center| > ~70.8 * scale_base``
   (~36k tokens for 512), and ``s`` underflows to 0 there, as in the reference; ``center`` near the middle of
-  the longest sequence and a larger ``scale_base`` push that out.
+  the longest sequence and a larger ``scale_base`` push that out. In float16 (``dtype=torch.float16``) the limit is
+  ~8.8 * scale_base (~4.5k tokens for 512): use bfloat16 or float32 there.
 - Coordinates are ``index`` units; fractional or augmented positions are fine. Angles and scales are computed
   in float64 (float32 on MPS) and returned in float32. Parameter-free: the base caches per grid. Output
   ``rot`` / ``rot_k`` of shape ``(1, N, rot_dim / 2)`` (heads axis of size 1), ``(B, 1, N, rot_dim / 2)`` for
