@@ -251,3 +251,13 @@ def test_license_is_the_apache_2_text():
     text = (ROOT / "LICENSE").read_text()
     assert text.lstrip().startswith("Apache License\n") and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text and len(text) > 11000
+
+
+def test_readme_renders_off_the_repository():
+    """README.md is the package's long description (PyPI): no link or image may point to a repository-relative path."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    relative = [target for target in re.findall(r"\]\(([^)\s]+)", text) if not target.startswith(("http://", "https://", "#"))]
+    assert not relative, f"repository-relative links in README.md: {relative}"
