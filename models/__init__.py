@@ -26,7 +26,7 @@ from .vit import ViT
 MODELS: dict[str, type[nn.Module]] = {
     "vit": ViT, "audio": AudioTransformer, "text": TextTransformer, "video": VideoTransformer, "conv": ConvNet,
 }
-__all__ = ["MODELS", "build_model", "AudioTransformer", "ConvNet", "TextTransformer", "VideoTransformer", "ViT"]
+__all__ = ["MODELS", "build_model", "grid_shape", "AudioTransformer", "ConvNet", "TextTransformer", "VideoTransformer", "ViT"]
 
 
 def build_model(cfg: Mapping[str, Any] | Any) -> nn.Module:
@@ -50,3 +50,19 @@ def build_model(cfg: Mapping[str, Any] | Any) -> nn.Module:
         if isinstance(v, list):
             kwargs[k] = tuple(v)
     return cls(**kwargs)
+
+
+def grid_shape(cfg: Mapping[str, Any] | Any, input_shape) -> tuple[int, ...] | None:
+    """The grid of positions the model of ``cfg`` encodes for one input item of ``input_shape`` (no batch axis);
+    None for a conv net (it encodes no token grid). Each model class says it (``grid_for``).
+
+    >>> grid_shape({"name": "vit", "patch_size": 4}, (3, 32, 48)), grid_shape({"name": "text"}, (17,))
+    ((8, 12), (17,))
+    """
+    cfg = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+    cls = MODELS[cfg["name"]]
+    if not hasattr(cls, "grid_for"):
+        return None
+    accepted = set(inspect.signature(cls.grid_for).parameters) - {"input_shape"}
+    return cls.grid_for(tuple(input_shape), **{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()
+                                                if k in accepted and v is not None})

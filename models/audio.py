@@ -39,6 +39,11 @@ class AudioTransformer(nn.Module):
         trunc_normal_(self.cls_token, std=0.02)
         self.head.apply(init_weights)
 
+    @staticmethod
+    def grid_for(input_shape, *, patch_size: Sequence[int] = (4, 8)) -> tuple[int, int]:
+        """The ``(time, freq)`` patch grid of one ``(1, n_mels, frames)`` log-mel (padded up to whole patches)."""
+        return -(-input_shape[-1] // patch_size[0]), -(-input_shape[-2] // patch_size[1])
+
     def forward(self, x: Tensor) -> Tensor:
         x = rearrange(x, "b c f t -> b c t f")  # (B, 1, frames, n_mels): time is the first grid axis
         x = self.patch_embed(x)  # (B, t, f, c)

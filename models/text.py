@@ -46,6 +46,11 @@ class TextTransformer(nn.Module):
                                  f"encoding without concatenated channels (cat_dim={self.encoder.pe.cat_dim})")
             self.head.weight = self.tok_embed.weight  # (vocab, dim)
 
+    @staticmethod
+    def grid_for(input_shape) -> tuple[int]:
+        """The ``(length,)`` grid of one token sequence."""
+        return (input_shape[-1],)
+
     def forward(self, tokens: Tensor, caches: list[ndpe.KVCache] | None = None) -> Tensor:
         """``caches``: one :class:`ndpe.KVCache` per block (see :meth:`new_caches`) to decode with; ``tokens`` are
         then the new tokens after the cached ones."""

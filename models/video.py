@@ -34,6 +34,11 @@ class VideoTransformer(nn.Module):
         trunc_normal_(self.cls_token, std=0.02)
         self.head.apply(init_weights)
 
+    @staticmethod
+    def grid_for(input_shape, *, tubelet: Sequence[int] = (2, 4, 4)) -> tuple[int, int, int]:
+        """The ``(frames, rows, cols)`` tubelet grid of one ``(C, T, H, W)`` clip."""
+        return tuple(n // p for n, p in zip(input_shape[-3:], tubelet))  # type: ignore[return-value]
+
     def forward(self, x: Tensor) -> Tensor:
         bad = [n for n, p in zip(x.shape[2:], self.tubelet) if n % p]
         if x.ndim != 5 or bad:

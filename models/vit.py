@@ -37,6 +37,11 @@ class ViT(nn.Module):
         trunc_normal_(self.cls_token, std=0.02)
         self.head.apply(init_weights)
 
+    @staticmethod
+    def grid_for(input_shape, *, patch_size: int = 4) -> tuple[int, int]:
+        """The ``(rows, cols)`` patch grid of one ``(C, H, W)`` image."""
+        return input_shape[-2] // patch_size, input_shape[-1] // patch_size
+
     def forward(self, x: Tensor) -> Tensor:
         x = self.patch_embed(x)  # (B, h, w, c)
         grid_shape = x.shape[1:3]

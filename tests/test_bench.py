@@ -5,7 +5,7 @@ import pytest
 
 from train import bench
 from train.config import ConfigError
-from train.report import read_rows
+from train.results import SEARCH, read_rows
 
 TINY = ["tasks=[text/copy]", "kinds=[none,rope]", "task_kinds={}", "seeds=[0]", "workers=1", "default_steps=2", "train_items=64",
         "test_items=8", "batch_size=8", "dim=16", "heads=2", "depth=1", "rope_variants=[pi]"]
@@ -19,19 +19,21 @@ def test_tiny_run_writes_results_and_report_then_resumes(tmp_path, monkeypatch):
     cfg = tiny(tmp_path)
     report = bench.run(cfg, "test")
     all_rows = read_rows(tmp_path / "quick" / "results.csv")
-    rows = [r for r in all_rows if r.kind != bench.FLOOR]
+    rows = [r for r in all_rows if r.kind != bench.FLOOR and r.split == "test"]
     # 2 kinds x 3 test sizes, plus the rope (pi) variant at the 2 larger sizes
     assert len(rows) == 2 * 3 + 2
-    assert {r.size_ratio for r in rows} == {1.0, 2.0, 4.0}
+    assert {r.size_ratio for r in rows} == {1.0, 1.5, 2.0}
     assert {(r.kind, r.variant) for r in rows} == {("none", "-"), ("rope", "-"), ("rope", "pi")}
-    assert all(0.0 <= r.value <= 1.0 for r in rows)
+    assert all(0.0 <= r.value <= 1.0 and r.metric == "seq_acc" for r in rows)
+    in_dist = sorted((r.kind, r.split) for r in all_rows if r.split != "test")  # training error logged per run
+    assert in_dist == [("none", "train"), ("none", "val"), ("rope", "train"), ("rope", "val")]
     floors = [r for r in all_rows if r.kind == bench.FLOOR]  # from the data: one row per floor and test size
     assert sorted((r.variant, r.size_ratio) for r in floors) == sorted(
-        (v, s) for v in ("chance", "most-common-symbol") for s in (1.0, 2.0, 4.0))
-    assert all(r.seed == cfg.data_seed for r in floors)
+        (v, s) for v in ("chance", "most-common-symbol", "order-blind") for s in (1.0, 1.5, 2.0))
+    assert all(r.seed == r.data_seed == cfg.data_seeds[0] for r in floors)
     text = report.read_text()
-    assert "### text/copy" in text and "rope (pi)" in text and "Kazemnejad" in text and "floor: chance" in text
-    cell_log = tmp_path / "quick" / "cells" / "text_copy_rope_0" / "log.jsonl"
+    assert "### text/copy" in text and "rope (pi)" in text and "Kazemnejad" in text and "floor: order-blind" in text
+    cell_log = tmp_path / "quick" / "cells" / "text_copy_rope_0_d0" / "log.jsonl"
     assert cell_log.exists() and (cell_log.parent / "console.log").exists()  # each cell's own log
 
     def must_not_run(args):
@@ -50,18 +52,23 @@ def test_console_shows_one_line_per_cell(tmp_path, capsys):
     assert len(done) == 3 and all("ETA" in line for line in done)  # floor + 2 kinds
 
 
-def test_every_cell_sees_the_same_data(tmp_path):
-    cfg = tiny(tmp_path, "seeds=[0,1]", "data_seed=5")
-    configs = [bench.train_config(cfg, bench.TASKS[t], k, s, tmp_path) for t, k, s in bench.cells_for(cfg)]
-    assert {c.data.seed for c in configs} == {5} and {c.train.seed for c in configs} == {0, 1, 5}
+def test_runs_spread_over_data_seeds(tmp_path):
+    """Run i trains with seed i on data seed data_seeds[i % n]; each data seed gets its own floor cell."""
+    cfg = tiny(tmp_path, "seeds=[0,1,2]", "data_seeds=[5,7]")
+    assert bench.runs(cfg) == [(0, 5), (1, 7), (2, 5)]
+    cells = bench.cells_for(cfg)
+    configs = {c: bench.train_config(cfg, bench.TASKS[c.task], c, tmp_path) for c in cells}
+    assert {(c.kind, c.seed, cf.data.seed) for c, cf in configs.items() if c.kind == bench.FLOOR} == {
+        (bench.FLOOR, 5, 5), (bench.FLOOR, 7, 7)}
+    assert {(cf.train.seed, cf.data.seed) for c, cf in configs.items() if c.kind == "rope"} == {(0, 5), (1, 7), (2, 5)}
 
 
 def test_task_kinds_select_per_task():
     cfg = bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", [
         "tasks=[text/copy,text/stdlib_lm]", "seeds=[0]", "kinds=[none]", "task_kinds={text/copy: [rope, alibi]}"])
     cells = bench.cells_for(cfg)
-    assert [k for t, k, s in cells if t == "text/copy"] == [bench.FLOOR, "rope", "alibi"]
-    assert [k for t, k, s in cells if t == "text/stdlib_lm"] == [bench.FLOOR, "none"]
+    assert [c.kind for c in cells if c.task == "text/copy"] == [bench.FLOOR, "rope", "alibi"]
+    assert [c.kind for c in cells if c.task == "text/stdlib_lm"] == [bench.FLOOR, "none"]
     with pytest.raises(ConfigError, match="unknown task"):
         bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", ["task_kinds={text/cpy: [rope]}"])
 
@@ -70,7 +77,7 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch)
     real = bench.run_cell
 
     def flaky(args):
-        if args[2] == "rope":
+        if args[1].kind == "rope":
             raise RuntimeError("boom")
         return real(args)
 
@@ -79,7 +86,7 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch)
         bench.run(tiny(tmp_path), "test")
     rows = read_rows(tmp_path / "quick" / "results.csv")
     assert {r.kind for r in rows} == {"none", bench.FLOOR}
-    assert "text/copy rope seed 0: RuntimeError: boom" in (tmp_path / "quick" / "report.md").read_text()
+    assert "text/copy rope seed 0 data 0: RuntimeError: boom" in (tmp_path / "quick" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("override,fragment", [
@@ -88,7 +95,10 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch)
     ("lrs={text/copy: .nan}", r"lrs\['text/copy'\] must be a finite number > 0"),
     ("lrs={text/cpy: 0.1}", r"lrs names unknown task"),
     ("steps={text/copy: 0}", r"steps\['text/copy'\] must be an int >= 1"),
-    ("data_seed=-3", "data_seed must be >= 0"),
+    ("data_seeds=[-3]", "data_seeds must be >= 0"),
+    ("data_seeds=[]", "data_seeds not empty"),
+    ("lr_search=[0.0]", "lr_search must hold finite numbers > 0"),
+    ("items={text/copy: 0}", r"items\['text/copy'\] must be an int >= 1"),
     ("kinds=[ropee]", "unknown kind"),
     ("rope_variants=[xpos]", "unknown rope_variants"),
     ("seeds=zero", "seeds"),
@@ -102,8 +112,8 @@ def test_bad_preset_values_are_named(override, fragment):
 def test_cells_skip_kinds_that_do_not_apply():
     cfg = bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", ["tasks=[text/copy,coord/uniform]", "seeds=[0]"])
     cells = bench.cells_for(cfg)
-    assert ("text/copy", "rope-mixed", 0) not in cells  # rope-mixed is 2D/3D only
-    assert [k for t, k, s in cells if t == "coord/uniform"] == [bench.FLOOR, "conv", "conv+coord"]
+    assert "rope-mixed" not in {c.kind for c in cells if c.task == "text/copy"}  # rope-mixed is 2D/3D only
+    assert [c.kind for c in cells if c.task == "coord/uniform"] == [bench.FLOOR, "conv", "conv+coord"]
 
 
 def test_causal_only_kinds_run_on_causal_tasks_only(monkeypatch):
@@ -113,7 +123,8 @@ def test_causal_only_kinds_run_on_causal_tasks_only(monkeypatch):
     assert causal_only, "expected a causal-only kind (cope)"
     cfg = bench.load_bench_config(bench.CONFIG_DIR / "full.yaml", ["seeds=[0]"])
     assert set(causal_only) <= set(bench.kinds_for(cfg, "text/copy"))  # a causal task
-    bidirectional = bench.Task("text/tag-test", "copy", "text", 1, "length", 8, (8,), "acc", True, "L")
+    bidirectional = bench.Task("text/tag-test", "copy", "text", 1, "length", 8, (8,), "acc", True,
+                               bench.TASKS["text/copy"].bar, "L")
     monkeypatch.setitem(bench.TASKS, "text/tag-test", bidirectional)
     kinds = bench.kinds_for(cfg, "text/tag-test")
     assert "rope" in kinds and not set(causal_only) & set(kinds)
@@ -130,7 +141,7 @@ def test_resume_refuses_other_settings_and_reports_only_the_selection(tmp_path):
         bench.run(tiny(tmp_path, "dim=32"), "test")  # same run name, other model: never mixed
     report = bench.run(tiny(tmp_path, "kinds=[none]"), "test")  # a sub-selection: nothing retrained
     text = report.read_text()
-    assert "| none |" in text and "| rope |" not in text
+    assert "| none" in text and "| rope" not in text
 
 
 def test_scaled_rope_keeps_the_trained_options():
@@ -164,3 +175,48 @@ def test_a_run_directory_of_other_settings_is_one_line_at_the_cli(tmp_path, caps
         bench.main(["--quick", *TINY, f"out_root={tmp_path}", "dim=32"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and "other settings" in err[-1] and not any("Traceback" in line for line in err)
+
+
+def test_learning_rate_search_chooses_on_validation_then_trains_every_run(tmp_path):
+    """Each kind trains once per candidate (seed 0, first data seed); its runs then use the best on val."""
+    cfg = tiny(tmp_path, "lr_search=[0.001,0.01]", "seeds=[0,1]")
+    bench.run(cfg, "test")
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    search = [r for r in rows if r.variant == SEARCH]
+    assert sorted((r.kind, r.lr) for r in search) == [("none", 0.001), ("none", 0.01), ("rope", 0.001), ("rope", 0.01)]
+    assert all(r.split == "val" and r.seed == 0 for r in search)
+    for kind in ("none", "rope"):
+        vals = {r.lr: r.value for r in search if r.kind == kind}
+        best = max(sorted(vals), key=lambda lr: (vals[lr], -lr))
+        assert {r.lr for r in rows if r.kind == kind and r.variant != SEARCH} == {best}
+    import yaml
+
+    choices = yaml.safe_load((tmp_path / "quick" / "lr_choices.yaml").read_text())
+    assert set(choices["text/copy"]) == {"none", "rope"}
+    reuse = tiny(tmp_path, "name=reuse", f"lr_file={tmp_path / 'quick' / 'lr_choices.yaml'}")
+    chosen = bench.choices(reuse, [])
+    assert chosen[("text/copy", "rope")] == (choices["text/copy"]["rope"]["lr"],
+                                             choices["text/copy"]["rope"]["weight_decay"])
+
+
+@pytest.mark.parametrize("task", sorted(bench.TASKS))
+def test_models_say_the_grid_the_encoder_sees(task):
+    """models.grid_shape(config, input shape) equals the grid the encoder is called with in a forward pass."""
+    import torch
+
+    from models import build_model, grid_shape
+
+    t = bench.TASKS[task]
+    if t.conv:
+        return
+    shapes = {"vit": (t.model_opts.get("in_chans", 3), 32, 48), "audio": (1, 64, 151), "video": (3, 12, 16, 24),
+              "text": (19,)}
+    cfg = {"name": t.model, "num_classes": 4, "dim": 16, "depth": 1, "heads": 2, "pe": {"kind": "none"},
+           **({"vocab_size": 13} if t.model == "text" else {}), **t.model_opts}
+    model = build_model(cfg).eval()
+    seen = {}
+    model.encoder.register_forward_pre_hook(lambda m, args: seen.update(grid=tuple(args[1])))  # returns None
+    x = torch.randint(0, 13, shapes["text"]) if t.model == "text" else torch.randn(shapes[t.model])
+    with torch.no_grad():
+        model(x[None])
+    assert grid_shape(cfg, x.shape) == tuple(int(n) for n in seen["grid"])

@@ -36,7 +36,7 @@ def ray_instance():
 def numbers(path):
     """The rows of a results.csv without their wall time, in a stable order."""
     rows = [dataclasses.replace(r, train_time_s=0.0) for r in read_rows(path)]
-    return sorted(rows, key=lambda r: (r.task, r.kind, r.seed, r.variant, r.size_ratio))
+    return sorted(rows, key=lambda r: (r.task, r.kind, r.seed, r.split, r.variant, r.size_ratio))
 
 
 def test_ray_rows_equal_the_local_pool(ray_instance, tmp_path, capsys):
@@ -46,7 +46,7 @@ def test_ray_rows_equal_the_local_pool(ray_instance, tmp_path, capsys):
     cfg = tiny(tmp_path / "ray", "executor=ray")
     bench.run(cfg, "test")
     out = capsys.readouterr().out.splitlines()
-    assert numbers(tmp_path / "ray" / "quick" / "results.csv") == local and len(local) == 8 + 6
+    assert numbers(tmp_path / "ray" / "quick" / "results.csv") == local and len(local) == 8 + 4 + 9
     done = [line for line in out if line.startswith("[")]
     assert len(done) == 3 and all("ETA" in line for line in done)  # the same one line per cell as the pool
     assert "Ray cluster" in out[0]
@@ -60,7 +60,7 @@ def test_a_killed_worker_is_retried_and_its_cell_written_once(ray_instance, tmp_
     marker = tmp_path / "killed-once"
 
     def dies_once(args):  # pickled by value (a local function): the first attempt at the rope cell kills its worker
-        if args[2] == "rope" and not marker.exists():
+        if args[1].kind == "rope" and not marker.exists():
             marker.write_text("the rope cell's first worker died here\n")
             os._exit(1)
         return bench.run_cell_safe(args)
@@ -68,9 +68,9 @@ def test_a_killed_worker_is_retried_and_its_cell_written_once(ray_instance, tmp_
     bench.run(tiny(tmp_path, "executor=ray"), "test", cell_fn=dies_once)
     assert marker.exists()
     rows = read_rows(tmp_path / "quick" / "results.csv")
-    cells = [(r.task, r.kind, r.seed, r.variant, r.size_ratio) for r in rows]
+    cells = [(r.task, r.kind, r.seed, r.split, r.variant, r.size_ratio) for r in rows]
     assert len(cells) == len(set(cells))  # no row twice
-    assert len([r for r in rows if r.kind == "rope"]) == 3 + 2  # 3 sizes, + pi at the 2 larger ones
+    assert len([r for r in rows if r.kind == "rope"]) == 3 + 2 + 2  # 3 sizes, + pi at the 2 larger ones, train, val
     assert {r.kind for r in rows} == {"none", "rope", bench.FLOOR}
 
 

@@ -6,9 +6,13 @@
     python -m train.bench --quick name=mine kinds=[rope,alibi] seeds=[0]   # any key=value override
     python -m train.bench --config configs/bench/full.yaml executor=ray ray_address=auto gpus_per_cell=1   # a Ray cluster
 
-A *cell* is one (task, encoding, seed): it trains a reference model (``train.main.fit``) and
-evaluates it at the training size and at every larger test size; rotary encodings are also
-evaluated with test-time scaling (position interpolation, NTK, YaRN). Each finished cell's rows
+What each task tests, its competence bar, floors and the claims checked live in ``train/protocol.py``.
+A *cell* (:class:`CellSpec`) is one run of one (task, kind): a model seed and a data seed. It trains a
+reference model (``train.main.fit``), records its training and validation metric in distribution, and
+evaluates it at the training size and at every larger test size; rotary encodings are also evaluated
+with test-time scaling (position interpolation, NTK, YaRN). A floor cell computes a task's floors for
+one data seed. With ``lr_search`` set, every kind first trains once per candidate learning rate
+(seed 0, data seed 0, scored on the validation split at the training size) and every run uses the best. Each finished cell's rows
 are appended to ``runs/<name>/results.csv`` in one fsynced write, so an interrupted benchmark
 resumes where it stopped (finished cells are skipped; a cell cut off midway is redone); a run
 directory refuses cells trained under other settings (``fingerprint.txt``).
@@ -36,84 +40,13 @@ import torch
 import yaml
 
 from .config import Config, ConfigError, apply_override, from_dict, load_yaml
-from .report import FLOOR, Row, append_rows, read_rows, write_report
+from .protocol import TASKS, Task
+from .report import write_report
+from .results import FLOOR, SEARCH, Row, append_rows, cell_key, read_rows
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bench"
 RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
 SCALINGS = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
-
-
-@dataclass(frozen=True)
-class Task:
-    """One line of the protocol: a dataset trained at one size and tested at larger ones."""
-
-    name: str  # "<domain>/<task>"
-    dataset: str  # train.data name
-    model: str  # models name
-    dims: int
-    size_key: str  # the dataset option that grows
-    train_size: float
-    test_sizes: tuple  # values of size_key, the first equal to train_size
-    metric: str  # key of train.engine.summarize
-    higher_is_better: bool
-    unit: str = ""
-    data: dict = field(default_factory=dict)  # fixed dataset options (train and val; test too unless test_data says)
-    model_opts: dict = field(default_factory=dict)  # model options; they win over the preset's dim / depth / heads
-    conv: bool = False  # coordinate task: a conv net; kinds are "conv" / "conv+coord"
-    test_data: dict = field(default_factory=dict)  # dataset options of the test splits only
-    protocol: str = ""  # what the task tests and whose protocol it follows (printed in the report)
-    archs: dict = field(default_factory=dict)  # coordinate tasks: kind ("conv", "conv+coord") -> ConvNet arch
-
-
-KAZEMNEJAD = ("decoder-only (causal) model trained on lengths 1..L, tested at exactly L, 2L, 4L; per-token accuracy "
-              "of the teacher-forced output (all tokens right = greedy decoding right): Kazemnejad et al. 2023")
-PRESS = ("causal character LM trained on windows of C characters, perplexity on windows of C, 2C, 4C, 8C: "
-         "Press et al. 2022")
-ZOOM = "the same scene rendered at a higher resolution (more patches, same content): Heo et al. 2024"
-CANVAS = "a larger field with objects of the same pixel size (position extrapolation; not Heo et al.'s protocol)"
-LIU = ("a one-hot pixel in a 64x64 image -> its (row, col); CoordConv vs plain conv, as Liu et al. 2018 (their "
-       "supervised coordinate regression task and split)")
-CAUSAL_TEXT = {"data": {"causal": True, "min_length": 1}, "test_data": {"min_length": None},
-               "model_opts": {"causal": True}, "protocol": KAZEMNEJAD}
-
-TASKS = {t.name: t for t in [
-    Task("image/shapes", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         model_opts={"patch_size": 4, "pool": "mean"}, protocol=CANVAS),
-    Task("image/shapes-zoom", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         data={"growth": "zoom"}, model_opts={"patch_size": 4, "pool": "mean"}, protocol=ZOOM),
-    Task("image/digits-zoom", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         data={"growth": "zoom", "channels": 1}, model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1},
-         protocol=ZOOM),
-    Task("image/digits-canvas", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         data={"growth": "canvas", "digit_size": 24, "channels": 1},
-         model_opts={"patch_size": 4, "pool": "mean", "in_chans": 1}, protocol=CANVAS),
-    Task("image/cifar10", "cifar10", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, "px",
-         model_opts={"patch_size": 4, "pool": "mean"}, protocol=ZOOM),
-    Task("audio/tones", "tones", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
-         data={"syllables": 2}, model_opts={"patch_size": [8, 8], "pool": "mean"},
-         protocol="the same syllables in a longer clip (more time patches)"),
-    Task("audio/spoken", "spoken_words", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
-         model_opts={"patch_size": [8, 8], "pool": "mean"},
-         protocol="a synthesized keyword (held-out voices) at a random offset in a longer clip (more time patches)"),
-    Task("audio/speech_commands", "speech_commands", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, "s",
-         model_opts={"patch_size": [8, 8], "pool": "mean"}, protocol="a keyword in a longer clip"),
-    Task("text/copy", "copy", "text", 1, "length", 8, (8, 16, 32), "acc", True, "L", **CAUSAL_TEXT),
-    Task("text/reverse", "reverse", "text", 1, "length", 16, (16, 32, 64), "acc", True, "L", **CAUSAL_TEXT),
-    Task("text/addition", "addition", "text", 1, "length", 8, (8, 16, 32), "acc", True, "L", **CAUSAL_TEXT),
-    Task("text/stdlib_lm", "stdlib_lm", "text", 1, "context", 64, (64, 128, 256, 512), "ppl", False, "C",
-         model_opts={"causal": True}, protocol=PRESS),
-    Task("video/trajectory", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, "frames",
-         data={"motions": "linear", "disk_radius": 2.2, "zero_background": True},
-         model_opts={"tubelet": [1, 8, 8], "pool": "mean", "heads": 2},
-         protocol="the same motion at a higher frame rate (more frames); one-frame tubelets, so only positions "
-                  "tell the frame order (right/left, down/up)"),
-    Task("coord/uniform", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
-         data={"split_mode": "uniform", "margin": 4}, conv=True, protocol=LIU,
-         archs={"conv": "conv_uniform", "conv+coord": "coordconv_regressor"}),
-    Task("coord/quadrant", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
-         data={"split_mode": "quadrant", "margin": 4}, conv=True, protocol=LIU,
-         archs={"conv": "conv_quadrant", "conv+coord": "coordconv_regressor"}),
-]}
 
 
 @dataclass
@@ -129,8 +62,8 @@ class BenchConfig:
     rope_variants: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])
     task_kinds: dict = field(default_factory=dict)  # task -> kinds, replacing `kinds` for that task
     why: dict = field(default_factory=dict)  # task -> why these kinds (printed in the report)
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # model seeds (initialization, batch order)
-    data_seed: int = 0  # one dataset for every encoding and seed: the floors and all cells see the same items
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # model seeds (initialization, batch order): one run each
+    data_seeds: list[int] = field(default_factory=lambda: [0])  # run i uses data_seeds[i % len]: its dataset and floors
     workers: int = 2  # processes training cells in parallel (one thread each on CPU); executor=ray: the CPUs of a
     # local Ray instance the benchmark starts itself (ray_address null); a cluster's own resources otherwise
     executor: str = "local"  # local: a process pool on this machine | ray: one Ray task per cell (train/executors.py)
@@ -139,12 +72,17 @@ class BenchConfig:
     device: str = "cpu"  # cpu | cuda | auto
     data_root: str | None = None  # where real datasets live
     train_items: int = 2048  # built-in datasets: items per training split
+    items: dict = field(default_factory=dict)  # task -> training items (train_items otherwise)
     test_items: int = 256  # built-in datasets: items per test split and size
     steps: dict = field(default_factory=lambda: {"audio/tones": 300})  # task -> optimizer steps (default_steps otherwise)
     default_steps: int = 150
     batch_size: int = 32
-    lr: float = 2e-3
+    lr: float = 2e-3  # peak learning rate where no search or choice file gives one
     lrs: dict = field(default_factory=dict)  # task -> peak learning rate (lr otherwise)
+    weight_decay: float = 0.05
+    lr_search: list[float] = field(default_factory=list)  # candidate peak learning rates, searched per (task, kind)
+    wd_search: dict = field(default_factory=dict)  # task -> candidate weight decays searched with lr_search
+    lr_file: str | None = None  # a choice file written by a search (lr_choices.yaml): its (task, kind) values win
     warmup_steps: int = 20
     dim: int = 48
     depth: int = 2
@@ -179,6 +117,9 @@ def check_per_task(cfg: BenchConfig) -> None:
     """The per-task keys (``task_kinds``, ``steps``, ``lrs``, ``why``) name known tasks and hold usable values."""
     checks = {"task_kinds": (lambda v: isinstance(v, list) and all(isinstance(k, str) for k in v), "a list of kinds"),
               "steps": (lambda v: type(v) is int and v >= 1, "an int >= 1"),
+              "items": (lambda v: type(v) is int and v >= 1, "an int >= 1"),
+              "wd_search": (lambda v: isinstance(v, list) and all(type(x) in (int, float) and x >= 0 for x in v),
+                            "a list of numbers >= 0"),
               "lrs": (lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0, "a finite number > 0"),
               "why": (lambda v: isinstance(v, str), "a string")}
     for key, (ok, expected) in checks.items():
@@ -189,8 +130,11 @@ def check_per_task(cfg: BenchConfig) -> None:
         for task, value in mapping.items():
             if not ok(value):
                 raise ConfigError(f"{key}[{task!r}] must be {expected}, got {value!r}")
-    if cfg.data_seed < 0 or any(s < 0 for s in cfg.seeds):
-        raise ConfigError(f"seeds and data_seed must be >= 0, got seeds={cfg.seeds}, data_seed={cfg.data_seed}")
+    if not cfg.data_seeds or any(s < 0 for s in [*cfg.seeds, *cfg.data_seeds]):
+        raise ConfigError(f"seeds and data_seeds must be >= 0 (data_seeds not empty), got seeds={cfg.seeds}, "
+                          f"data_seeds={cfg.data_seeds}")
+    if any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in cfg.lr_search):
+        raise ConfigError(f"lr_search must hold finite numbers > 0, got {cfg.lr_search}")
 
 
 EXECUTORS = ("local", "ray")
@@ -233,13 +177,79 @@ def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
     return [k for k in cfg.task_kinds.get(task_name, cfg.kinds) if applies(k)]
 
 
-def cells_for(cfg: BenchConfig) -> list[tuple[str, str, int]]:
-    """Every (task, kind, seed) the preset asks for, and each task's floor cell ``(task, "floor", data_seed)``."""
+@dataclass(frozen=True)
+class CellSpec:
+    """One unit of work: a run of (task, kind) with a model seed and a data seed; a floor (``kind="floor"``, for
+    one data seed); or one point of a learning-rate search (``search``). ``lr`` / ``weight_decay``: what it
+    trains with (set by the driver before it runs)."""
+
+    task: str
+    kind: str
+    seed: int
+    data_seed: int
+    lr: float = 0.0
+    weight_decay: float = 0.0
+    search: bool = False
+
+    @property
+    def key(self) -> tuple:
+        """Its key in results.csv (see :attr:`train.results.Row.cell`)."""
+        return cell_key(self.task, self.kind, self.seed, self.data_seed, SEARCH if self.search else "",
+                        self.lr if self.search else 0.0, self.weight_decay if self.search else 0.0)
+
+    def describe(self) -> str:
+        what = f"seed {self.seed} data {self.data_seed}"
+        return f"{self.task} {self.kind} {what}" + (f" lr {self.lr:g} wd {self.weight_decay:g}" if self.search else "")
+
+
+def runs(cfg: BenchConfig) -> list[tuple[int, int]]:
+    """The (model seed, data seed) of every run: seed ``i`` with ``data_seeds[i % len(data_seeds)]``."""
+    return [(s, cfg.data_seeds[i % len(cfg.data_seeds)]) for i, s in enumerate(cfg.seeds)]
+
+
+def cells_for(cfg: BenchConfig) -> list[CellSpec]:
+    """Every run the preset asks for, and each task's floor cells (one per data seed its runs use)."""
     cells = []
     for task_name in cfg.tasks:
-        cells.append((task_name, FLOOR, cfg.data_seed))
-        cells += [(task_name, k, s) for k in kinds_for(cfg, task_name) for s in cfg.seeds]
+        cells += [CellSpec(task_name, FLOOR, d, d) for d in sorted({d for _, d in runs(cfg)})]
+        cells += [CellSpec(task_name, k, s, d) for k in kinds_for(cfg, task_name) for s, d in runs(cfg)]
     return cells
+
+
+def search_cells(cfg: BenchConfig) -> list[CellSpec]:
+    """The learning-rate search: one run (seed 0, data seed 0) per (task, kind, lr, weight decay) candidate."""
+    return [CellSpec(t, k, 0, cfg.data_seeds[0], lr, wd, search=True) for t in cfg.tasks for k in kinds_for(cfg, t)
+            for lr in cfg.lr_search for wd in cfg.wd_search.get(t, [cfg.weight_decay])]
+
+
+def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(task, kind) -> (lr, weight decay): the best search point on the validation split (every search cell of
+    that kind done), else the choice file's, else the preset's ``lrs`` / ``lr`` and ``weight_decay``."""
+    from .report import good
+
+    chosen: dict = {}
+    if cfg.lr_file:
+        path = Path(cfg.lr_file)
+        if not path.exists():
+            raise ConfigError(f"lr_file {path} does not exist; run the preset that writes it (lr_search) first")
+        for task, by_kind in (yaml.safe_load(path.read_text()) or {}).items():
+            for kind, c in by_kind.items():
+                chosen[(task, kind)] = (float(c["lr"]), float(c["weight_decay"]))
+    wanted: dict = {}
+    for c in search_cells(cfg):
+        wanted.setdefault((c.task, c.kind), set()).add((c.lr, c.weight_decay))
+    found: dict = {}
+    for r in rows:
+        if r.variant == SEARCH:
+            found.setdefault((r.task, r.kind), {})[(r.lr, r.weight_decay)] = good(r.value, r.higher_is_better)
+    for key, points in wanted.items():
+        if points <= set(found.get(key, {})):
+            chosen[key] = max(points, key=lambda p: (found[key][p], -p[0]))
+    return chosen
+
+
+def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, float]:
+    return chosen.get((task, kind), (float(cfg.lrs.get(task, cfg.lr)), cfg.weight_decay))
 
 
 def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_grid: tuple[int, ...] | None = None) -> dict:
@@ -256,8 +266,6 @@ def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_gri
             options = {"grid_shape": list(max_grid or train_grid), "resize": None, "init_std": 1.0}
         else:
             options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims], "init_std": 1.0}
-    if base == "cope":  # counted positions reach the training length; beyond, they clamp (as the paper's table)
-        options = {"max_pos": int(train_grid[0]) if train_grid else 16}
     if base == "cpb":  # 1D: x-transformers' DynamicPositionBias; N-D: Swin V2, offsets normalized by the training grid
         options = {"style": "dynamic"} if task.dims == 1 else {"train_shape": list(train_grid or ())}
     if task.model_opts.get("causal"):
@@ -265,6 +273,8 @@ def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_gri
             options = {"causal": True}
         if base == "relative":
             options = {"mode": "t5", "bidirectional": False}
+    if base in task.kind_options:  # the protocol's choices (train/protocol.py, each with its reason)
+        options = {**options, **task.kind_options[base].options(tuple(train_grid or ()), tuple(max_grid or ()))}
     return {"kind": base, "options": options, "augment": augment or None}
 
 
@@ -290,7 +300,8 @@ def bench_dataset(split: str, *, seed: int, root: str | None, dataset: str, cach
 
 def data_options(cfg: BenchConfig, task: Task, run_dir: Path, size=None) -> dict:
     """Options of ``bench_dataset`` for ``task`` at ``size`` (the training size by default)."""
-    opts = {"dataset": task.dataset, "cache": str(Path(run_dir) / "data"), "train_items": cfg.train_items,
+    opts = {"dataset": task.dataset, "cache": str(Path(run_dir) / "data"),
+            "train_items": int(cfg.items.get(task.name, cfg.train_items)),
             "eval_items": cfg.test_items, **task.data}
     if not task.conv:
         opts[task.size_key] = task.train_size if size is None else size
@@ -302,26 +313,27 @@ def test_options(task: Task, size) -> dict:
     return {**task.test_data, **({} if task.conv else {task.size_key: size})}
 
 
-def train_config(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir: Path, train_grid=None,
+def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, train_grid=None,
                  max_grid=None) -> Config:
     """The ``train.config.Config`` of one cell."""
     model = {"name": task.model}
     if task.conv:
-        model["add_coords"] = kind == "conv+coord"
-        if kind in task.archs:
-            model["arch"] = task.archs[kind]
+        model["add_coords"] = cell.kind == "conv+coord"
+        model.update(task.archs.get(cell.kind, {}))
     else:
-        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads, pe=pe_config(kind, task, train_grid, max_grid))
+        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads,
+                     pe=pe_config(cell.kind, task, train_grid, max_grid))
     model.update(task.model_opts)
     steps = int(cfg.steps.get(task.name, cfg.default_steps))
-    out_dir = cell_dir(run_dir, task.name, kind, seed)
+    lr = cell.lr or float(cfg.lrs.get(task.name, cfg.lr))
     raw = {
-        "data": {"name": "train.bench:bench_dataset", "root": cfg.data_root, "seed": cfg.data_seed,
+        "data": {"name": "train.bench:bench_dataset", "root": cfg.data_root, "seed": cell.data_seed,
                  "options": data_options(cfg, task, run_dir), "eval_split": "val"},
         "model": model,
-        "optim": {"lr": float(cfg.lrs.get(task.name, cfg.lr)), "warmup_steps": min(cfg.warmup_steps, steps // 5), "weight_decay": 0.05},
-        "train": {"steps": steps, "batch_size": cfg.batch_size, "seed": seed, "device": cfg.device,
-                  "out_dir": str(out_dir), "log_every": 10 ** 9, "save_every": 10 ** 9},
+        "optim": {"lr": lr, "warmup_steps": min(cfg.warmup_steps, steps // 5),
+                  "weight_decay": cell.weight_decay if cell.lr else cfg.weight_decay},
+        "train": {"steps": steps, "batch_size": cfg.batch_size, "seed": cell.seed, "device": cfg.device,
+                  "out_dir": str(cell_dir(run_dir, cell)), "log_every": 10 ** 9, "save_every": 10 ** 9},
     }
     return from_dict(Config, raw)
 
@@ -334,37 +346,18 @@ def data_jobs(cfg: BenchConfig) -> list[tuple]:
         if task.dataset in REAL:
             continue
         splits = [("train", None), ("val", None)] + [("test", size) for size in task.test_sizes]
-        jobs += [(cfg, task_name, split, size) for split, size in splits]
+        jobs += [(cfg, task_name, split, size, d) for d in sorted(set(cfg.data_seeds)) for split, size in splits]
     return jobs
 
 
 def run_data_job(args: tuple) -> None:
-    cfg, task_name, split, size = args
+    cfg, task_name, split, size, data_seed = args
     torch.set_num_threads(1)
     task = TASKS[task_name]
     opts = data_options(cfg, task, Path(cfg.out_root) / cfg.name)
     if size is not None:
         opts.update(test_options(task, size))
-    bench_dataset(split, seed=cfg.data_seed, root=cfg.data_root, **opts)
-
-
-def encoder_grid(model, x: torch.Tensor) -> tuple[int, ...] | None:
-    """The grid shape the model's encoder sees for input ``x`` (a forward with a hook), or None (conv)."""
-    encoder = getattr(model, "encoder", None)
-    if encoder is None:
-        return None
-    seen = {}
-
-    def hook(module, args):  # returns None: the forward's arguments stay as they are
-        seen.setdefault("grid", tuple(args[1]))
-
-    handle = encoder.register_forward_pre_hook(hook)
-    try:
-        with torch.no_grad():
-            model.eval()(x[None])
-    finally:
-        handle.remove()
-    return tuple(int(n) for n in seen["grid"])
+    bench_dataset(split, seed=data_seed, root=cfg.data_root, **opts)
 
 
 def scaled_rope(pe, variant: str, train_grid: tuple[int, ...], test_grid: tuple[int, ...]):
@@ -387,12 +380,13 @@ def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
         rows, seconds = run_cell(args)
         return rows, seconds, None
     except Exception as e:  # reported per cell and in report.md; the cell is retried on the next run
-        _, task_name, kind, seed, _ = args
-        return [], time.perf_counter() - start, f"{task_name} {kind} seed {seed}: {type(e).__name__}: {e}"
+        _, cell, _ = args
+        return [], time.perf_counter() - start, f"{cell.describe()}: {type(e).__name__}: {e}"
 
 
-def cell_dir(run_dir, task_name: str, kind: str, seed: int) -> Path:
-    return Path(run_dir) / "cells" / f"{task_name.replace('/', '_')}_{kind}_{seed}"
+def cell_dir(run_dir, cell: CellSpec) -> Path:
+    name = f"{cell.task.replace('/', '_')}_{cell.kind}_{cell.seed}_d{cell.data_seed}"
+    return Path(run_dir) / "cells" / (name + (f"_lr{cell.lr:g}_wd{cell.weight_decay:g}" if cell.search else ""))
 
 
 def run_cell(args: tuple) -> tuple[list[Row], float]:
@@ -401,58 +395,69 @@ def run_cell(args: tuple) -> tuple[list[Row], float]:
     Everything the cell prints goes to ``cells/<cell>/console.log`` (the training log to ``log.jsonl``);
     the console gets one line per finished cell from the driver.
     """
-    cfg, task_name, kind, seed, run_dir = args
-    out = cell_dir(run_dir, task_name, kind, seed)
+    cfg, cell, run_dir = args
+    out = cell_dir(run_dir, cell)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "console.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        return _run_cell(cfg, TASKS[task_name], kind, seed, run_dir)
+        return _run_cell(cfg, TASKS[cell.task], cell, run_dir)
 
 
-def _row(task: Task, kind: str, variant: str, seed: int, size, value: float, train_time: float) -> Row:
+def _row(task: Task, cell: CellSpec, variant: str, size, value: float, train_time: float, split: str = "test") -> Row:
     ratio = 1.0 if task.conv else float(size) / float(task.train_size)
     label = task.data["split_mode"] if task.conv else None
-    return Row(domain=task.name.split("/")[0], task=task.name, kind=kind, variant=variant, seed=seed,
+    return Row(domain=task.name.split("/")[0], task=task.name, kind=cell.kind, variant=variant, seed=cell.seed,
                train_size=label or f"{task.train_size:g}{task.unit}", test_size=label or f"{size:g}{task.unit}",
                size_ratio=ratio, metric=task.metric, value=float(value), higher_is_better=task.higher_is_better,
-               train_time_s=round(train_time, 2))
+               train_time_s=round(train_time, 2), data_seed=cell.data_seed, split=split, lr=cell.lr,
+               weight_decay=cell.weight_decay)
 
 
-def floor_rows(cfg: BenchConfig, task: Task, run_dir) -> list[Row]:
-    """The task's floors (train.floors) at every test size, computed from the cells' own data."""
+def floor_rows(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> list[Row]:
+    """The task's floors (train.floors) at every test size, computed from the data of ``cell.data_seed``."""
     from .floors import floors
     from .main import build_data
 
-    tcfg = train_config(cfg, task, "none", cfg.data_seed, run_dir)  # only its data is used
+    tcfg = train_config(cfg, task, cell, run_dir)  # only its data is used
     train, val = build_data(tcfg, "train"), build_data(tcfg, "val")
     rows = []
     for size in task.test_sizes:
-        for name, value in floors(train, val, build_data(tcfg, "test", **test_options(task, size))).items():
-            rows.append(_row(task, FLOOR, name, cfg.data_seed, size, value, 0.0))
+        test = build_data(tcfg, "test", **test_options(task, size))
+        for name, value in floors(train, val, test, task.metric).items():
+            rows.append(_row(task, cell, name, size, value, 0.0))
     return rows
 
 
-def _run_cell(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir) -> tuple[list[Row], float]:
+def cell_grids(cfg: BenchConfig, task: Task, run_dir) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """The grids the encoder sees at the training size and at the largest test size (None, None for conv)."""
+    if task.conv:
+        return None, None
+    from models import grid_shape
+
+    from .main import build_data
+
+    probe_cfg = train_config(cfg, task, CellSpec(task.name, "none", 0, cfg.data_seeds[0]), run_dir)
+    train_x = build_data(probe_cfg, "val")[0][0]
+    largest_x = build_data(probe_cfg, "test", **test_options(task, task.test_sizes[-1]))[0][0]
+    return grid_shape(probe_cfg.model, train_x.shape), grid_shape(probe_cfg.model, largest_x.shape)
+
+
+def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[list[Row], float]:
     start = time.perf_counter()
-    if kind == FLOOR:
-        return floor_rows(cfg, task, run_dir), time.perf_counter() - start
-    from models import build_model
+    if cell.kind == FLOOR:
+        return floor_rows(cfg, task, cell, run_dir), time.perf_counter() - start
+    from .main import build_data, evaluate_model, fit
 
-    from .main import build_data, evaluate_model, fit, resolve_model_config
-
-    train_grid = max_grid = None
-    if not task.conv:  # the grids the encoder sees at the training and largest sizes (learned tables are sized by them)
-        probe_cfg = train_config(cfg, task, "none", seed, run_dir)
-        probe = build_data(probe_cfg, "val")
-        resolve_model_config(probe_cfg, probe)
-        probe_model = build_model(probe_cfg.model)
-        train_grid = encoder_grid(probe_model, probe[0][0])
-        max_grid = encoder_grid(probe_model, build_data(probe_cfg, "test", **test_options(task, task.test_sizes[-1]))[0][0])
-    tcfg = train_config(cfg, task, kind, seed, run_dir, train_grid, max_grid)
-    model, _ = fit(tcfg)
+    train_grid, max_grid = cell_grids(cfg, task, run_dir)
+    tcfg = train_config(cfg, task, cell, run_dir, train_grid, max_grid)
+    model, result = fit(tcfg)
     train_time = time.perf_counter() - start
     model.eval()
-    rows = []
-    variants = ["-"] + (list(cfg.rope_variants) if kind == "rope" else [])
+    val = result["eval"][task.metric]
+    if cell.search:
+        return [_row(task, cell, SEARCH, task.train_size, val, train_time, split="val")], time.perf_counter() - start
+    rows = [_row(task, cell, "-", task.train_size, result["train"][task.metric], train_time, split="train"),
+            _row(task, cell, "-", task.train_size, val, train_time, split="val")]
+    variants = ["-"] + (list(cfg.rope_variants) if cell.kind == "rope" else [])
     for size in task.test_sizes:
         opts = test_options(task, size)
         for variant in variants:
@@ -460,11 +465,18 @@ def _run_cell(cfg: BenchConfig, task: Task, kind: str, seed: int, run_dir) -> tu
             if variant != "-":
                 if float(size) <= float(task.train_size):
                     continue  # scaling changes nothing at the training size
-                test_grid = encoder_grid(model, build_data(tcfg, "test", **opts)[0][0])
+                test_grid = grid_shape_of(tcfg, build_data(tcfg, "test", **opts)[0][0])
                 tested = with_encoding(model, scaled_rope(model.encoder.pe, variant, train_grid, test_grid))
             metrics = evaluate_model(tested, tcfg, split="test", **opts)
-            rows.append(_row(task, kind, variant, seed, size, metrics[task.metric], train_time))
+            rows.append(_row(task, cell, variant, size, metrics[task.metric], train_time))
     return rows, time.perf_counter() - start
+
+
+def grid_shape_of(tcfg: Config, x: torch.Tensor) -> tuple[int, ...] | None:
+    """The grid the model of ``tcfg`` builds for one input item ``x``."""
+    from models import grid_shape
+
+    return grid_shape(tcfg.model, x.shape)
 
 
 # -- driver ------------------------------------------------------------------------------------
@@ -474,7 +486,8 @@ def fmt_time(seconds: float) -> str:
 
 
 # what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
-SELECTION = ("name", "tasks", "kinds", "seeds", "workers", "out_root", "executor", "ray_address", "gpus_per_cell")
+SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "workers", "out_root", "executor", "ray_address",
+             "gpus_per_cell", "task_kinds", "why")
 
 
 def fingerprint(cfg: BenchConfig) -> str:
@@ -493,12 +506,20 @@ def check_fingerprint(cfg: BenchConfig, run_dir: Path, *, resuming: bool) -> Non
 
 def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:
     """The rows of the cells this configuration selects (a run directory may hold more)."""
-    cells = set(cells_for(cfg))
-    return [r for r in rows if (r.task, r.kind, r.seed) in cells]
+    keys = {c.key for c in [*cells_for(cfg), *search_cells(cfg)]}
+    return [r for r in rows if r.cell in keys]
+
+
+def write_choices(cfg: BenchConfig, chosen: dict, path: Path) -> None:
+    """The search's choices, ``{task: {kind: {lr, weight_decay}}}``, for a later preset's ``lr_file``."""
+    out: dict = {}
+    for (task, kind), (lr, wd) in sorted(chosen.items()):
+        out.setdefault(task, {})[kind] = {"lr": lr, "weight_decay": wd}
+    path.write_text(yaml.safe_dump(out, sort_keys=True))
 
 
 def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
-    """Train the cells ``cfg`` selects that results.csv lacks, then write the report.
+    """Train the cells ``cfg`` selects that results.csv lacks (the search first), then write the report.
 
     ``cell_fn`` replaces :func:`run_cell_safe` as the function run on each cell (tests; it must pickle).
     """
@@ -514,10 +535,12 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     results = run_dir / "results.csv"
     check_fingerprint(cfg, run_dir, resuming=results.exists())
     (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-    done = {(r.task, r.kind, r.seed) for r in read_rows(results)}
-    todo = [c for c in cells_for(cfg) if c not in done]
-    total = len(todo) + len(done & set(cells_for(cfg)))
-    on_ray = bool(todo) and cfg.executor == "ray"  # nothing to train: no cluster needed
+    done = {r.cell for r in read_rows(results)}
+    first = [c for c in [*search_cells(cfg), *[c for c in cells_for(cfg) if c.kind == FLOOR]] if c.key not in done]
+    later = [c for c in cells_for(cfg) if c.kind != FLOOR and c.key not in done]
+    total = len(search_cells(cfg)) + len(cells_for(cfg))
+    todo = len(first) + len(later)
+    on_ray = todo > 0 and cfg.executor == "ray"  # nothing to train: no cluster needed
     if on_ray:
         try:
             executor = make_executor("ray", workers=cfg.workers, ray_address=cfg.ray_address,
@@ -529,48 +552,56 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         run_dir_w = run_dir.resolve()
         cfg_w = dataclasses.replace(cfg, out_root=str(run_dir_w.parent))
     else:
-        executor = make_executor("local", workers=cfg.workers, jobs=len(todo))
+        executor = make_executor("local", workers=cfg.workers, jobs=todo)
         run_dir_w, cfg_w = run_dir, cfg
     workers_text = executor.describe()
-    print(f"bench {cfg.name}: {total} cells ({total - len(todo)} already done), {workers_text} -> {run_dir}",
-          flush=True)
+    print(f"bench {cfg.name}: {total} cells ({total - todo} already done), {workers_text} -> {run_dir}", flush=True)
     start = time.perf_counter()
-    jobs = [(cfg_w, t, k, s, str(run_dir_w)) for t, k, s in todo]
-    # longest cells first, so the last minutes are not one worker finishing a slow cell alone
-    jobs.sort(key=lambda j: -int(cfg.steps.get(j[1], cfg.default_steps)) * (1 + len(TASKS[j[1]].test_sizes)))
-    finished = 0
+    finished, failures = 0, []
+
+    def longest_first(cells):  # so the last minutes are not one worker finishing a slow cell alone
+        return sorted(cells, key=lambda c: -int(cfg.steps.get(c.task, cfg.default_steps)) * (1 + len(TASKS[c.task].test_sizes)))
 
     def lost(job, error):  # the executor gave up on a cell (Ray: its worker died on every retry)
-        _, task_name, kind, seed, _ = job
-        return [], 0.0, f"{task_name} {kind} seed {seed}: lost ({type(error).__name__}: {str(error).splitlines()[0]})"
+        return [], 0.0, f"{job[1].describe()}: lost ({type(error).__name__}: {str(error).splitlines()[0]})"
 
-    failures = []
-    try:
-        data = data_jobs(cfg_w) if jobs else []
-        print(f"generating {len(data)} built-in datasets (cached in {executor.where_data(run_dir_w / 'data')})",
-              flush=True)
-        executor.prepare(run_data_job, data)
-        print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
-        results_iter = executor.map_unordered(cell_fn, jobs, lost)
-        for rows, seconds, error in results_iter:
+    def dispatch(cells):
+        nonlocal finished
+        jobs = [(cfg_w, c, str(run_dir_w)) for c in longest_first(cells)]
+        for rows, seconds, error in executor.map_unordered(cell_fn, jobs, lost):
             finished += 1
             elapsed = time.perf_counter() - start
-            progress = f"[{total - len(jobs) + finished}/{total}]"
-            eta = f"elapsed {fmt_time(elapsed)}, ETA {fmt_time(elapsed / finished * (len(jobs) - finished))}"
+            progress = f"[{total - todo + finished}/{total}]"
+            eta = f"elapsed {fmt_time(elapsed)}, ETA {fmt_time(elapsed / finished * (todo - finished))}"
             if error is not None:
                 failures.append(error)
                 print(f"{progress} FAILED {error} | {eta}", flush=True)
                 continue
             append_rows(results, rows)
-            at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" + ("" if r.variant == "-" else f" {r.variant}")
-                           for r in rows if r.variant == "-" or r.kind == FLOOR)
-            print(f"{progress} {rows[0].task} {rows[0].kind} seed {rows[0].seed}: {rows[0].metric} {at} "
-                  f"({seconds:.0f} s) | {eta}", flush=True)
+            shown = [r for r in rows if r.split == "test" or r.variant == SEARCH]
+            at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" + ("" if r.variant in ("-", SEARCH) else f" {r.variant}")
+                           for r in shown if r.variant in ("-", SEARCH) or r.kind == FLOOR)
+            what = f"{rows[0].task} {rows[0].kind} seed {rows[0].seed} data {rows[0].data_seed}"
+            what += f" lr {rows[0].lr:g} wd {rows[0].weight_decay:g} (search, val)" if rows[0].variant == SEARCH else ""
+            print(f"{progress} {what}: {rows[0].metric} {at} ({seconds:.0f} s) | {eta}", flush=True)
+
+    try:
+        data = data_jobs(cfg_w) if todo else []
+        print(f"generating {len(data)} built-in datasets (cached in {executor.where_data(run_dir_w / 'data')})",
+              flush=True)
+        executor.prepare(run_data_job, data)
+        print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
+        dispatch(first)
+        chosen = choices(cfg, read_rows(results))
+        if cfg.lr_search:
+            write_choices(cfg, chosen, run_dir / "lr_choices.yaml")
+        dispatch([dataclasses.replace(c, lr=lr, weight_decay=wd) for c in later
+                  for lr, wd in [lr_of(cfg, chosen, c.task, c.kind)]])
     finally:
         executor.close()
     wall = time.perf_counter() - start
     info_path = run_dir / "run_info.json"
-    if jobs or not info_path.exists():  # an invocation that trained nothing keeps the last one's record
+    if todo or not info_path.exists():  # an invocation that trained nothing keeps the last one's record
         info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall),
                 **({"executor": workers_text} if on_ray else {})}
         info_path.write_text(json.dumps(info) + "\n")
@@ -587,11 +618,15 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
 
 
 def header(cfg: BenchConfig, info: dict) -> str:
-    """The report's first lines: what ran, where, when, how long (``info`` from run_info.json), and the selection."""
+    """The report's first lines: what ran, where, when, how long (``info`` from run_info.json), the protocol and the
+    selection, and the options each kind gets on each task with the reason."""
     import ndpe
 
     cpu = platform.processor() or platform.machine()
     gpu = torch.cuda.get_device_name() if cfg.device != "cpu" and torch.cuda.is_available() else "none"
+    search = (f"learning rate searched per (task, kind) over {cfg.lr_search}" + (
+        f" (weight decay per task: {cfg.wd_search})" if cfg.wd_search else "") if cfg.lr_search else
+              f"learning rates from {cfg.lr_file}" if cfg.lr_file else f"lr {cfg.lr} (per task: {cfg.lrs or 'none'})")
     lines = [
         f"# ndpe benchmark report: `{cfg.name}`", "",
         f"- command: `{info['command']}`",
@@ -599,22 +634,39 @@ def header(cfg: BenchConfig, info: dict) -> str:
         f"({info.get('executor', f'{cfg.workers} worker process(es)')})",
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
-        f"- seeds: {cfg.seeds} (model initialization and batch order); data seed {cfg.data_seed} for every cell; "
+        f"- runs per (task, kind): {len(cfg.seeds)} (model seeds {cfg.seeds}, data seeds {cfg.data_seeds} in turn); "
         f"model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads} (unless the task says otherwise); batch "
-        f"{cfg.batch_size}, lr {cfg.lr} (per task: {cfg.lrs or 'none'}); steps: {cfg.default_steps} (per task: "
-        f"{cfg.steps or 'none'}); {cfg.train_items} training items, {cfg.test_items} test items per size (fewer "
-        "where the dataset has fewer)",
-        "- protocol: each model is trained at the first size and evaluated at every size; `(pi)`, `(ntk)`, `(yarn)`"
-        " rows are the same rope model evaluated with test-time scaling; floors are computed from the same data "
-        "(train/floors.py).", "",
-        "## Tasks and the encodings compared", "",
-        "| task | protocol | encodings | why these |", "|---|---|---|---|",
+        f"{cfg.batch_size}; {search}; weight decay {cfg.weight_decay}; steps: {cfg.default_steps} (per task: "
+        f"{cfg.steps or 'none'}); {cfg.train_items} training items (per task: {cfg.items or 'none'}), "
+        f"{cfg.test_items} test items per size (fewer where the dataset has fewer)",
+        "- protocol (train/protocol.py): each model is trained at the first size and evaluated at every size; "
+        "`(pi)`, `(ntk)`, `(yarn)` rows are the same rope model evaluated with test-time scaling; floors are computed "
+        "from the data of each data seed (train/floors.py).", "",
+        "## Tasks, bars and the encodings compared", "",
+        "| task | protocol | competence bar | order-blind floor | encodings | why these |", "|---|---|---|---|---|---|",
     ]
     for name in cfg.tasks:
         task = TASKS[name]
         opts = {k: v for k, v in task.model_opts.items() if k in ("heads", "patch_size", "tubelet", "pool", "causal")}
-        lines.append(f"| {name} | {task.protocol}{f' (model: {opts})' if opts else ''} | "
-                     f"{', '.join(kinds_for(cfg, name))} | {cfg.why.get(name, '')} |")
+        lines.append(f"| {name} | {task.protocol}{f' (model: {opts})' if opts else ''} | {task.bar.text} | "
+                     f"{task.order_blind} | {', '.join(kinds_for(cfg, name))} | {cfg.why.get(name, '')} |")
+    lines += ["", "## Options per kind and task", "",
+              "What a kind gets beyond its defaults, and why: the protocol's choices (train/protocol.py) and what "
+              "the kind needs for the task (causal attention, table sizes).", "",
+              "| task | kind | options | reason |", "|---|---|---|---|"]
+    for name in cfg.tasks:
+        task = TASKS[name]
+        if task.conv:
+            for kind, opts in task.archs.items():
+                lines.append(f"| {name} | {kind} | {opts} | Liu et al. 2018's networks, the same init rule for both |")
+            continue
+        for kind in kinds_for(cfg, name):
+            base = kind.split("+")[0]
+            opts = pe_config(kind, task, (8,) * task.dims, (16,) * task.dims)["options"]
+            if not opts:
+                continue
+            reason = task.kind_options[base].reason if base in task.kind_options else "what the kind needs for the task"
+            lines.append(f"| {name} | {kind} | {sorted(opts)} | {reason} |")
     return "\n".join(lines)
 
 

@@ -85,6 +85,7 @@ class ModelConfig:
     add_coords: bool | None = None  # conv: CoordConv layers
     arch: str | None = None  # conv: default | coordconv_regressor | conv_uniform | conv_quadrant (Liu et al. 2018)
     with_r: bool | None = None
+    value_gain: float | None = None  # conv coordconv_regressor: gain of its value-path init (0: the paper's init)
     pe: PEConfig = field(default_factory=PEConfig)
 
 

@@ -7,14 +7,20 @@ data the models see (the same training items, the same test items), never from a
 task        floors
 ==========  ============================================================================================
 classify    ``chance`` (1 / classes); ``majority`` (the most common training label, scored on the test set);
-            audio only, at the training duration: ``time-profile`` / ``frequency-profile``, a logistic
-            regression on the log-mel averaged over frequency / over time: a task that needs both axes
-            of the spectrogram is not solved by either summary
+            ``order-blind`` where the dataset says which labels differ only by order
+            (``order_blind_groups``: label -> group): the ceiling of a model that identifies the group
+            perfectly and guesses its most common training label; audio only, at the training
+            duration: ``time-profile`` / ``frequency-profile``, a logistic regression on the log-mel
+            averaged over frequency / over time
 tag         ``chance``; ``most-common-symbol`` (every scored slot gets the most common symbol of the
-            sequence's input part, before its first separator: what a model blind to order can do)
+            sequence's input part); ``order-blind`` for copy / reverse (``order_blind_bag``): each slot
+            gets the most common input symbol not yet written before it, all a model that sees the
+            bag of the earlier tokens (not their order) can know; with ``metric="seq_acc"`` each is
+            scored per sequence (all slots right)
 lm          ``unigram``, ``bigram``, ``trigram`` perplexity: add-k n-grams fit on the training windows,
-            k chosen on the validation windows, scored on the test windows with the context a window
-            gives (the first characters of a window see less history, as the model's do)
+            k chosen on the validation windows, scored on the scored test positions with the context
+            a window gives; ``order-blind``: a softmax regression on the normalized histogram of the
+            window's characters up to each position (a bag: what a model blind to their order sees)
 regress     ``mean-predictor``: the mean training target, mean Euclidean error on the test set
 ==========  ============================================================================================
 
@@ -46,26 +52,44 @@ def tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(xs), torch.cat(ys)
 
 
-def floors(train: Dataset, val: Dataset, test: Dataset) -> dict[str, float]:
-    """The floors of ``test`` (see the module docstring), from ``train`` (and ``val`` for tuning)."""
+def floors(train: Dataset, val: Dataset, test: Dataset, metric: str | None = None) -> dict[str, float]:
+    """The floors of ``test`` in ``metric`` (see the module docstring), from ``train`` (and ``val`` for tuning)."""
     task = train.task
     if task == "classify":
-        out = classify_floors(tensors(train)[1], tensors(test)[1], int(train.num_classes))
+        out = classify_floors(tensors(train)[1], tensors(test)[1], int(train.num_classes),
+                              getattr(train, "order_blind_groups", None))
         if train.domain == "audio" and tensors(train)[0].shape[1:] == tensors(test)[0].shape[1:]:
             out.update(summary_floors(*tensors(train), *tensors(test)))
         return out
     if task == "tag":
-        return {"chance": 1.0 / int(train.num_classes), "most-common-symbol": most_common_symbol(*tensors(test))}
+        per_seq = metric == "seq_acc"
+        tokens, targets = tensors(test)
+        out = {"chance": chance_tags(targets, int(train.num_classes), per_seq),
+               "most-common-symbol": score_guesses(most_common_guesses(tokens), targets, per_seq)}
+        if getattr(train, "order_blind_bag", False):
+            out["order-blind"] = score_guesses(bag_guesses(tokens), targets, per_seq)
+        return out
     if task == "lm":
-        return ngram_floors(tensors(train)[0], tensors(val), tensors(test), int(train.vocab_size))
+        out = ngram_floors(tensors(train)[0], tensors(val), tensors(test), int(train.vocab_size))
+        out["order-blind"] = bag_lm_ppl(tensors(train)[0], tensors(test), int(train.vocab_size))
+        return out
     if task == "regress":
         return {"mean-predictor": mean_predictor(tensors(train)[1], tensors(test)[1])}
     raise ValueError(f"no floors for task {task!r}; expected classify, tag, lm or regress")
 
 
-def classify_floors(train_y: torch.Tensor, test_y: torch.Tensor, num_classes: int) -> dict[str, float]:
-    majority = int(torch.bincount(train_y.long(), minlength=num_classes).argmax())
-    return {"chance": 1.0 / num_classes, "majority": float((test_y == majority).float().mean())}
+def classify_floors(train_y: torch.Tensor, test_y: torch.Tensor, num_classes: int,
+                    groups=None) -> dict[str, float]:
+    """``chance``, ``majority`` and, given ``groups`` (label -> group of labels that differ only by order),
+    ``order-blind``: the accuracy of guessing, per group, its most common training label."""
+    counts = torch.bincount(train_y.long(), minlength=num_classes)
+    out = {"chance": 1.0 / num_classes, "majority": float((test_y == int(counts.argmax())).float().mean())}
+    if groups is not None:
+        groups = torch.as_tensor(list(groups))  # (num_classes,)
+        best = {int(g): int(torch.where(groups == g, counts, -1).argmax()) for g in groups.unique()}
+        guess = torch.tensor([best[int(g)] for g in groups])  # label -> the guess for its group
+        out["order-blind"] = float((guess[test_y.long()] == test_y).float().mean())
+    return out
 
 
 def summary_floors(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
@@ -83,22 +107,58 @@ def summary_floors(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.T
     return out
 
 
-def most_common_symbol(tokens: torch.Tensor, targets: torch.Tensor) -> float:
-    """Accuracy of tagging every scored slot with the most common input symbol of its sequence.
-
-    The input part of a sequence is what precedes its first separator; symbols are ids >= 3 (symbol
-    ``d`` is token ``3 + d`` and target ``d``), ties go to the smaller symbol.
-    """
-    tokens, targets = tokens.long(), targets.long()
+def _input_counts(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sequence: symbol counts of the input part (before the first separator) ``(B, S)``, and a mask of the
+    positions after it ``(B, L)``. Symbols are ids >= 3 (symbol ``d`` is token ``3 + d``)."""
+    tokens = tokens.long()
     is_sep = tokens == SEP_TOKEN
     first_sep = torch.where(is_sep.any(1), is_sep.float().argmax(1), torch.full_like(tokens[:, 0], tokens.shape[1]))
-    before = torch.arange(tokens.shape[1]) < first_sep[:, None]  # (B, L)
+    after = torch.arange(tokens.shape[1]) > first_sep[:, None]  # (B, L)
     symbols = (tokens - NUM_SPECIAL).clamp(min=0)
+    is_symbol = tokens >= NUM_SPECIAL
     counts = torch.zeros(tokens.shape[0], int(symbols.max()) + 1)
-    counts.scatter_add_(1, symbols, (before & (tokens >= NUM_SPECIAL)).float())
-    guess = counts.argmax(1)  # (B,) first maximum: the smaller symbol on ties
+    counts.scatter_add_(1, symbols, (~after & ~is_sep & is_symbol).float())
+    return counts, after
+
+
+def most_common_guesses(tokens: torch.Tensor) -> torch.Tensor:
+    """``(B, L)`` guesses: every slot gets its sequence's most common input symbol (ties: the smaller symbol)."""
+    counts, _ = _input_counts(tokens)
+    return counts.argmax(1)[:, None].expand(tokens.shape)
+
+
+def bag_guesses(tokens: torch.Tensor) -> torch.Tensor:
+    """``(B, L)`` guesses of a model blind to order: at position ``i``, the most common input symbol minus the
+    symbols written after the separator up to ``i`` (teacher-forced: the right ones). Ties: the smaller symbol."""
+    counts, after = _input_counts(tokens)
+    tokens = tokens.long()
+    written = torch.zeros(*tokens.shape, counts.shape[1])  # (B, L, S)
+    symbols = (tokens - NUM_SPECIAL).clamp(min=0, max=counts.shape[1] - 1)
+    written.scatter_(2, symbols[..., None], (after & (tokens >= NUM_SPECIAL)).float()[..., None])
+    return (counts[:, None] - written.cumsum(1)).argmax(2)
+
+
+def score_guesses(guesses: torch.Tensor, targets: torch.Tensor, per_seq: bool) -> float:
+    """Accuracy of ``guesses`` on the scored slots, per token or per sequence (every slot right)."""
+    targets = targets.long()
     scored = targets != IGNORE_INDEX
-    return float(((targets == guess[:, None]) & scored).sum() / scored.sum())
+    right = (guesses == targets) & scored
+    if per_seq:
+        return float((right == scored).all(1).float().mean())
+    return float(right.sum() / scored.sum())
+
+
+def chance_tags(targets: torch.Tensor, num_classes: int, per_seq: bool) -> float:
+    """Uniform guessing: ``1 / classes`` per token, ``(1 / classes) ** slots`` per sequence (mean over sequences)."""
+    if not per_seq:
+        return 1.0 / num_classes
+    slots = (targets != IGNORE_INDEX).sum(1).double()
+    return float((num_classes ** -slots).mean())
+
+
+def most_common_symbol(tokens: torch.Tensor, targets: torch.Tensor) -> float:
+    """Per-token accuracy of tagging every scored slot with the most common input symbol of its sequence."""
+    return score_guesses(most_common_guesses(tokens), targets, per_seq=False)
 
 
 def mean_predictor(train_y: torch.Tensor, test_y: torch.Tensor) -> float:
@@ -130,13 +190,16 @@ def ngram_codes(windows: np.ndarray, order: int, vocab: int, *, full_only: bool)
     return codes[:, order - 1:].ravel() if full_only else codes
 
 
-def ngram_ppl(train: np.ndarray, evaluate: np.ndarray, order: int, vocab: int, k: float) -> float:
+def ngram_ppl(train: np.ndarray, evaluate: np.ndarray, order: int, vocab: int, k: float,
+              scored: np.ndarray | None = None) -> float:
     """Perplexity of an add-``k`` ``order``-gram model on positions ``1..`` of ``evaluate`` windows.
 
     Position 0 of a window is context only (the model never predicts it); position ``t`` has ``t``
     characters of history, so ``t < order - 1`` is scored by the ``(t + 1)``-gram model: a model that
-    sees a window cannot use characters before it, and neither can the n-gram floor.
+    sees a window cannot use characters before it, and neither can the n-gram floor. ``scored``
+    (bool, the shape of ``evaluate``) keeps only those positions.
     """
+    scored = np.ones(evaluate.shape, bool) if scored is None else scored
     nll, count = 0.0, 0
     for n in range(1, order + 1):
         first = max(n - 1, 1)  # positions scored by this order: t = n - 1 (less history), or every t >= order - 1
@@ -145,7 +208,7 @@ def ngram_ppl(train: np.ndarray, evaluate: np.ndarray, order: int, vocab: int, k
         gram_counts, context_counts = ngram_counts(train, n, vocab)
         codes = ngram_codes(evaluate, n, vocab, full_only=False)
         cols = slice(first, None) if n == order else slice(first, first + 1)
-        picked = codes[:, cols].ravel()
+        picked = codes[:, cols][scored[:, cols]]
         p = (gram_counts[picked] + k) / (context_counts[picked // vocab] + k * vocab)
         nll -= float(np.log(p).sum())
         count += picked.size
@@ -153,20 +216,53 @@ def ngram_ppl(train: np.ndarray, evaluate: np.ndarray, order: int, vocab: int, k
 
 
 def ngram_floors(train_x: torch.Tensor, val: tuple, test: tuple, vocab: int) -> dict[str, float]:
-    """Unigram, bigram and trigram perplexities of the test windows, smoothing tuned on val."""
+    """Unigram, bigram and trigram perplexities of the scored test positions, smoothing tuned on val."""
     train_w = train_x.numpy()  # the characters the model is trained on
     val_w, test_w = _lm_windows(*val), _lm_windows(*test)
     out = {}
     for order, name in ((1, "unigram"), (2, "bigram"), (3, "trigram")):
-        k = min(ADD_K, key=lambda k: ngram_ppl(train_w, val_w, order, vocab, k))
-        out[name] = ngram_ppl(train_w, test_w, order, vocab, k)
+        k = min(ADD_K, key=lambda k: ngram_ppl(train_w, val_w[0], order, vocab, k, val_w[1]))
+        out[name] = ngram_ppl(train_w, test_w[0], order, vocab, k, test_w[1])
     return out
 
 
-def _lm_windows(x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
-    """The character windows the model predicts: its input plus the last target, ``(W, C + 1)``.
+def _lm_windows(x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """The character windows the model predicts, its input plus the last target ``(W, C + 1)``, and which of their
+    positions are scored (``y != -100`` shifted by one; position 0 is context only)."""
+    windows = np.concatenate([x.numpy(), y.numpy()[:, -1:]], axis=1)
+    scored = np.concatenate([np.zeros((len(y), 1), bool), y.numpy() != IGNORE_INDEX], axis=1)
+    return windows, scored
 
-    The model is scored on ``y = x[1:] + [next]``; the n-gram scores the same ``C`` characters
-    (positions ``1..C`` of the returned window; position 0 is context only).
+
+def bag_histograms(x: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``(W, C, vocab)``: at each position the normalized histogram of the window's characters up to it."""
+    counts = torch.nn.functional.one_hot(x.long(), vocab).float().cumsum(1)
+    return counts / counts.sum(-1, keepdim=True)
+
+
+def bag_lm_ppl(train_x: torch.Tensor, test: tuple, vocab: int, *, samples: int = 65536, steps: int = 200,
+               seed: int = 0) -> float:
+    """Perplexity of a softmax regression from the bag of a window's characters up to ``t`` to the next one.
+
+    Fit by full-batch L-BFGS on ``samples`` positions of the training windows (position ``t`` predicts
+    ``x[t + 1]``), scored on the test positions with targets (``y != -100``).
     """
-    return np.concatenate([x.numpy(), y.numpy()[:, -1:]], axis=1)
+    g = torch.Generator().manual_seed(seed)
+    feats, nxt = bag_histograms(train_x[:, :-1], vocab), train_x[:, 1:].long()
+    pick = torch.randint(0, feats.shape[0] * feats.shape[1], (samples,), generator=g)
+    feats, nxt = feats.reshape(-1, vocab)[pick], nxt.reshape(-1)[pick]
+    model = torch.nn.Linear(vocab, vocab)
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=steps, history_size=20, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(feats), nxt) + 1e-4 * model.weight.square().sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    x, y = test
+    scored = y != IGNORE_INDEX
+    with torch.no_grad():
+        logits = model(bag_histograms(x, vocab)[scored])
+        return math.exp(float(torch.nn.functional.cross_entropy(logits, y[scored].long())))

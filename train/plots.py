@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ndpe.viz import KIND_COLOURS
 
-from .report import FLOOR_PREFIX, Cell, is_floor, kind_of, size_label, split_floors
+from .results import FLOOR_PREFIX, Cell, is_floor, kind_of, size_label, split_floors
+from .stats import t_interval
 
 # kind -> (colour, marker): the library's kinds keep the colours of the guide's figures (ndpe.viz);
 # the benchmark's own names (augmented kinds, the conv nets) get distinct extras
@@ -24,7 +25,7 @@ EXTRA_COLOURS = ["#843c39", "#7b4173", "#3182bd", "#31a354", "#e6550d", "#756bb1
 VARIANT_STYLES = {"pi": ("--", "v"), "ntk": (":", "^"), "yarn": ("-.", "s")}  # variant -> (line style, marker)
 FLOOR_STYLES = [("#4d4d4d", (0, (5, 2))), ("#7a7a7a", (0, (2, 2))), ("#a0a0a0", (0, (6, 2, 1, 2))),
                 ("#5f5f5f", (0, (1, 1))), ("#8c8c8c", (0, (8, 3)))]
-FLOOR_ORDER = ["chance", "majority", "most-common-symbol", "unigram", "bigram", "trigram", "mean-predictor"]
+FLOOR_ORDER = ["chance", "majority", "most-common-symbol", "order-blind", "unigram", "bigram", "trigram", "mean-predictor"]
 
 
 def stable_index(name: str, n: int) -> int:
@@ -62,10 +63,12 @@ def metric_range(metric: str) -> tuple[float, float]:
 
 
 def clipped_errors(cells: list[Cell], metric: str) -> list[list[float]]:
-    """Asymmetric error bars (± std) that stay inside the metric's range: [[below...], [above...]]."""
+    """Asymmetric error bars (the 95 % t interval over runs; none for one run) that stay inside the metric's
+    range: [[below...], [above...]]."""
     lo, hi = metric_range(metric)
-    below = [max(0.0, min(c.std, c.mean - lo)) for c in cells]
-    above = [max(0.0, min(c.std, hi - c.mean)) for c in cells]
+    half = [t_interval(c.values).half_width if c.n > 1 else 0.0 for c in cells]
+    below = [max(0.0, min(h, c.mean - lo)) for h, c in zip(half, cells)]
+    above = [max(0.0, min(h, hi - c.mean)) for h, c in zip(half, cells)]
     return [below, above]
 
 
@@ -78,7 +81,7 @@ def step_edges(xs: list[float]) -> list[float]:
 
 
 def task_figure(task: str, agg_task, sizes, metric: str, higher: bool | None = None):
-    """The figure of one task: each encoding (mean ± std over seeds, clipped to the metric's range) and each
+    """The figure of one task: each encoding (mean and 95 % t interval over runs, clipped to the metric's range) and each
     floor (dashed grey steps) against the test size on a log axis; log y for perplexity."""
     import matplotlib
 

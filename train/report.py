@@ -1,234 +1,39 @@
-"""Turn a benchmark's ``results.csv`` into ``report.md`` and plots.
+"""Turn a benchmark's ``results.csv`` into ``report.md`` and plots, by the rules of ``train/protocol.py``.
 
-Each row of ``results.csv`` is one measurement: a trained model (domain, task, kind, seed)
-evaluated at one test size under one test-time variant, or a *floor* (``kind="floor"``,
-``variant=<floor name>``): what the task's data allows without learning, computed from the data.
-The report aggregates over seeds (mean ± std), one table and one plot per task with the floors
-drawn under the encodings, decides which kinds learned each task (beat the strongest floor in
-distribution), and checks the trends the literature reports, using only the kinds that learned.
+Each run (model seed x data seed) is one sample; every number is a mean over runs with its 95 % t
+interval (``train/stats.py``). The report decides, per task, whether it was learned at this budget
+(its best kinds pass the competence bar), which kinds count (pass the bar and beat every floor of
+their data) and which use position (also beat the order-blind floor and NoPE); it gives retention
+beyond the training size and checks each literature claim with Holm-corrected tests.
 """
 from __future__ import annotations
 
-import csv
-import dataclasses
 import math
-import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
-FLOOR = "floor"  # the ``kind`` of floor rows
-FLOOR_PREFIX = "floor: "  # the label of a floor row: "floor: majority"
+from . import stats
+from .protocol import CLAIMS, TASKS, Claim
+from .results import FLOOR_PREFIX, SEARCH, Cell, Row, aggregate, is_floor, kind_of, read_rows, size_label, split_floors
 
-
-@dataclass
-class Row:
-    """One line of results.csv."""
-
-    domain: str
-    task: str
-    kind: str  # encoding as trained, e.g. "rope", "rope+cape", "conv+coord"; "floor" for a floor
-    variant: str  # test-time variant, e.g. "-" or "yarn"; the floor's name for a floor
-    seed: int  # training seed; the data seed for a floor
-    train_size: str
-    test_size: str
-    size_ratio: float  # test size / train size along the grown axis
-    metric: str
-    value: float
-    higher_is_better: bool
-    train_time_s: float
-    cell_rows: int = 0  # rows its cell wrote (set by append_rows): a cell with fewer rows on disk was cut off
-
-    @property
-    def label(self) -> str:
-        if self.kind == FLOOR:
-            return FLOOR_PREFIX + self.variant
-        return self.kind if self.variant == "-" else f"{self.kind} ({self.variant})"
-
-
-FIELDS = [f.name for f in fields(Row)]
-OLD_FIELDS = FIELDS[:-1]  # results.csv before cell_rows: read as it is (cells assumed whole)
-
-
-def is_floor(label: str) -> bool:
-    """Whether an aggregated label is a floor (see ``Row.label``)."""
-    return label.startswith(FLOOR_PREFIX)
-
-
-def kind_of(label: str) -> str:
-    """The kind of a label, without its test-time variant: "rope (yarn)" -> "rope"."""
-    return label.split(" (")[0]
-
-
-class ResultsError(ValueError):
-    """A results.csv damaged where it cannot be repaired (a bad header or a bad row before the last cell)."""
-
-
-def append_rows(path: Path, rows: list[Row]) -> None:
-    """Add rows to a results CSV atomically: the whole file is rewritten to a temporary file, fsynced and renamed.
-
-    A kill at any byte leaves either the old file or the new one, never a half-written row or a file
-    without its header. A damaged tail left by older versions or other tools is dropped here (see
-    :func:`read_rows`).
-    """
-    import io
-    import os
-
-    counts: dict = defaultdict(int)
-    for r in rows:
-        counts[(r.task, r.kind, r.seed)] += 1
-    rows = [dataclasses.replace(r, cell_rows=r.cell_rows or counts[(r.task, r.kind, r.seed)]) for r in rows]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for r in [*read_rows(path), *rows]:
-        writer.writerow({k: getattr(r, k) for k in FIELDS})
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
-
-
-def _parse(d: dict) -> Row:
-    return Row(domain=d["domain"], task=d["task"], kind=d["kind"], variant=d["variant"], seed=int(d["seed"]),
-               train_size=d["train_size"], test_size=d["test_size"], size_ratio=float(d["size_ratio"]),
-               metric=d["metric"], value=float(d["value"]), higher_is_better=d["higher_is_better"] == "True",
-               train_time_s=float(d["train_time_s"]), cell_rows=int(d.get("cell_rows", 0)))
-
-
-def read_rows(path: Path) -> list[Row]:
-    """The rows of a results.csv (none when it does not exist, is empty or holds a cut header).
-
-    A damaged last line (cut mid-row) is dropped together with every row of the cell it follows, and
-    so is a cell with fewer rows than it wrote (``cell_rows``: the file was cut at a line end), so
-    that cell is trained again; a damaged header or a damaged row before the last is an error that
-    names the file and the line.
-    """
-    if not path.exists():
-        return []
-    text = path.read_text()
-    lines = text.splitlines()
-    if not lines or (len(lines) == 1 and not text.endswith("\n")):
-        return []  # nothing, or a header cut before its end: no rows were ever complete
-    header = lines[0].split(",")
-    if header not in (FIELDS, OLD_FIELDS):
-        raise ResultsError(f"{path}: line 1 is not the results header {','.join(FIELDS)}; move the file away "
-                           "(the benchmark then starts a new one)")
-    out, damaged = [], None
-    for number, line in enumerate(lines[1:], start=2):
-        try:
-            values = next(csv.reader([line]))
-            if len(values) != len(header):
-                raise ValueError(f"{len(values)} fields, expected {len(header)}")
-            out.append(_parse(dict(zip(header, values))))
-        except (ValueError, StopIteration) as e:
-            if number != len(lines):
-                raise ResultsError(f"{path}: line {number} is damaged ({e}); only a cut last line is repaired "
-                                   "automatically") from None
-            damaged = number
-    if damaged is None and not text.endswith("\n"):
-        damaged = len(lines)  # a last row without its newline may be cut inside its last field
-        out.pop()
-    if damaged is not None and out:
-        last = (out[-1].task, out[-1].kind, out[-1].seed)
-        out = [r for r in out if (r.task, r.kind, r.seed) != last]
-    counts: dict = defaultdict(int)
-    for r in out:
-        counts[(r.task, r.kind, r.seed)] += 1
-    return [r for r in out if counts[(r.task, r.kind, r.seed)] >= r.cell_rows]
-
-
-@dataclass
-class Cell:
-    """Seeds aggregated: one (task, label, test size)."""
-
-    mean: float
-    std: float
-    n: int
-
-    @property
-    def se(self) -> float:
-        """Standard error of the mean (nan with fewer than two seeds)."""
-        return self.std / math.sqrt(self.n) if self.n > 1 else float("nan")
-
-    def fmt(self, digits: int = 3) -> str:
-        if math.isnan(self.mean):
-            return "n/a"
-        return f"{self.mean:.{digits}g} ± {self.std:.2g}" if self.n > 1 else f"{self.mean:.{digits}g}"
-
-
-def aggregate(rows: list[Row]) -> dict[str, dict[str, dict[float, Cell]]]:
-    """task -> label -> size_ratio -> Cell (mean, std over seeds); floors under "floor: <name>"."""
-    groups: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for r in rows:
-        groups[r.task][r.label][r.size_ratio].append(r.value)
-    out: dict = {}
-    for task, by_label in groups.items():
-        out[task] = {}
-        for label, by_size in by_label.items():
-            out[task][label] = {
-                s: Cell(statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 0.0, len(v))
-                for s, v in sorted(by_size.items())
-            }
-    return out
-
-
-def split_floors(agg_task: dict[str, dict[float, Cell]]) -> tuple[dict, dict]:
-    """(encodings, floors) of one task's aggregate; floors keyed by their name ("majority")."""
-    encodings = {label: by for label, by in agg_task.items() if not is_floor(label)}
-    floors = {label[len(FLOOR_PREFIX):]: by for label, by in agg_task.items() if is_floor(label)}
-    return encodings, floors
+NOPE = "none"  # the kind without positions: the control every "uses position" claim beats
 
 
 def task_info(rows: list[Row]) -> dict[str, Row]:
     """One representative row per task (for its domain, metric, direction and sizes)."""
     info: dict[str, Row] = {}
     for r in rows:  # an encoding's row where there is one
-        if r.task not in info or (info[r.task].kind == FLOOR and r.kind != FLOOR):
+        if r.task not in info or (info[r.task].kind == "floor" and r.kind != "floor"):
             info[r.task] = r
     return info
 
 
 def sizes_of(rows: list[Row], task: str) -> list[tuple[float, str]]:
-    """The (size_ratio, test_size) pairs of a task, smallest first."""
-    return sorted({(r.size_ratio, r.test_size) for r in rows if r.task == task})
+    """The (size_ratio, test_size) pairs of a task's test rows, smallest first."""
+    return sorted({(r.size_ratio, r.test_size) for r in rows if r.task == task and r.split == "test"})
 
-
-UNIT_NAMES = {"px": "px", "s": "s", "L": "L", "C": "ch", "frames": "frames"}  # test_size suffix -> label unit
-
-
-def size_label(test_size: str, ratio: float) -> str:
-    """A readable test size: "48px", 1.5 -> "48 px (×1.5)"; "512C" -> "512 ch (×8)"; "quadrant" stays."""
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([A-Za-z]+)", test_size)
-    if m is None:
-        return test_size if ratio == 1.0 else f"{test_size} (×{ratio:g})"
-    number, unit = m.groups()
-    return f"{number} {UNIT_NAMES.get(unit, unit)} (×{ratio:g})"
-
-
-def within_noise(a: Cell, b: Cell) -> bool:
-    """Two cells differ by less than two standard errors of their difference (or only one seed each)."""
-    if a.n < 2 or b.n < 2:
-        return True
-    se = math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
-    return abs(a.mean - b.mean) <= 2 * se
-
-
-def ranking(agg_task: dict[str, dict[float, Cell]], ratio: float, higher: bool) -> list[tuple[str, Cell]]:
-    """The encodings (floors excluded) at one size, best first."""
-    cells = [(label, by[ratio]) for label, by in agg_task.items() if ratio in by and not is_floor(label)]
-    return sorted(cells, key=lambda lc: -lc[1].mean if higher else lc[1].mean)
-
-
-# --- floors: did a kind learn the task? -------------------------------------------------------
 
 def train_ratio(agg_task: dict[str, dict[float, Cell]]) -> float | None:
     """The in-distribution size of a task: ratio 1.0, or its only size (None when neither exists)."""
@@ -238,137 +43,218 @@ def train_ratio(agg_task: dict[str, dict[float, Cell]]) -> float | None:
     return ratios.pop() if len(ratios) == 1 else None
 
 
-# The floor a task's "learned" rule uses when it is not the strongest one: the character LM is held to
-# beating a bigram model (Press et al.'s trend needs models that use context; at the quick budget a
-# model of 48 channels and 2 layers is not expected to beat a trigram model, which the report also shows).
-REFERENCE_FLOORS = {"text/stdlib_lm": "bigram"}
+# --- floors and competence ------------------------------------------------------------------------
+
+def good(value: float, higher: bool) -> float:
+    """``value`` signed so that larger is better."""
+    return value if higher else -value
 
 
-def reference_floor(task: str | None, agg_task, ratio: float | None, higher: bool) -> tuple[str, Cell] | None:
-    """The floor of the "learned" rule: :data:`REFERENCE_FLOORS` for ``task`` if measured, else the strongest."""
-    name = REFERENCE_FLOORS.get(task or "")
-    by = split_floors(agg_task)[1].get(name) if name else None
-    if by is not None and ratio in by:
-        return name, by[ratio]
-    return strongest_floor(agg_task, ratio, higher)
+def margins(cell: Cell, floor: Cell, higher: bool) -> list[float]:
+    """Per run: how far it clears the floor of its own data seed (positive: better than the floor)."""
+    by_seed = {data_seed: v for (_, data_seed), v in floor.runs.items()}
+    return [good(v - by_seed[d], higher) for (_, d), v in sorted(cell.runs.items()) if d in by_seed]
 
 
-def strongest_floor(agg_task, ratio: float | None, higher: bool) -> tuple[str, Cell] | None:
-    """The floor hardest to beat at ``ratio`` (highest if higher is better, else lowest), or None."""
-    _, floors = split_floors(agg_task)
+def beats(values: list[float]) -> bool:
+    """Whether per-run margins are above 0 by a one-sided t test at ALPHA (never with fewer than two runs)."""
+    if len(values) < 2:
+        return False
+    est = stats.t_interval(values)
+    return est.mean > 0 and (est.se == 0 or est.p_value / 2 < stats.ALPHA)
+
+
+def strongest_floor(floors: dict[str, dict[float, Cell]], ratio: float, higher: bool) -> tuple[str, Cell] | None:
+    """The floor hardest to beat at ``ratio`` (by its mean over data seeds), or None."""
     at = [(name, by[ratio]) for name, by in floors.items() if ratio in by]
-    if not at:
-        return None
-    return (max if higher else min)(at, key=lambda nc: nc[1].mean)
-
-
-def beats(cell: Cell, floor: Cell, higher: bool) -> bool | None:
-    """Whether ``cell`` beats ``floor`` by more than two standard errors of ``cell``; None with one seed."""
-    if cell.n < 2:
-        return None
-    margin = cell.mean - floor.mean if higher else floor.mean - cell.mean
-    return margin > 2 * cell.se
+    return max(at, key=lambda nc: good(nc[1].mean, higher)) if at else None
 
 
 @dataclass
-class FloorCheck:
-    """Which kinds of one task learned it: beat its strongest floor in distribution."""
+class KindStatus:
+    """One kind on one task, in distribution."""
 
-    ratio: float | None  # the in-distribution size
-    floor: tuple[str, Cell] | None  # (name, cell) of the strongest floor there; None if no floor was measured
-    learned: dict[str, Cell] = field(default_factory=dict)  # kind -> its in-distribution cell
-    not_learned: dict[str, Cell] = field(default_factory=dict)
-    not_shown: dict[str, Cell] = field(default_factory=dict)  # fewer than two seeds
+    cell: Cell
+    bar: bool  # passes the task's competence bar
+    floors: bool  # beats every floor of its runs' data
+    order: bool | None  # beats the order-blind floor and NoPE (None: NoPE itself, or no order-blind measure)
 
-    def usable(self, label: str) -> bool:
-        """Whether ``label``'s kind may enter a comparison (learned, or no floor to check against)."""
-        return self.floor is None or kind_of(label) in self.learned
+    @property
+    def counts(self) -> bool:
+        return self.bar and self.floors
 
 
-def floor_check(agg_task, higher: bool, task: str | None = None) -> FloorCheck:
-    """Apply the "learned the task" rule to every kind of one task (against its reference floor)."""
+@dataclass
+class Competence:
+    """A task's competence check: its bar, floors in distribution, and each kind's status."""
+
+    task: str
+    ratio: float | None
+    higher: bool
+    floors: dict[str, Cell] = field(default_factory=dict)  # name -> in-distribution cell
+    kinds: dict[str, KindStatus] = field(default_factory=dict)
+
+    @property
+    def learned(self) -> bool:
+        """Whether any kind passes the bar (the task was learned at this budget)."""
+        return any(s.counts for s in self.kinds.values())
+
+    def counts(self, label: str) -> bool:
+        status = self.kinds.get(kind_of(label))
+        return status is not None and status.counts
+
+    @property
+    def best(self) -> str | None:
+        return max(self.kinds, key=lambda k: good(self.kinds[k].cell.mean, self.higher)) if self.kinds else None
+
+
+def passes_bar(task: str, cell: Cell, floors: dict[str, Cell], higher: bool) -> bool:
+    bar = TASKS[task].bar if task in TASKS else None
+    if bar is None:
+        return True
+    if bar.value is not None:
+        return good(cell.mean - bar.value, higher) >= 0
+    floor = floors.get(bar.floor or "")
+    return floor is not None and beats(margins(cell, floor, higher))
+
+
+def competence(task: str, agg_task, higher: bool) -> Competence:
+    """Apply the protocol's rules to every kind of one task at its training size."""
     ratio = train_ratio(agg_task)
-    check = FloorCheck(ratio, reference_floor(task, agg_task, ratio, higher))
-    encodings, _ = split_floors(agg_task)
+    encodings, floor_series = split_floors(agg_task)
+    floors = {name: by[ratio] for name, by in floor_series.items() if ratio in by}
+    check = Competence(task, ratio, higher, floors)
+    nope = encodings.get(NOPE, {}).get(ratio)
     for label, by in sorted(encodings.items()):
         if kind_of(label) != label or ratio not in by:
             continue  # test-time variants are judged by their kind
-        if check.floor is None:
-            check.learned[label] = by[ratio]
-            continue
-        verdict = beats(by[ratio], check.floor[1], higher)
-        bucket = check.not_shown if verdict is None else check.learned if verdict else check.not_learned
-        bucket[label] = by[ratio]
+        cell = by[ratio]
+        beats_floors = all(beats(margins(cell, f, higher)) for f in floors.values())
+        order = None
+        if label != NOPE and ("order-blind" in floors or nope is not None):
+            order = ("order-blind" not in floors or beats(margins(cell, floors["order-blind"], higher))) and (
+                nope is None or beats_welch(cell, nope, higher))
+        check.kinds[label] = KindStatus(cell, passes_bar(task, cell, floors, higher), beats_floors, order)
     return check
 
 
-def learned_section(agg, info) -> list[str]:
-    """Lines of the "Which kinds learned each task" section."""
-    lines = ["## Which kinds learned each task", "",
-             "A kind learned a task iff at the training size (×1, or the only size) its mean beats the task's "
-             "strongest floor there by more than two standard errors (std / √n over seeds); with one seed it "
-             "cannot be shown. Exceptions (a named floor instead of the strongest): "
-             + ", ".join(f"{t}: {f}" for t, f in REFERENCE_FLOORS.items())
-             + ". The literature checks below compare only kinds that learned the task.", ""]
-    for task in sorted(agg):
-        higher = info[task].higher_is_better
-        check = floor_check(agg[task], higher, task)
-        head = f"- **{task}** ({info[task].metric}{'↑' if higher else '↓'})"
-        if check.floor is None:
-            lines.append(f"{head}: no floor measured; every kind counts as learned.")
-            continue
-        name, cell = check.floor
-        parts = [f"{'reference' if task in REFERENCE_FLOORS else 'strongest'} floor {name} {cell.mean:.3g}",
-                 "above it: " + (", ".join(check.learned) or "no kind"),
-                 "not above it: " + (", ".join(f"{k} {c.fmt()}" for k, c in check.not_learned.items()) or "no kind")]
-        strongest = strongest_floor(agg[task], check.ratio, higher)
-        if strongest is not None and strongest[0] != name:
-            also = [k for k, c in check.learned.items() if beats(c, strongest[1], higher)]
-            parts.append(f"above the strongest floor ({strongest[0]} {strongest[1].mean:.3g}) too: "
-                         + (", ".join(also) or "no kind"))
-        if check.not_shown:
-            parts.append("not shown (one seed): " + ", ".join(f"{k} {c.fmt()}" for k, c in check.not_shown.items()))
-        lines.append(f"{head}: " + "; ".join(parts) + ".")
-    return lines
+def beats_welch(a: Cell, b: Cell, higher: bool) -> bool:
+    """``a`` better than ``b`` by a one-sided Welch test at ALPHA."""
+    est = stats.welch([good(v, higher) for v in a.values], [good(v, higher) for v in b.values])
+    return a.n > 1 and b.n > 1 and est.mean > 0 and (est.se == 0 or est.p_value / 2 < stats.ALPHA)
 
 
-# --- tables -----------------------------------------------------------------------------------
+def retention(agg_task, label: str, ratio: float, check: Competence) -> stats.Estimate | None:
+    """Per-run ``(m(x ratio) - f(x ratio)) / (m(x1) - f(x1))`` (``f``: the strongest floor at each size), t interval."""
+    by = agg_task.get(label, {})
+    kind = agg_task.get(kind_of(label), {})
+    _, floor_series = split_floors(agg_task)
+    base, at = kind.get(check.ratio), by.get(ratio)
+    f1 = strongest_floor(floor_series, check.ratio, check.higher) if check.ratio is not None else None
+    fk = strongest_floor(floor_series, ratio, check.higher)
+    if base is None or at is None or f1 is None or fk is None:
+        return None
+    f1_by = {d: v for (_, d), v in f1[1].runs.items()}
+    fk_by = {d: v for (_, d), v in fk[1].runs.items()}
+    values = []
+    for run, v in sorted(at.runs.items()):
+        d = run[1]
+        if run in base.runs and d in f1_by and d in fk_by and base.runs[run] != f1_by[d]:
+            values.append(good(v - fk_by[d], check.higher) / good(base.runs[run] - f1_by[d], check.higher))
+    return stats.t_interval(values) if values else None
 
-def seeds_note(agg_task) -> str:
-    """"3 seeds" (or "2–3 seeds") over the encoding cells of a task."""
-    encodings, _ = split_floors(agg_task)
-    ns = sorted({c.n for by in encodings.values() for c in by.values()})
-    if not ns:
-        return "0 seeds"
-    span = f"{ns[0]}" if ns[0] == ns[-1] else f"{ns[0]}–{ns[-1]}"
-    return f"{span} seed{'s' if ns[-1] > 1 else ''}"
+
+# --- literature claims ------------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    label: str  # agrees | disagrees | inconclusive | not tested
+    detail: str
 
 
-def markdown_table(task: str, agg_task, sizes: list[tuple[float, str]], higher: bool, times: dict[str, float]) -> str:
-    """Encodings ranked at the largest size (best bold, ``~`` within noise of it), then the floors."""
-    head = ["encoding"] + [size_label(name, ratio) for ratio, name in sizes] + ["train s/run"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    top = {ratio: ranking(agg_task, ratio, higher)[0] for ratio, _ in sizes if ranking(agg_task, ratio, higher)}
-    encodings, floors = split_floors(agg_task)
-    for label, by_size in ranking_order(encodings, sizes, higher):
-        cells = []
-        for ratio, _ in sizes:
-            cell = by_size.get(ratio)
-            if cell is None:
-                cells.append("–")
-                continue
-            text = cell.fmt()
-            best_label, best = top[ratio]
-            if label == best_label:
-                text = f"**{text}**"
-            elif within_noise(cell, best):
-                text = f"{text} ~"
-            cells.append(text)
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
-    for name, by_size in sorted(floors.items()):
-        cells = [by_size[ratio].fmt() if ratio in by_size else "–" for ratio, _ in sizes]
-        lines.append(f"| {FLOOR_PREFIX}{name} | " + " | ".join(cells) + " | – |")
-    return "\n".join(lines)
+def measured_values(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool) -> list[float]:
+    """Per run, what ``claim`` compares, signed so that larger is better: the metric at ``last``, or minus its
+    worsening from ``first`` to ``last`` (paired per run)."""
+    by = agg_task.get(label, {})
+    if claim.measure == "largest":
+        return [good(v, higher) for _, v in sorted(by[last].runs.items())] if last in by else []
+    if first not in by or last not in by:
+        return []
+    a, b = by[first].runs, by[last].runs
+    return [good(b[r] - a[r], higher) for r in sorted(a) if r in b]
+
+
+def check_claim(claim: Claim, agg, info) -> Verdict:
+    """The verdict of one claim: ordered pairs tested by Welch t tests, Holm-corrected within the claim."""
+    if claim.task not in agg:
+        return Verdict("not tested", "task not in this run")
+    if claim.not_tested:
+        return Verdict("not tested", claim.not_tested)
+    agg_task, row = agg[claim.task], info[claim.task]
+    higher = row.higher_is_better
+    check = competence(claim.task, agg_task, higher)
+    if not check.learned:
+        return Verdict("not tested", "the task was not learned at this budget (no kind passes its bar)")
+    first, last = check.ratio, max(max(by) for by in agg_task.values())
+    tiers = [[k for k in tier if k in agg_task and check.counts(k)] for tier in claim.tiers]
+    left_out = sorted(k for tier in claim.tiers for k in tier if k in agg_task and not check.counts(k))
+    missing = sorted(k for tier in claim.tiers for k in tier if k not in agg_task)
+    notes = []
+    if left_out:
+        notes.append(f"left out (do not count: below the bar or a floor): {', '.join(left_out)}")
+    if missing:
+        notes.append(f"not in this run: {', '.join(missing)}")
+    tests: list[tuple[str, stats.Estimate]] = []
+    nonempty = [t for t in tiers if t]
+    if claim.tiers and len(nonempty) < 2:
+        return Verdict("not tested", "too few kinds count to compare; " + "; ".join(notes))
+    for i, upper in enumerate(nonempty):
+        for lower in nonempty[i + 1:]:
+            for a in upper:
+                for b in lower:
+                    est = stats.welch(measured_values(agg_task, a, claim, first, last, higher),
+                                      measured_values(agg_task, b, claim, first, last, higher))
+                    tests.append((f"{a} vs {b}", est))
+    bound = claim.threshold
+    for label, should in [*[(k, True) for k in claim.meets], *[(k, False) for k in claim.misses]]:
+        if label in agg_task and last in agg_task[label] and bound is not None:
+            est = stats.above(agg_task[label][last].values, bound, higher)
+            tests.append((f"{label} {'under' if not higher else 'over'} {bound:.3g}" if should else
+                          f"{label} not {'under' if not higher else 'over'} {bound:.3g}",
+                          est if should else stats.Estimate(-est.mean, est.se, est.df, est.n)))
+    if not tests:
+        return Verdict("not tested", "nothing measured; " + "; ".join(notes))
+    adjusted = stats.holm([t.p_value for _, t in tests])
+    parts, signs = [], []
+    for (name, est), p in zip(tests, adjusted):
+        sign = 0 if not p < stats.ALPHA else (1 if est.mean > 0 else -1)
+        signs.append(sign)
+        parts.append(f"{name}: {est.fmt()} (Holm p={p:.2g})")
+    what = "worsening from ×{:g} to ×{:g}".format(first, last) if claim.measure == "degradation" else \
+        f"{row.metric} at ×{last:g}"
+    detail = f"{what}, differences signed so that positive agrees with the claim: " + "; ".join(parts)
+    if notes:
+        detail += ". " + ". ".join(n[0].upper() + n[1:] for n in notes)
+    if -1 in signs:
+        return Verdict("disagrees", detail)
+    if all(s == 1 for s in signs):
+        return Verdict("agrees", detail)
+    smallest = max((est.detectable() for _, est in tests), default=math.nan)
+    return Verdict("inconclusive", detail + f". The design detects differences of about {smallest:.3g} "
+                   "(80 % power, 5 % level, per pair before correction)")
+
+
+def claim_line(claim: Claim, agg, info) -> str:
+    verdict = check_claim(claim, agg, info)
+    head = f"- **{claim.source}**, `{claim.task}` — {claim.text}" + (f" [{claim.note}]" if claim.note else "")
+    return f"{head}: **{verdict.label}**. {verdict.detail}."
+
+
+# --- tables -----------------------------------------------------------------------------------------
+
+def cell_text(cell: Cell, digits: int = 3) -> str:
+    """Mean and 95 % t interval over runs (the mean alone for one run)."""
+    return stats.t_interval(cell.values).fmt(digits)
 
 
 def ranking_order(agg_task, sizes, higher):
@@ -379,14 +265,58 @@ def ranking_order(agg_task, sizes, higher):
         cell = item[1].get(last)
         if cell is None or math.isnan(cell.mean):
             return math.inf
-        return -cell.mean if higher else cell.mean
+        return -good(cell.mean, higher)
 
     return sorted(agg_task.items(), key=key)
 
 
-def summary_table(agg, info) -> str:
-    """One row per encoding, one column per task: the metric at the training size → at the largest size;
-    a last row with each task's reference floor in distribution (the strongest, unless REFERENCE_FLOORS says)."""
+def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, times: dict[str, float]) -> str:
+    """Encodings ranked at the largest size (mean [95 % CI]; `✗` marks kinds that do not count), retention at
+    the largest size, training time; then the floors (mean over data seeds)."""
+    last = sizes[-1][0]
+    head = ["encoding"] + [size_label(name, ratio) for ratio, name in sizes]
+    if len(sizes) > 1:
+        head.append(f"retention ×{last:g}")
+    head.append("train s/run")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    encodings, floors = split_floors(agg_task)
+    for label, by_size in ranking_order(encodings, sizes, check.higher):
+        mark = "" if check.counts(label) else " ✗"
+        cells = [cell_text(by_size[ratio]) if ratio in by_size else "–" for ratio, _ in sizes]
+        if len(sizes) > 1:
+            est = retention(agg_task, label, last, check)
+            cells.append(est.fmt(2) if est is not None else "–")
+        lines.append(f"| {label}{mark} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
+    for name, by_size in sorted(floors.items()):
+        cells = [f"{by_size[ratio].mean:.3g}" if ratio in by_size else "–" for ratio, _ in sizes]
+        lines.append(f"| {FLOOR_PREFIX}{name} | " + " | ".join(cells) + (" | – " if len(sizes) > 1 else "") + " | – |")
+    return "\n".join(lines)
+
+
+def competence_lines(task: str, check: Competence, metric: str, train_agg: dict) -> list[str]:
+    """The competence paragraph of one task: bar, floors, verdict, which kinds count and use position."""
+    bar = TASKS[task].bar.text if task in TASKS else "none"
+    blind = TASKS[task].order_blind if task in TASKS else ""
+    floors = ", ".join(f"{n} {c.mean:.3g}" for n, c in sorted(check.floors.items())) or "none measured"
+    best = check.best
+    state = "**learned at this budget**" if check.learned else "**not learned at this budget** (no verdict)"
+    lines = [f"- bar: {bar}; floors in distribution: {floors}; order-blind: {blind or 'not stated'}",
+             f"- {state}; best kind: {best} {cell_text(check.kinds[best].cell) if best else ''}"]
+    counting = [k for k, s in check.kinds.items() if s.counts]
+    lines.append(f"- kinds that count: {', '.join(counting) or 'none'}; that do not: "
+                 + (", ".join(f"{k} ({'bar' if not s.bar else 'floor'})" for k, s in check.kinds.items()
+                              if not s.counts) or "none"))
+    uses = [k for k, s in check.kinds.items() if s.order]
+    if any(s.order is not None for s in check.kinds.values()):
+        lines.append(f"- kinds that use position (beat the order-blind floor and NoPE): {', '.join(uses) or 'none'}")
+    if train_agg:
+        parts = [f"{k} {by[min(by)].mean:.3g}" for k, by in sorted(train_agg.items()) if not is_floor(k)]
+        lines.append(f"- training {metric} (last epoch, mean over runs): " + ", ".join(parts))
+    return lines
+
+
+def summary_table(agg, info, checks) -> str:
+    """One row per encoding, one column per task: the metric at the training size → at the largest size."""
     tasks = sorted(agg)
     labels = sorted({label for t in tasks for label in agg[t] if not is_floor(label)},
                     key=lambda l: (l.startswith("conv"), "(" in l, l))
@@ -401,215 +331,43 @@ def summary_table(agg, info) -> str:
                 continue
             first, last = min(by), max(by)
             a = f"{by[first].mean:.3g}" if first == 1.0 else "–"
-            cells.append(a if last == first else f"{a} → {by[last].mean:.3g}")
+            mark = "" if checks[t].counts(label) else " ✗"
+            cells.append((a if last == first else f"{a} → {by[last].mean:.3g}") + mark)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    floor_cells = []
-    for t in tasks:
-        floor = reference_floor(t, agg[t], train_ratio(agg[t]), info[t].higher_is_better)
-        floor_cells.append(f"{floor[0]} {floor[1].mean:.3g}" if floor else "")
-    lines.append("| *floor to beat* | " + " | ".join(floor_cells) + " |")
+    lines.append("| *learned at this budget* | " + " | ".join("yes" if checks[t].learned else "**no**" for t in tasks)
+                 + " |")
     return "\n".join(lines)
 
 
-# --- literature trends, checked against the measurements --------------------------------------
-
-ONE_PIXEL = 2 / 63  # one pixel of a 64-pixel image in [-1, 1] coordinates
-
-
-@dataclass
-class Claim:
-    """A trend a paper reports on ``task``.
-
-    Comparison: every kind of ``better`` beats every kind of ``middle`` and ``worse``, and ``middle``
-    beats ``worse`` (only kinds that learned the task take part). ``measure`` says what is compared:
-    "largest" (the metric at the largest test size) or "degradation" (how much it worsens from the
-    training size to the largest). Threshold: with ``threshold`` set, every kind of ``meets`` is on
-    the good side of it and every kind of ``misses`` is not (judged for all kinds: an absolute bar
-    needs no floor). ``note`` qualifies the protocol (e.g. "extrapolation, not the paper's protocol").
-    """
-
-    source: str
-    text: str
-    task: str
-    better: list[str]
-    worse: list[str]
-    middle: list[str] = field(default_factory=list)
-    measure: str = "largest"
-    threshold: float | None = None
-    meets: list[str] = field(default_factory=list)
-    misses: list[str] = field(default_factory=list)
-    note: str = ""
-
-    @property
-    def tiers(self) -> list[list[str]]:
-        """The comparison's groups, best first (empty groups dropped)."""
-        return [t for t in (self.better, self.middle, self.worse) if t]
-
-
-KAZEMNEJAD = ("Kazemnejad et al. 2023", "decoder-only causal models trained on lengths up to L and tested at 2L "
-              "and 4L: NoPE (`none`) and T5's relative bias length-generalize better than absolute (`learned`, "
-              "`sinusoidal`) and rotary encodings; ALiBi in between")
-HEO = ("Heo et al. 2024", "RoPE-Mixed ≥ RoPE-Axial (`rope-mixed`, `rope`) > `learned`/`sinusoidal` at the larger "
-       "resolution (the ≥ between the two RoPEs is not checked)")
-LIU = "Liu et al. 2018"
-CLAIMS = [
-    *[Claim(*KAZEMNEJAD, task, ["none", "relative"], ["learned", "sinusoidal", "rope"], middle=["alibi"])
-      for task in ("text/copy", "text/reverse", "text/addition")],
-    Claim("Press et al. 2022", "on a causal character LM, ALiBi and T5-style bias (`relative`) keep perplexity at "
-          "longer contexts where sinusoidal and RoPE degrade", "text/stdlib_lm", ["alibi", "relative"],
-          ["sinusoidal", "rope"], measure="degradation"),
-    Claim("Sun et al. 2023", "on a causal LM, xPos (`xpos`) keeps perplexity at longer contexts better than RoPE",
-          "text/stdlib_lm", ["xpos"], ["rope"], measure="degradation",
-          note="full attention at test time; the paper extrapolates with blockwise causal attention"),
-    Claim("Li et al. 2024", "on a causal LM, FIRE (`fire`) keeps perplexity at longer contexts better than RoPE and "
-          "NoPE", "text/stdlib_lm", ["fire"], ["rope", "none"], measure="degradation"),
-    Claim("Golovneva et al. 2024", "on copying beyond the training length, CoPE (`cope`) beats absolute encodings and "
-          "RoPE", "text/copy", ["cope"], ["learned", "sinusoidal", "rope"],
-          note="a plain copy task; the paper's are selective copy, counting and flip-flop"),
-    *[Claim(*HEO, task, ["rope-mixed", "rope"], ["learned", "sinusoidal"])
-      for task in ("image/shapes-zoom", "image/digits-zoom")],
-    *[Claim(*HEO, task, ["rope-mixed", "rope"], ["learned", "sinusoidal"],
-            note="extrapolation to a larger canvas, not the paper's protocol (which zooms the same image)")
-      for task in ("image/shapes", "image/digits-canvas")],
-    Claim(LIU, "CoordConv is near-perfect (error under one pixel, 2/63) on the uniform split", "coord/uniform",
-          [], [], threshold=ONE_PIXEL, meets=["conv+coord"]),
-    Claim(LIU, "CoordConv is near-perfect (error under one pixel, 2/63) on the held-out quadrant, where plain "
-          "conv fails", "coord/quadrant", ["conv+coord"], ["conv"], threshold=ONE_PIXEL, meets=["conv+coord"],
-          misses=["conv"]),
-]
-
-
-def measured_cell(by_size: dict[float, Cell], claim: Claim, first: float | None, last: float,
-                  higher: bool) -> Cell | None:
-    """What ``claim`` compares for one label: its cell at ``last``, or its worsening from ``first`` to ``last``
-    (positive = worse; std of an unpaired difference), or None if not measured."""
-    if claim.measure == "largest":
-        return by_size.get(last)
-    a, b = by_size.get(first), by_size.get(last)
-    if a is None or b is None:
-        return None
-    drop = (a.mean - b.mean) if higher else (b.mean - a.mean)
-    return Cell(drop, math.sqrt(a.std ** 2 + b.std ** 2), min(a.n, b.n))
-
-
-def compare(better: dict[str, Cell], worse: dict[str, Cell], higher: bool):
-    """Every pair better × worse sorted into (agree, within noise, disagree) strings."""
-    wins, ties, losses = [], [], []
-    for b, cb in better.items():
-        for w, cw in worse.items():
-            pair = f"{b} {cb.fmt()} vs {w} {cw.fmt()}"
-            if within_noise(cb, cw):
-                ties.append(pair)
-            elif (cb.mean > cw.mean) == higher:
-                wins.append(pair)
-            else:
-                losses.append(pair)
-    return wins, ties, losses
-
-
-def threshold_checks(claim: Claim, cells: dict[str, Cell], higher: bool):
-    """Each ``meets``/``misses`` kind against the threshold, as (agree, within noise, disagree) strings;
-    a cell is on one side when it clears the threshold by more than two standard errors."""
-    wins, ties, losses = [], [], []
-    op = ">" if higher else "<"
-    for label, should_meet in [*[(k, True) for k in claim.meets], *[(k, False) for k in claim.misses]]:
-        cell = cells.get(label)
-        if cell is None:
-            continue
-        good = cell.mean - claim.threshold if higher else claim.threshold - cell.mean
-        text = f"{label} {cell.fmt()} (should{'' if should_meet else ' not'} be {op} {claim.threshold:.3g})"
-        if cell.n < 2 or abs(good) <= 2 * cell.se:
-            ties.append(text)
-        elif (good > 0) == should_meet:
-            wins.append(text)
-        else:
-            losses.append(text)
-    return wins, ties, losses
-
-
-def verdict_of(wins: list, ties: list, losses: list) -> str:
-    """agrees / partly agrees / disagrees / inconclusive from sorted checks."""
-    if wins and not ties and not losses:
-        return "agrees"
-    if not wins and not losses:
-        return "inconclusive (all differences within noise)"
-    return "disagrees" if len(losses) > len(wins) else "partly agrees"
-
-
-def measure_text(claim: Claim, metric: str, first: float | None, last: float) -> str:
-    """What a claim's verdict measured, in words."""
-    if claim.measure == "degradation":
-        return f"the worsening of {metric} from ×{first:g} to ×{last:g} (smaller is better)"
-    if first == last:
-        return f"{metric} at its only test size"
-    return f"{metric} at ×{last:g}, the largest test size"
-
-
-def compare_tiers(tiers: list[dict[str, Cell]], higher: bool):
-    """Every earlier tier against every later one, as (agree, within noise, disagree) strings."""
-    pairs = [compare(upper, lower, higher) for i, upper in enumerate(tiers) for lower in tiers[i + 1:]]
-    return tuple(sum(part, []) for part in zip(*pairs)) if pairs else ([], [], [])
-
-
-def check_claim(claim: Claim, agg, info) -> str:
-    """One markdown line: the claim, what was measured, and whether the measurements agree.
-
-    Comparisons use only kinds that learned the task (the others are named as left out); with a side
-    left empty the comparison is not testable. Threshold checks take every kind measured."""
-    if claim.task not in agg:
-        return f"- **{claim.source}**, `{claim.task}`: not measured in this run (task not selected)."
-    head = f"- **{claim.source}**, `{claim.task}` — {claim.text}" + (f" [{claim.note}]" if claim.note else "")
-    agg_task, row = agg[claim.task], info[claim.task]
-    check = floor_check(agg_task, row.higher_is_better, claim.task)
-    first, last = check.ratio, max(max(by) for by in agg_task.values())
-    if claim.measure == "degradation" and first is None:
-        return f"{head}. **not testable: no training-size measurement to degrade from**."
-    cmp_higher = row.higher_is_better and claim.measure != "degradation"  # a worsening is better smaller
-    labels = {k for t in claim.tiers for k in t} | set(claim.meets) | set(claim.misses)
-    cells = {k: c for k in labels if k in agg_task
-             and (c := measured_cell(agg_task[k], claim, first, last, row.higher_is_better)) is not None}
-    tiers = [{k: cells[k] for k in tier if k in cells and check.usable(k)} for tier in claim.tiers]
-    untestable = bool(claim.tiers) and any(not t for t in tiers)
-    wins, ties, losses = ([], [], []) if untestable else compare_tiers(tiers, cmp_higher)
-    if claim.threshold is not None:
-        for acc, new in zip((wins, ties, losses), threshold_checks(claim, cells, cmp_higher)):
-            acc.extend(new)
-
-    notes = []
-    if untestable:
-        why = "too few kinds left to compare (" + "; ".join(
-            f"{'/'.join(tier)} → {', '.join(t) or 'none'}" for tier, t in zip(claim.tiers, tiers)) + ")"
-        notes.append(f"comparison not testable: {why}" if wins or ties or losses else why)
-    left_out = sorted({kind_of(k) for tier in claim.tiers for k in tier if k in cells and not check.usable(k)})
-    below = [k for k in left_out if k not in check.not_shown]
-    if below:
-        notes.append(f"left out (did not beat the floor in distribution): {', '.join(below)}")
-    if len(below) < len(left_out):
-        notes.append(f"left out (one seed, cannot show it beat the floor): "
-                     f"{', '.join(k for k in left_out if k in check.not_shown)}")
-    missing = sorted(labels - set(cells))
-    if missing:
-        notes.append(f"not in this run: {', '.join(missing)}")
-    if check.floor is None and claim.tiers:
-        notes.append("no floor measured, so no kind is left out")
-    where = measure_text(claim, row.metric, first, last)
-    if not (wins or ties or losses):
-        return f"{head}. Measured: {where}. **not testable: {'; '.join(notes) or 'nothing measured'}**."
-    detail = "; ".join(f"{name}: {', '.join(items)}" for name, items in
-                       (("agree", wins), ("within noise", ties), ("disagree", losses)) if items)
-    tail = "".join(f" {n[0].upper()}{n[1:]}." for n in notes)
-    return f"{head}. Measured: {where}: **{verdict_of(wins, ties, losses)}**. {detail}.{tail}"
-
-
-# --- the report -------------------------------------------------------------------------------
+# --- the report -------------------------------------------------------------------------------------
 
 def train_times(rows: list[Row]) -> dict[str, dict[str, float]]:
     """task -> kind -> mean training seconds per run (floors excluded)."""
     times: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        if r.kind != FLOOR and r.variant == "-" and r.size_ratio == 1.0:
+        if r.kind != "floor" and r.variant == "-" and r.size_ratio == 1.0 and r.split == "test":
             times[r.task][r.kind].append(r.train_time_s)
     return {t: {k: statistics.fmean(v) for k, v in by.items()} for t, by in times.items()}
+
+
+def lr_section(rows: list[Row]) -> list[str]:
+    """The learning-rate search: per task and kind, the validation metric per learning rate and the choice."""
+    search = [r for r in rows if r.variant == SEARCH]
+    if not search:
+        return []
+    by: dict = defaultdict(dict)
+    for r in search:
+        by[(r.task, r.kind)][r.lr] = r.value
+    lines = ["## Learning-rate search", "",
+             "Every kind gets the same search: each candidate peak learning rate trains one run (seed 0, data seed "
+             "0) and is scored on the validation split at the training size; the best is used for every run.", "",
+             "| task | kind | validation metric per lr | chosen |", "|---|---|---|---|"]
+    higher = {r.task: r.higher_is_better for r in search}
+    for (task, kind), vals in sorted(by.items()):
+        best = max(vals, key=lambda lr: good(vals[lr], higher[task]))
+        lines.append(f"| {task} | {kind} | " + ", ".join(f"{lr:g}: {v:.3g}" for lr, v in sorted(vals.items()))
+                     + f" | {best:g} |")
+    return lines + [""]
 
 
 def write_report(run_dir: Path, header: str, select=None) -> Path:
@@ -620,24 +378,31 @@ def write_report(run_dir: Path, header: str, select=None) -> Path:
     if select is not None:
         rows = select(rows)
     agg, info, times = aggregate(rows), task_info(rows), train_times(rows)
+    train_agg = aggregate(rows, split="train")
+    checks = {t: competence(t, agg[t], info[t].higher_is_better) for t in agg}
     parts = [header, "", "## Summary", "",
-             "Mean over seeds at the training size → at the largest test size (× in the column tables below); "
-             "the last row is the floor each task's kinds must beat in distribution.", "",
-             summary_table(agg, info), "", *learned_section(agg, info), "", "## Per task", "",
-             "Cells: mean ± std over seeds. **Bold**: best at that size; `~`: within noise of the best "
-             "(difference under two standard errors). Sizes are test size / train size. `floor:` rows come "
-             "from the data, not a model (never bold); the plots draw them as dashed grey lines.", ""]
+             "Mean over runs at the training size → at the largest test size; ✗: the kind does not count (misses the "
+             "task's bar or a floor of its data), so it takes no part in any claim.", "",
+             summary_table(agg, info, checks), "", "## Per task", "",
+             "Cells: mean over runs [95 % t interval]. Retention: (m(×k) − f(×k)) / (m(×1) − f(×1)) per run, f the "
+             "strongest floor at that size (1: kept everything above the floor; 0: down to it). `floor:` rows come "
+             "from the data (mean over data seeds); the plots draw them as dashed grey steps.", ""]
     for task in sorted(agg):
         row = info[task]
         sizes = sizes_of(rows, task)
         arrow = "higher is better" if row.higher_is_better else "lower is better"
         plot = plot_task(task, agg[task], sizes, row.metric, run_dir / f"{task.replace('/', '_')}.png",
                          higher=row.higher_is_better)
-        parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}, {seeds_note(agg[task])}", "",
-                  markdown_table(task, agg[task], sizes, row.higher_is_better, times.get(task, {})), "",
+        n = max((c.n for label, by in agg[task].items() if not is_floor(label) for c in by.values()), default=0)
+        parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}, {n} runs", "",
+                  *competence_lines(task, checks[task], row.metric, train_agg.get(task, {})), "",
+                  markdown_table(agg[task], sizes, checks[task], times.get(task, {})), "",
                   f"![{task}]({plot.name})", ""]
-    parts += ["## Does it reproduce the literature?", ""]
-    parts += [check_claim(c, agg, info) for c in CLAIMS]
+    parts += lr_section(rows)
+    parts += ["## Does it reproduce the literature?", "",
+              "Each claim is a set of ordered pairs; each pair a Welch t test on per-run values (a worsening is "
+              "paired per run first), Holm-corrected within the claim; only kinds that count take part.", ""]
+    parts += [claim_line(c, agg, info) for c in CLAIMS if c.task in agg]
     out = run_dir / "report.md"
     out.write_text("\n".join(parts) + "\n")
     return out

@@ -55,6 +55,7 @@ class TagTask(SyntheticDataset):
     """
 
     domain, task = "text", "tag"
+    order_blind_bag = False  # see train.floors: copy / reverse have an exact order-blind floor
     num_classes = NUM_SYMBOLS
     vocab_size = NUM_SPECIAL + NUM_SYMBOLS
 
@@ -105,6 +106,7 @@ class CopyTask(TagTask):
     """
 
     name = "copy"
+    order_blind_bag = True  # the output is a function of the bag of input symbols plus their order
 
     def output(self, symbols: np.ndarray) -> np.ndarray:
         return symbols
@@ -197,22 +199,43 @@ class StdlibLM(Dataset):
     """Next-character prediction on the stdlib sources: items ``(x (C,), y (C,))`` LongTensor, ``y[t] = x[t+1]``.
 
     Windows of ``context`` characters at stride ``context``; the first window starts at an offset
-    drawn from ``seed`` (so seeds see different cuts of the same text).
+    drawn from ``seed`` (so seeds see different cuts of the same text). With ``score_last=S`` the
+    windows step by ``S`` instead (the offset drawn below ``S``) and only their last ``S`` targets are
+    scored (the others are -100);
+    ``align=A`` (>= context) places the scored blocks where a window of ``A`` characters would put
+    them, so every context ``C <= A`` scores *the same characters* (item ``i`` at any ``C``), and a
+    longer context only adds history (the sliding-window evaluation of Press et al. 2022).
 
     >>> x, y = StdlibLM("val", context=16)[0]
     >>> x.shape, bool((x[1:] == y[:-1]).all())
     (torch.Size([16]), True)
+    >>> a, b = StdlibLM("val", context=16, score_last=4, align=64), StdlibLM("val", context=64, score_last=4, align=64)
+    >>> len(a) == len(b), bool((a[3][1][-4:] == b[3][1][-4:]).all()), int((a[3][1] >= 0).sum())
+    (True, True, 4)
     """
 
     name, domain, task = "stdlib_lm", "text", "lm"
     vocab_size = num_classes = len(CHARS)
 
-    def __init__(self, split: str, *, seed: int = 0, context: int = 128, root: str | None = None):
+    def __init__(self, split: str, *, seed: int = 0, context: int = 128, root: str | None = None,
+                 score_last: int | None = None, align: int | None = None):
         self.split, self.seed, self.context = check_split(split), int(seed), int(context)
         check_min("context", self.context, 1)
+        if score_last is not None:
+            check_min("score_last", score_last, 1)
+            if score_last > self.context:
+                raise ValueError(f"score_last={score_last} must be <= context={context}")
+        if align is not None:
+            if score_last is None:
+                raise ValueError("align places the scored blocks of score_last: pass score_last too")
+            if align < self.context:
+                raise ValueError(f"align={align} must be >= context={context} (the longest context it aligns)")
+        self.score_last, self.align = score_last, align
         self.corpus = load_corpus(None if root is None else str(root), split)
-        self.offset = int(np.random.default_rng([zlib.crc32(b"stdlib_lm"), self.seed]).integers(self.context))
-        self.size = (len(self.corpus) - 1 - self.offset) // self.context
+        self.stride = score_last or self.context
+        self.offset = int(np.random.default_rng([zlib.crc32(b"stdlib_lm"), self.seed]).integers(self.stride))
+        self.first_end = self.offset + (align or self.context)  # end (exclusive) of item 0's input window
+        self.size = (len(self.corpus) - 1 - self.first_end) // self.stride + 1
         if self.size < 1:
             raise ValueError(f"stdlib_lm {split}: corpus of {len(self.corpus)} chars is shorter than context={context}")
 
@@ -222,6 +245,9 @@ class StdlibLM(Dataset):
     def __getitem__(self, index: int):
         if not 0 <= index < self.size:
             raise IndexError(f"index {index} out of range for stdlib_lm {self.split} of size {self.size}")
-        start = self.offset + index * self.context
-        chunk = torch.from_numpy(self.corpus[start : start + self.context + 1].astype(np.int64))
-        return chunk[:-1], chunk[1:]
+        end = self.first_end + index * self.stride
+        chunk = torch.from_numpy(self.corpus[end - self.context : end + 1].astype(np.int64))
+        x, y = chunk[:-1], chunk[1:].clone()
+        if self.score_last is not None:
+            y[: self.context - self.score_last] = IGNORE
+        return x, y

@@ -64,6 +64,9 @@ class Tones(SyntheticDataset):
         self.duration, self.syllables = float(duration), syllables
         self.classes = tuple("-".join(c) for c in itertools.product(CONTOURS, repeat=syllables))
         self.num_classes = len(self.classes)
+        # labels with the same contours in another order share a group (the multiset of contours)
+        multisets = sorted({tuple(sorted(c.split("-"))) for c in self.classes})
+        self.order_blind_groups = [multisets.index(tuple(sorted(c.split("-")))) for c in self.classes]
         self.featurizer = LogMel(sample_rate=SAMPLE_RATE)
 
     def waveform(self, rng) -> tuple[np.ndarray, int]:

@@ -29,6 +29,8 @@ CLASSES = ("right", "left", "down", "up", "clockwise", "counter-clockwise", "bou
 LINEAR = {0: (0, 1), 1: (0, -1), 2: (1, 0), 3: (-1, 0)}  # class -> unit (d_row, d_col)
 DISK_RADIUS = 1.5  # pixels, at every frame size (default of the ``disk_radius`` option)
 MOTIONS = {"all": CLASSES, "linear": CLASSES[:4]}
+REVERSAL_GROUP = {"right": 0, "left": 0, "down": 1, "up": 1, "clockwise": 2, "counter-clockwise": 2,
+                  "bounce-horizontal": 3, "bounce-vertical": 4}  # a bounce reversed is itself
 
 
 def path(label: int, t: np.ndarray, frame_size: int, rng, radius: float = DISK_RADIUS) -> np.ndarray:
@@ -83,6 +85,8 @@ class Trajectory(SyntheticDataset):
             raise TypeError(f"zero_background must be a bool, got {zero_background!r}")
         self.frames, self.frame_size = int(frames), int(frame_size)
         self.classes, self.num_classes = MOTIONS[motions], len(MOTIONS[motions])
+        # labels that differ only by the order of frames (time reversals) share a group: right/left, down/up, cw/ccw
+        self.order_blind_groups = [REVERSAL_GROUP[c] for c in self.classes]
         self.disk_radius, self.zero_background = float(disk_radius), zero_background
 
     def make(self, rng):

@@ -1,0 +1,64 @@
+"""Which training budget makes a benchmark task learnable? In-distribution probes only.
+
+Trains one benchmark cell per (kind, steps, lr) through the benchmark's own cell configuration
+(``train.bench.train_config``: the same data, model and optimizer as a preset's cells) and prints
+the training metric (last epoch) and the validation metric **at the training size** with the wall
+time. It never evaluates beyond the training size: budgets are chosen before any test size is seen.
+
+    python benchmarks/probe_budget.py text/copy --kinds none rope --steps 400 1000 --lr 3e-3
+    python benchmarks/probe_budget.py text/stdlib_lm --kinds rope --steps 2000 --set dim=64 depth=3
+
+``--set key=value`` overrides the quick preset's keys (``dim``, ``depth``, ``batch_size``, ...).
+Run with ``OMP_NUM_THREADS=1`` to time a cell as a benchmark worker runs it (one thread each).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from train.bench import CONFIG_DIR, TASKS, CellSpec, cell_grids, load_bench_config, train_config  # noqa: E402
+from train.main import fit  # noqa: E402
+
+
+def probe(task_name: str, kind: str, steps: int, lr: float, overrides: list[str], seed: int, out: Path) -> dict:
+    cfg = load_bench_config(CONFIG_DIR / "quick.yaml", [*overrides, f"steps={{{task_name}: {steps}}}",
+                                                        f"lrs={{{task_name}: {lr}}}"])
+    task = TASKS[task_name]
+    grids = cell_grids(cfg, task, out)
+    tcfg = train_config(cfg, task, CellSpec(task_name, kind, seed, cfg.data_seeds[0], lr, cfg.weight_decay), out,
+                        *grids)
+    start = time.perf_counter()
+    _, result = fit(tcfg)
+    return {"task": task_name, "kind": kind, "steps": steps, "lr": lr, "seed": seed,
+            "train": {k: round(v, 4) for k, v in result["train"].items() if k != "time"},
+            "val": {k: round(v, 4) for k, v in result["eval"].items()}, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("--kinds", nargs="+", default=["none", "rope"])
+    parser.add_argument("--steps", nargs="+", type=int, default=[300])
+    parser.add_argument("--lr", nargs="+", type=float, default=[2e-3])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--set", nargs="*", default=[], help="quick-preset overrides, key=value")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in args.kinds:
+            for steps in args.steps:
+                for lr in args.lr:
+                    for seed in args.seeds:
+                        print(json.dumps(probe(args.task, kind, steps, lr, args.set, seed, Path(tmp))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""The benchmark's protocol, in one place: open this file first.
+
+For every task: what it tests and whose protocol it follows, the size it trains at and the sizes
+it is tested at, its metric, its **competence bar** (what its best kinds must reach in distribution
+before any comparison: a task whose best kinds miss it is "not learned at this budget" and gives no
+verdict), its floors (``train/floors.py``: chance, majority, n-gram, mean predictor, and what a
+model **blind to order** can reach on the same data), and the options the protocol gives some kinds
+(each with its reason). Then the literature claims the report checks, each with its paper, the
+kinds it compares, what it measures and how our protocol differs from the paper's (or why it is
+``not tested``).
+
+Rules of the report (``train/report.py``; statistics in ``train/stats.py``), fixed before any result
+beyond the training size was looked at:
+
+- A run is one training (model seed x data seed); every number is a mean over runs with a 95 % t
+  interval. A kind *counts* on a task iff its mean passes the bar and it beats every floor of its
+  runs' data by a one-sided 95 % t test; only kinds that count enter a claim.
+- A kind *uses position* iff it also beats the order-blind floor and NoPE (``none``, Welch test).
+- Beyond the training size: retention ``(m(xk) - f(xk)) / (m(x1) - f(x1))`` per run (``f`` the
+  strongest floor), with its t interval; degradation ``m(xk) - m(x1)`` is paired per run.
+- A claim is a set of ordered pairs (``a`` better than ``b``); each pair is a Welch t test, Holm-
+  corrected within the claim. ``agrees``: every pair significant in the claimed direction;
+  ``disagrees``: some pair significant against it; otherwise ``inconclusive``, with the smallest
+  effect the design detects (80 % power). ``not tested``: the protocol differs from the paper's in a
+  way that changes what is measured, said in the claim; or too few kinds count.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+ONE_PIXEL = 2 / 63  # one pixel of a 64-pixel image in [-1, 1] coordinates
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A competence bar: the task's metric must reach ``value``, or beat the floor named ``floor``."""
+
+    text: str
+    value: float | None = None
+    floor: str | None = None
+
+
+@dataclass(frozen=True)
+class KindOption:
+    """Options the protocol gives one kind on one task: ``options(train_grid, max_grid) -> dict``, and why."""
+
+    options: Callable[[tuple, tuple], dict]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Task:
+    """One line of the protocol: a dataset trained at one size and tested at larger ones."""
+
+    name: str  # "<domain>/<task>"
+    dataset: str  # train.data name
+    model: str  # models name
+    dims: int
+    size_key: str  # the dataset option that grows
+    train_size: float
+    test_sizes: tuple  # values of size_key, the first equal to train_size
+    metric: str  # key of train.engine.summarize
+    higher_is_better: bool
+    bar: Bar
+    unit: str = ""
+    data: dict = field(default_factory=dict)  # fixed dataset options (train and val; test too unless test_data says)
+    model_opts: dict = field(default_factory=dict)  # model options; they win over the preset's dim / depth / heads
+    conv: bool = False  # coordinate task: a conv net; kinds are "conv" / "conv+coord"
+    test_data: dict = field(default_factory=dict)  # dataset options of the test splits only
+    protocol: str = ""  # what the task tests and whose protocol it follows (printed in the report)
+    order_blind: str = ""  # what a model blind to order reaches, and how the floor computes it
+    archs: dict = field(default_factory=dict)  # coordinate tasks: kind ("conv", "conv+coord") -> ConvNet options
+    kind_options: dict = field(default_factory=dict)  # kind -> KindOption (the protocol's choices, with reasons)
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.model_opts.get("causal"))
+
+
+KAZEMNEJAD_PROTOCOL = ("decoder-only (causal) model trained on lengths 1..L, tested at exactly L, 1.5L, 2L (their "
+                       "out-of-distribution range reaches 2L); exact match of the teacher-forced output (= greedy "
+                       "decoding right): Kazemnejad et al. 2023")
+PRESS_PROTOCOL = ("causal character LM trained on windows of C characters; at every test context the same target "
+                  "characters are scored (the last C/2 of each window), so a longer context only adds history: "
+                  "Press et al. 2022's extrapolation with a sliding window")
+ZOOM = "the same scene rendered at a higher resolution (more patches, same content): Heo et al. 2024"
+CANVAS = "a larger field with objects of the same pixel size (position extrapolation; not Heo et al.'s protocol)"
+LIU = ("a one-hot pixel in a 64x64 image -> its (row, col); CoordConv vs plain conv, as Liu et al. 2018 (their "
+       "supervised coordinate regression task and split), both with the paper's He-normal initialization")
+COPY_BAR = Bar("exact-match sequence accuracy >= 0.95 at the training length", value=0.95)
+IMAGE_BAR = Bar("accuracy >= 0.9 at the training resolution", value=0.9)
+COORD_BAR = Bar("error below the mean predictor's (one-sided t test); the one-pixel bar is Liu et al.'s claim itself",
+                floor="mean-predictor")
+ORDER_BAR = Bar("above the order-blind ceiling (one-sided t test)", floor="order-blind")
+ORDER_BLIND_TAGS = ("exact: each output slot guessed as the most common symbol not yet written (the bag of the "
+                    "tokens before it, which is all a model blind to their order knows)")
+ORDER_BLIND_POSITIONS = "exact: the label depends only on positions, so the majority class"
+ROPE_VIT = KindOption(lambda train, largest: {"theta": 100.0},
+                      "RoPE-Axial at RoPE-ViT's theta 100 (Heo et al. 2024 code), not the language models' 10000")
+FIRE_L = KindOption(lambda train, largest: {"init_L": max(train[0] // 2, 1)},
+                    "init_L at half the training length, so FIRE's progressive interpolation acts (Li et al. 2024)")
+COPE_MAX = KindOption(lambda train, largest: {"max_pos": int(largest[0])},
+                      "max_pos covers every offset of the largest test sequence (Golovneva et al. 2024)")
+CAUSAL_TEXT = {"data": {"causal": True, "min_length": 1}, "test_data": {"min_length": None},
+               "model_opts": {"causal": True}, "protocol": KAZEMNEJAD_PROTOCOL, "bar": COPY_BAR,
+               "order_blind": ORDER_BLIND_TAGS, "kind_options": {"fire": FIRE_L, "cope": COPE_MAX}}
+VIT = {"patch_size": 4, "pool": "mean"}
+PAPER_COORDCONV = {"arch": "coordconv_regressor", "value_gain": 0.0}  # the paper's He-normal init, as the conv net's
+
+TASKS = {t.name: t for t in [
+    Task("image/shapes", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
+         model_opts=VIT, protocol=CANVAS, order_blind=ORDER_BLIND_POSITIONS, kind_options={"rope": ROPE_VIT}),
+    Task("image/shapes-zoom", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
+         data={"growth": "zoom"}, model_opts=VIT, protocol=ZOOM, order_blind=ORDER_BLIND_POSITIONS,
+         kind_options={"rope": ROPE_VIT}),
+    Task("image/digits-zoom", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
+         data={"growth": "zoom", "channels": 1}, model_opts={**VIT, "in_chans": 1}, protocol=ZOOM,
+         order_blind="measured: NoPE (a bag of patches)", kind_options={"rope": ROPE_VIT}),
+    Task("image/digits-canvas", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
+         data={"growth": "canvas", "digit_size": 24, "channels": 1}, model_opts={**VIT, "in_chans": 1},
+         protocol=CANVAS, order_blind="measured: NoPE (a bag of patches)", kind_options={"rope": ROPE_VIT}),
+    Task("image/cifar10", "cifar10", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True,
+         Bar("accuracy >= 0.6 at 32 px", value=0.6), "px", model_opts=VIT,
+         protocol=ZOOM + " (bilinear upsampling of the 32 px images)", order_blind="measured: NoPE (a bag of patches)",
+         kind_options={"rope": ROPE_VIT}),
+    Task("audio/tones", "tones", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True, ORDER_BAR, "s",
+         data={"syllables": 2}, model_opts={"patch_size": [8, 8], "pool": "mean"},
+         protocol="the same two syllables spread over a longer clip (each in its half of the clip; the background "
+                  "noise fills the clip at every duration, so a longer clip holds more noise, not padding)",
+         order_blind="exact: the unordered pair of contours identified, the order guessed (6/9 with 9 balanced "
+                     "classes)"),
+    Task("audio/spoken", "spoken_words", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True,
+         Bar("accuracy >= 0.8 at 1 s", value=0.8), "s", model_opts={"patch_size": [8, 8], "pool": "mean"},
+         protocol="a synthesized keyword (held-out voices) at a random offset in a longer clip (more time patches)",
+         order_blind="measured: NoPE (a bag of spectrogram patches)"),
+    Task("audio/speech_commands", "speech_commands", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True,
+         Bar("accuracy >= 0.8 at 1 s", value=0.8), "s", model_opts={"patch_size": [8, 8], "pool": "mean"},
+         protocol="a keyword in a longer clip (the 1 s clip followed by silence: padding, not more signal)",
+         order_blind="measured: NoPE (a bag of spectrogram patches)"),
+    Task("text/copy", "copy", "text", 1, "length", 8, (8, 12, 16), "seq_acc", True, unit="L", **CAUSAL_TEXT),
+    Task("text/reverse", "reverse", "text", 1, "length", 8, (8, 12, 16), "seq_acc", True, unit="L", **CAUSAL_TEXT),
+    Task("text/addition", "addition", "text", 1, "length", 8, (8, 12, 16), "seq_acc", True, unit="L",
+         **{**CAUSAL_TEXT, "order_blind": "not computed (no closed form for addition)"}),
+    Task("text/stdlib_lm", "stdlib_lm", "text", 1, "context", 64, (64, 128, 256, 512), "ppl", False,
+         Bar("perplexity below the trigram's on the same test characters", floor="trigram"), "C",
+         data={"score_last": 32}, test_data={"align": 512}, model_opts={"causal": True}, protocol=PRESS_PROTOCOL,
+         order_blind="measured: a softmax regression on the bag of the window's characters (train/floors.py)",
+         kind_options={"fire": FIRE_L}),
+    Task("video/trajectory", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, ORDER_BAR, "frames",
+         data={"motions": "linear", "disk_radius": 2.2, "zero_background": True},
+         model_opts={"tubelet": [1, 8, 8], "pool": "mean", "heads": 2},
+         protocol="the same motion at a higher frame rate (more frames); one-frame tubelets, so only positions "
+                  "tell the frame order (right/left, down/up)",
+         order_blind="exact: the axis of motion identified, the direction guessed (1/2)"),
+    Task("coord/uniform", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
+         COORD_BAR,
+         data={"split_mode": "uniform", "margin": 4}, conv=True, protocol=LIU, order_blind="not applicable (a conv net)",
+         archs={"conv": {"arch": "conv_uniform"}, "conv+coord": PAPER_COORDCONV}),
+    Task("coord/quadrant", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
+         COORD_BAR,
+         data={"split_mode": "quadrant", "margin": 4}, conv=True, protocol=LIU, order_blind="not applicable (a conv net)",
+         archs={"conv": {"arch": "conv_quadrant"}, "conv+coord": PAPER_COORDCONV}),
+]}
+
+
+# --- literature claims --------------------------------------------------------------------------
+
+@dataclass
+class Claim:
+    """A trend a paper reports on ``task``, as ordered pairs: every kind of a tier beats every kind of later tiers.
+
+    ``measure``: "largest" (the metric at the largest test size) or "degradation" (its worsening from
+    the training size to the largest, paired per run). ``threshold``: every kind of ``meets`` is on the
+    good side of it and every kind of ``misses`` is not. ``note``: how the protocol differs without
+    changing what is measured; ``not_tested``: a difference that does, so no verdict is given.
+    """
+
+    source: str
+    text: str
+    task: str
+    tiers: list[list[str]] = field(default_factory=list)
+    measure: str = "largest"
+    threshold: float | None = None
+    meets: list[str] = field(default_factory=list)
+    misses: list[str] = field(default_factory=list)
+    note: str = ""
+    not_tested: str = ""
+
+
+KAZEMNEJAD = ("Kazemnejad et al. 2023", "decoder-only causal models trained on lengths up to L, tested up to 2L: NoPE "
+              "(`none`) and T5's relative bias length-generalize better than absolute (`learned`, `sinusoidal`) and "
+              "rotary encodings; ALiBi in between")
+HEO = ("Heo et al. 2024", "RoPE-Mixed > RoPE-Axial (`rope-mixed`, `rope` at theta 100) > `learned`/`sinusoidal` at "
+       "the larger resolution")
+LIU_SOURCE = "Liu et al. 2018"
+CLAIMS = [
+    *[Claim(*KAZEMNEJAD, task, [["none", "relative"], ["alibi"], ["learned", "sinusoidal", "rope"]],
+            note="a 2-layer model of width 48; their models are larger and trained longer")
+      for task in ("text/copy", "text/reverse", "text/addition")],
+    Claim("Press et al. 2022", "on a causal LM, ALiBi and T5-style bias (`relative`) keep perplexity at longer "
+          "contexts where sinusoidal and RoPE degrade", "text/stdlib_lm", [["alibi", "relative"], ["sinusoidal", "rope"]],
+          measure="degradation", note="a character LM on Python sources, up to 8x the training context (the paper: "
+          "word-level WikiText-103 up to 16x)"),
+    Claim("Sun et al. 2023", "on a causal LM, xPos (`xpos`) keeps perplexity at longer contexts better than RoPE",
+          "text/stdlib_lm", [["xpos"], ["rope"]], measure="degradation",
+          not_tested="the paper extrapolates with blockwise causal attention; the benchmark uses full attention"),
+    Claim("Li et al. 2024", "on a causal LM, FIRE (`fire`) keeps perplexity at longer contexts better than RoPE and "
+          "NoPE", "text/stdlib_lm", [["fire"], ["rope", "none"]], measure="degradation",
+          note="FIRE with init_L at half the training context, so its progressive interpolation acts"),
+    Claim("Golovneva et al. 2024", "beyond the training length, CoPE (`cope`) beats absolute encodings and RoPE",
+          "text/copy", [["cope"], ["learned", "sinusoidal", "rope"]],
+          not_tested="plain copy is not one of the paper's tasks (selective copy, counting, flip-flop), which the "
+                     "benchmark does not have yet"),
+    *[Claim(*HEO, task, [["rope-mixed"], ["rope"], ["learned", "sinusoidal"]])
+      for task in ("image/shapes-zoom", "image/digits-zoom")],
+    *[Claim(*HEO, task, [["rope-mixed"], ["rope"], ["learned", "sinusoidal"]],
+            not_tested="extrapolation to a larger canvas, not the paper's protocol (which zooms the same image)")
+      for task in ("image/shapes", "image/digits-canvas")],
+    Claim(LIU_SOURCE, "CoordConv is near-perfect (error under one pixel, 2/63) on the uniform split", "coord/uniform",
+          threshold=ONE_PIXEL, meets=["conv+coord"]),
+    Claim(LIU_SOURCE, "CoordConv is near-perfect (error under one pixel, 2/63) on the held-out quadrant, where plain "
+          "conv fails", "coord/quadrant", threshold=ONE_PIXEL, meets=["conv+coord"],
+          misses=["conv"]),
+]
