@@ -96,3 +96,69 @@ def test_summary_floors_see_a_one_axis_task():
     x[:, :, 2, :] += 2.0 * y[:, None, None]  # class 1 is louder in frequency band 2 at all times
     result = summary_floors(x[:300], y[:300], x[300:], y[300:])
     assert result["frequency-profile"] > 0.95 and result["time-profile"] > 0.6
+
+
+def test_order_blind_classify_by_hand():
+    """Labels 0/1 differ only by order (group 0), label 2 is alone: the order-blind ceiling guesses, per group,
+    its most common training label."""
+    from train.floors import classify_floors
+
+    train_y, test_y = torch.tensor([0, 0, 1, 2, 2]), torch.tensor([0, 1, 1, 2])
+    out = classify_floors(train_y, test_y, 3, groups=[0, 0, 1])
+    assert out["order-blind"] == pytest.approx(2 / 4)  # guesses 0 for {0, 1}: right on one of three; 2 always right
+
+
+def test_order_blind_tones_and_trajectories_reach_their_exact_ceilings():
+    tones = build_dataset("tones", "test", syllables=2, size=8)
+    assert sorted(tones.order_blind_groups) == [0, 1, 1, 2, 2, 3, 4, 4, 5], "6 multisets of 2 contours out of 9 orders"
+    labels = torch.arange(9).repeat(100)  # balanced: identify the multiset, guess the order: 3 + 6/2 = 6 of 9
+    from train.floors import classify_floors
+
+    assert classify_floors(labels, labels, 9, tones.order_blind_groups)["order-blind"] == pytest.approx(6 / 9)
+    traj = build_dataset("trajectory", "test", motions="linear", size=4, frames=8)
+    assert traj.order_blind_groups == [0, 0, 1, 1]
+
+
+def naive_bag_guesses(tokens):
+    """Per position: the most common input symbol not yet written after the separator (a loop)."""
+    out = torch.zeros_like(tokens)
+    for b, seq in enumerate(tokens.tolist()):
+        sep = seq.index(1) if 1 in seq else len(seq)
+        remaining = [0] * 10
+        for t in seq[:sep]:
+            if t >= 3:
+                remaining[t - 3] += 1
+        for i, t in enumerate(seq):
+            if i > sep and t >= 3:
+                remaining[t - 3] -= 1
+            out[b, i] = max(range(10), key=lambda d: (remaining[d], -d))
+    return out
+
+
+def test_bag_guesses_match_a_loop_and_copy_is_beaten_only_with_order():
+    from train.floors import bag_guesses, score_guesses
+
+    data = build_dataset("copy", "test", length=6, size=300, causal=True)
+    tokens, targets = map(torch.stack, zip(*(data[i] for i in range(300))))
+    guesses = bag_guesses(tokens)
+    assert torch.equal(guesses, naive_bag_guesses(tokens))
+    per_token, per_seq = score_guesses(guesses, targets, False), score_guesses(guesses, targets, True)
+    assert 0.3 < per_token < 0.9 and per_seq < per_token, "the last slot is always right, the first rarely"
+    assert score_guesses(targets.clamp(min=0), targets, True) == 1.0
+
+
+def test_lm_floors_score_the_same_characters_at_every_context():
+    """With score_last and align, the n-gram floors (2 characters of history) are equal at every context."""
+    from train.floors import ngram_floors
+
+    train = build_dataset("stdlib_lm", "train", context=32)
+    train_x = torch.stack([train[i][0] for i in range(200)])
+    val = build_dataset("stdlib_lm", "val", context=32)
+    val_xy = tuple(map(torch.stack, zip(*(val[i] for i in range(50)))))
+    floors = []
+    for context in (32, 128):
+        test = build_dataset("stdlib_lm", "test", context=context, score_last=16, align=128)
+        test_xy = tuple(map(torch.stack, zip(*(test[i] for i in range(40)))))
+        assert int((test_xy[1] >= 0).sum()) == 40 * 16
+        floors.append(ngram_floors(train_x, val_xy, test_xy, 98))
+    assert floors[0] == pytest.approx(floors[1])

@@ -82,11 +82,12 @@ class BenchConfig:
     weight_decay: float = 0.05
     lr_search: list[float] = field(default_factory=list)  # candidate peak learning rates, searched per (task, kind)
     wd_search: dict = field(default_factory=dict)  # task -> candidate weight decays searched with lr_search
-    lr_file: str | None = None  # a choice file written by a search (lr_choices.yaml): its (task, kind) values win
+    lr_file: str | None = None  # a search's choice file (lr_choices.yaml; relative paths from the checkout's root)
     warmup_steps: int = 20
     dim: int = 48
     depth: int = 2
     heads: int = 4
+    models: dict = field(default_factory=dict)  # task -> {dim, depth, heads}: a larger model where a task needs it
     out_root: str = "runs"
 
 
@@ -121,7 +122,9 @@ def check_per_task(cfg: BenchConfig) -> None:
               "wd_search": (lambda v: isinstance(v, list) and all(type(x) in (int, float) and x >= 0 for x in v),
                             "a list of numbers >= 0"),
               "lrs": (lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0, "a finite number > 0"),
-              "why": (lambda v: isinstance(v, str), "a string")}
+              "why": (lambda v: isinstance(v, str), "a string"),
+              "models": (lambda v: isinstance(v, dict) and set(v) <= {"dim", "depth", "heads"}
+                         and all(type(x) is int and x >= 1 for x in v.values()), "a mapping of dim / depth / heads to ints >= 1")}
     for key, (ok, expected) in checks.items():
         mapping = getattr(cfg, key)
         unknown = sorted(set(mapping) - set(TASKS))
@@ -230,6 +233,7 @@ def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[fl
     chosen: dict = {}
     if cfg.lr_file:
         path = Path(cfg.lr_file)
+        path = path if path.is_absolute() else CONFIG_DIR.parent.parent / path  # relative to the checkout
         if not path.exists():
             raise ConfigError(f"lr_file {path} does not exist; run the preset that writes it (lr_search) first")
         for task, by_kind in (yaml.safe_load(path.read_text()) or {}).items():
@@ -321,7 +325,7 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
         model["add_coords"] = cell.kind == "conv+coord"
         model.update(task.archs.get(cell.kind, {}))
     else:
-        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads,
+        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads, **cfg.models.get(task.name, {}),
                      pe=pe_config(cell.kind, task, train_grid, max_grid))
     model.update(task.model_opts)
     steps = int(cfg.steps.get(task.name, cfg.default_steps))
@@ -511,8 +515,9 @@ def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:
 
 
 def write_choices(cfg: BenchConfig, chosen: dict, path: Path) -> None:
-    """The search's choices, ``{task: {kind: {lr, weight_decay}}}``, for a later preset's ``lr_file``."""
-    out: dict = {}
+    """The search's choices, ``{task: {kind: {lr, weight_decay}}}``, for a later preset's ``lr_file``; the choices
+    of tasks run by earlier invocations (task by task) are kept."""
+    out: dict = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
     for (task, kind), (lr, wd) in sorted(chosen.items()):
         out.setdefault(task, {})[kind] = {"lr": lr, "weight_decay": wd}
     path.write_text(yaml.safe_dump(out, sort_keys=True))
@@ -635,7 +640,8 @@ def header(cfg: BenchConfig, info: dict) -> str:
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
         f"- runs per (task, kind): {len(cfg.seeds)} (model seeds {cfg.seeds}, data seeds {cfg.data_seeds} in turn); "
-        f"model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads} (unless the task says otherwise); batch "
+        f"model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads} (per task: {cfg.models or 'none'}; the task's "
+        "own options win); batch "
         f"{cfg.batch_size}; {search}; weight decay {cfg.weight_decay}; steps: {cfg.default_steps} (per task: "
         f"{cfg.steps or 'none'}); {cfg.train_items} training items (per task: {cfg.items or 'none'}), "
         f"{cfg.test_items} test items per size (fewer where the dataset has fewer)",
