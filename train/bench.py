@@ -35,11 +35,12 @@ from pathlib import Path
 import torch
 import yaml
 
+import ndpe
+
 from .config import Config, ConfigError, apply_override, from_dict, load_yaml
 from .report import FLOOR, Row, append_rows, read_rows, write_report
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bench"
-RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
 SCALINGS = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
 
 
@@ -116,6 +117,9 @@ TASKS = {t.name: t for t in [
 ]}
 
 
+ALL = "all"  # in `kinds` / `task_kinds`: every registered kind (ndpe.available()) that applies to the task
+
+
 @dataclass
 class BenchConfig:
     """A benchmark preset (configs/bench/*.yaml); every key can be overridden as ``key=value``."""
@@ -123,9 +127,7 @@ class BenchConfig:
     name: str = "quick"
     tasks: list[str] = field(default_factory=lambda: ["image/shapes", "audio/tones", "text/copy", "text/stdlib_lm",
                                                       "video/trajectory", "coord/uniform", "coord/quadrant"])
-    kinds: list[str] = field(default_factory=lambda: [
-        "none", "sinusoidal", "learned", "rope", "rope-mixed", "alibi", "relative", "coord", "fourier",
-        "rope+cape", "sinusoidal+cape"])
+    kinds: list[str] | str = ALL  # kind names ("rope", "rope+cape": with augmentation) and ALL: every registered kind
     rope_variants: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])
     task_kinds: dict = field(default_factory=dict)  # task -> kinds, replacing `kinds` for that task
     why: dict = field(default_factory=dict)  # task -> why these kinds (printed in the report)
@@ -165,19 +167,21 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
         raise ConfigError(f"unknown rope_variants {bad_variants}; expected some of {sorted(SCALINGS)}")
     check_executor(cfg)
     check_per_task(cfg)
-    import ndpe
-
-    for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in kinds}:
+    for kinds in [cfg.kinds, *cfg.task_kinds.values()]:
+        if isinstance(kinds, str) and kinds != ALL:
+            raise ConfigError(f"kinds must be a list of kinds or {ALL!r} (every kind), got {kinds!r}")
+    for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in expand_kinds(kinds)}:
         base = kind.split("+")[0]
         if base not in ndpe.available():
-            raise ConfigError(f"unknown kind {kind!r}; expected a name from {sorted(ndpe.available())}, "
+            raise ConfigError(f"unknown kind {kind!r}; expected {ALL!r} or a name from {sorted(ndpe.available())}, "
                               "optionally with '+cape' or '+random' augmentation")
     return cfg
 
 
 def check_per_task(cfg: BenchConfig) -> None:
     """The per-task keys (``task_kinds``, ``steps``, ``lrs``, ``why``) name known tasks and hold usable values."""
-    checks = {"task_kinds": (lambda v: isinstance(v, list) and all(isinstance(k, str) for k in v), "a list of kinds"),
+    checks = {"task_kinds": (lambda v: v == ALL or isinstance(v, list) and all(isinstance(k, str) for k in v),
+                             f"a list of kinds or {ALL!r}"),
               "steps": (lambda v: type(v) is int and v >= 1, "an int >= 1"),
               "lrs": (lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0, "a finite number > 0"),
               "why": (lambda v: isinstance(v, str), "a string")}
@@ -216,11 +220,17 @@ def check_executor(cfg: BenchConfig) -> None:
 # -- cells -------------------------------------------------------------------------------------
 
 
-def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
-    """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds``, those that apply to its dims
-    (and, for kinds defined for causal attention only, to causal tasks)."""
-    import ndpe
+def expand_kinds(kinds: list[str] | str) -> list[str]:
+    """``kinds`` with :data:`ALL` replaced by every registered kind (``ndpe.available()``), each name once."""
+    names: list[str] = []
+    for kind in [kinds] if isinstance(kinds, str) else kinds:
+        names += [k for k in (ndpe.available() if kind == ALL else [kind]) if k not in names]
+    return names
 
+
+def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
+    """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds`` (:func:`expand_kinds`), those that
+    apply to its dims (and, for kinds defined for causal attention only, to causal tasks)."""
     task = TASKS[task_name]
     if task.conv:
         return ["conv", "conv+coord"]
@@ -230,7 +240,7 @@ def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
         base = kind.split("+")[0]
         return task.dims in ndpe.available()[base] and (causal or not ndpe.registry.kind_class(base).causal_only)
 
-    return [k for k in cfg.task_kinds.get(task_name, cfg.kinds) if applies(k)]
+    return [k for k in expand_kinds(cfg.task_kinds.get(task_name, cfg.kinds)) if applies(k)]
 
 
 def cells_for(cfg: BenchConfig) -> list[tuple[str, str, int]]:
@@ -245,26 +255,13 @@ def cells_for(cfg: BenchConfig) -> list[tuple[str, str, int]]:
 def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_grid: tuple[int, ...] | None = None) -> dict:
     """The model's ``pe`` entry for a benchmark kind name like ``"rope"`` or ``"sinusoidal+cape"``.
 
-    ``learned`` tables: on 1D tasks a table as long as the longest test sequence, used as it is
-    (positions beyond the training length stay untrained, as in Kazemnejad et al. 2023); on 2D/3D
-    tasks a table of the training grid, resized to larger grids (as timm's ViT does).
+    The options are the kind's own for the task (``Encoding.task_options``: e.g. a learned table sized by the
+    grids, the causal form of a bias in causal attention); ``train_grid`` / ``max_grid``: the grids the encoder
+    sees at the training and the largest test size.
     """
     base, _, augment = kind.partition("+")
-    options: dict = {}
-    if base == "learned":  # starts at the tokens' scale (see ndpe.kinds.learned: at 0.02 it hardly trains here)
-        if task.dims == 1:
-            options = {"grid_shape": list(max_grid or train_grid), "resize": None, "init_std": 1.0}
-        else:
-            options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims], "init_std": 1.0}
-    if base == "cope":  # counted positions reach the training length; beyond, they clamp (as the paper's table)
-        options = {"max_pos": int(train_grid[0]) if train_grid else 16}
-    if base == "cpb":  # 1D: x-transformers' DynamicPositionBias; N-D: Swin V2, offsets normalized by the training grid
-        options = {"style": "dynamic"} if task.dims == 1 else {"train_shape": list(train_grid or ())}
-    if task.model_opts.get("causal"):
-        if base in ("alibi", "transformer-xl", "fire"):
-            options = {"causal": True}
-        if base == "relative":
-            options = {"mode": "t5", "bidirectional": False}
+    options = ndpe.registry.kind_class(base).task_options(
+        dims=task.dims, causal=bool(task.model_opts.get("causal")), train_grid=train_grid, max_grid=max_grid)
     return {"kind": base, "options": options, "augment": augment or None}
 
 

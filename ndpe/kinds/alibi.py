@@ -29,7 +29,7 @@ torch.Size([8, 5, 5])
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Any, cast
 
 import torch
 from einops import rearrange
@@ -80,6 +80,15 @@ class ALiBi(Encoding):
         causal: 1D only; the paper's causal form (0 above the diagonal, to be masked).
         distance: ``"euclidean"`` (default) or ``"manhattan"`` offset length for dims > 1.
     """
+
+    description = "ALiBi (Press et al. 2022); N-D by Euclidean / Manhattan distance"
+    colour, marker = "#2ca02c", "^"
+
+    @classmethod
+    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
+                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
+        """The paper's causal form in causal attention."""
+        return {"causal": True} if causal else {}
 
     slopes: Tensor  # (heads,) float32 buffer
 

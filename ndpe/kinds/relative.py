@@ -30,7 +30,7 @@ Conventions:
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +97,15 @@ class RelativeBias(Encoding):
         num_buckets: t5 only (default 32).
         bidirectional: t5 only; False is the causal (decoder) bucketing.
     """
+
+    description = "learned relative bias: clipped offsets (Shaw, Swin) or T5 buckets"
+    colour, marker = "#17becf", "*"
+
+    @classmethod
+    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
+                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
+        """T5's one-sided buckets in causal attention (as T5's decoder)."""
+        return {"mode": "t5", "bidirectional": False} if causal else {}
 
     integer_positions = True  # offsets index a table
 

@@ -49,7 +49,7 @@ torch.Size([1, 6, 32])
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from einops import rearrange
@@ -110,6 +110,15 @@ class TransformerXL(Encoding):
         causal: term 0 for keys after the query, and non-causal attention raises.
         clamp_len: clamp offsets to ``[-clamp_len, clamp_len]`` (the original's ``clamp_len``); None: no clamp.
     """
+
+    description = "Transformer-XL relative attention (Dai et al. 2019): `q.R(i-j) + u.k + v.R(i-j)`"
+    colour, marker = "#00008b", "H"
+
+    @classmethod
+    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
+                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
+        """The paper's causal (decoder) form in causal attention."""
+        return {"causal": True} if causal else {}
 
     integer_positions = True  # offsets index the projected sinusoids
 
