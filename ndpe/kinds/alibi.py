@@ -29,7 +29,7 @@ torch.Size([8, 5, 5])
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import cast
 
 import torch
 from einops import rearrange
@@ -83,12 +83,7 @@ class ALiBi(Encoding):
 
     description = "ALiBi (Press et al. 2022); N-D by Euclidean / Manhattan distance"
     colour, marker = "#2ca02c", "^"
-
-    @classmethod
-    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
-                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
-        """The paper's causal form in causal attention."""
-        return {"causal": True} if causal else {}
+    causal_options = {"causal": True}  # the paper's causal form
 
     slopes: Tensor  # (heads,) float32 buffer
 

@@ -69,12 +69,7 @@ class FIRE(Encoding):
 
     description = "FIRE (Li et al. 2024): MLP of the log distance, progressively normalized; N-D by Euclidean distance"
     colour, marker = "#b15928", "8"
-
-    @classmethod
-    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
-                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
-        """The paper's causal form in causal attention."""
-        return {"causal": True} if causal else {}
+    causal_options = {"causal": True}  # the paper's causal form
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, mlp_width: int = 32,
                  init_c: float = 0.1, init_L: float = 512.0):

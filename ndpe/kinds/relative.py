@@ -30,7 +30,7 @@ Conventions:
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -100,12 +100,7 @@ class RelativeBias(Encoding):
 
     description = "learned relative bias: clipped offsets (Shaw, Swin) or T5 buckets"
     colour, marker = "#17becf", "*"
-
-    @classmethod
-    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
-                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
-        """T5's one-sided buckets in causal attention (as T5's decoder)."""
-        return {"mode": "t5", "bidirectional": False} if causal else {}
+    causal_options = {"mode": "t5", "bidirectional": False}  # T5's one-sided buckets (its decoder)
 
     integer_positions = True  # offsets index a table
 

@@ -49,7 +49,7 @@ torch.Size([1, 6, 32])
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from einops import rearrange
@@ -113,12 +113,7 @@ class TransformerXL(Encoding):
 
     description = "Transformer-XL relative attention (Dai et al. 2019): `q.R(i-j) + u.k + v.R(i-j)`"
     colour, marker = "#00008b", "H"
-
-    @classmethod
-    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
-                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
-        """The paper's causal (decoder) form in causal attention."""
-        return {"causal": True} if causal else {}
+    causal_options = {"causal": True}  # the paper's decoder form
 
     integer_positions = True  # offsets index the projected sinusoids
 
