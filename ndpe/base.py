@@ -105,12 +105,13 @@ class Encoding(nn.Module):
             prefix tokens are in the cache, so no prefix rows are added.
     """
 
-    kind: ClassVar[str] = ""
     # what others read about a kind (ndpe.catalog: figures, the README table, the benchmark); docs/guide.md
     description: ClassVar[str] = ""  # one line for the README table ("": the class docstring's first line)
     colour: ClassVar[str | None] = None  # "#rrggbb" of its curves in every figure (None: derived from the name)
     marker: ClassVar[str | None] = None  # its matplotlib marker in the benchmark plots (None: derived from the name)
     causal_options: ClassVar[dict[str, Any]] = {}  # the options of its causal form, taken in causal attention
+
+    kind: ClassVar[str] = ""
     _takes_keys: ClassVar[bool] = False
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)

@@ -35,7 +35,6 @@ from typing import NoReturn
 __all__ = ["OneLineParser", "main", "parse_option", "viz_alias", "viz_main", "viz_parser"]
 
 PROG = "ndpe"
-_VIZ_DESCRIPTION = "Teaching figures: what an encoding looks like and how it behaves when the grid grows."
 
 
 def _fail(prog: str, message: str, status: int = 1) -> int:
@@ -117,10 +116,10 @@ def _options(kind: str) -> int:
 # -- ndpe viz ----------------------------------------------------------------------------------
 def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
     """The ``ndpe viz`` argument parser (``--kind`` choices are the registered kinds)."""
+    from . import viz
     from .registry import available
-    from .viz import FIGURES
 
-    parser = OneLineParser(prog=prog, description=_VIZ_DESCRIPTION,
+    parser = OneLineParser(prog=prog, description=(viz.__doc__ or "").split("\n")[0],
                            epilog=f"Example: {prog} --kind rope --grid 8 8 --grow 16 16 --heads 4")
     parser.add_argument("--kind", required=True, choices=sorted(available()))
     parser.add_argument("--grid", type=int, nargs="+", required=True,
@@ -131,7 +130,7 @@ def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
     parser.add_argument("--option", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
                         help="a keyword option of the kind, value a Python literal or a bare string; "
                              "repeatable. learned's grid_shape defaults to --grid")
-    parser.add_argument("--figures", nargs="+", choices=FIGURES, default=FIGURES,
+    parser.add_argument("--figures", nargs="+", choices=viz.FIGURES, default=viz.FIGURES,
                         help="which figures to draw (default: all that apply)")
     parser.add_argument("--seed", type=int, default=0, help="seed for learned/random parameters (default 0)")
     parser.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default ./figures)")
