@@ -215,7 +215,8 @@ def test_wheel_carries_py_typed_license_metadata_and_scripts(dists):
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
         metadata = whl.read(f"{info}/METADATA").decode()
         scripts = whl.read(f"{info}/entry_points.txt").decode()
-    assert {"ndpe/py.typed", "ndpe/cli.py", "ndpe/__main__.py", f"{info}/licenses/LICENSE"} <= names
+    assert {"ndpe/py.typed", "ndpe/cli.py", "ndpe/__main__.py", "ndpe/viz/fields.py", "ndpe/viz/figures.py",
+            "ndpe/viz/__main__.py", f"{info}/licenses/LICENSE"} <= names
     assert not [n for n in names if n.startswith(("tests/", "train/", "models/"))]
     assert "License-Expression: Apache-2.0" in metadata and "Classifier: Typing :: Typed" in metadata
     assert 'Requires-Dist: matplotlib>=3.8; extra == "viz"' in metadata
