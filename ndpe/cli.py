@@ -112,7 +112,6 @@ def _options(kind: str) -> int:
     return 0
 
 
-
 # -- ndpe viz ----------------------------------------------------------------------------------
 def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
     """The ``ndpe viz`` argument parser (``--kind`` choices are the registered kinds)."""
