@@ -275,7 +275,7 @@ NEW_1D_KINDS = {  # kind -> (options, what the panel's title adds)
 def kinds_1d_middle_query():
     """One panel per 1D kind of issue 11: the relation of the middle query to every key, content terms for constant
     content (ndpe.viz.Content: one seeded q, k and token at every position)."""
-    from ndpe.viz import _causal_note, _what
+    from ndpe.viz.figures import _causal_note, _what
 
     grid = (64,)
     query = centre_index(grid)

@@ -10,8 +10,9 @@ from . import kinds as _kinds  # noqa: F401  (registers every kind)
 from .attention import Attention, KVCache, causal_mask
 from .base import Encoding, bias_budget, set_bias_budget
 from .combine import Combine
-from .contract import LogitsTerm, PosOut, TokenTerm, apply_qk, apply_tokens, attn_bias, merge
+from .contract import LogitsTerm, PosOut, TokenTerm, apply_tokens, attn_bias, merge
 from .coords import grid_coords
+from .functional import apply_qk
 from .hf import from_hf_rope, hf_cos_sin  # Hugging Face glue (docs/integrations.md)
 from .kinds.coord import AddCoords
 from .registry import available, make, options, register

@@ -7,7 +7,8 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from .checks import check_bool, check_int, check_number
-from .contract import PosOut, apply_qk, attn_bias
+from .contract import PosOut, attn_bias
+from .functional import apply_qk
 
 
 class Attention(nn.Module):

@@ -105,6 +105,12 @@ class Encoding(nn.Module):
             prefix tokens are in the cache, so no prefix rows are added.
     """
 
+    # what others read about a kind (ndpe.catalog: figures, the README table, the benchmark); docs/guide.md
+    description: ClassVar[str] = ""  # one line for the README table ("": the class docstring's first line)
+    colour: ClassVar[str | None] = None  # "#rrggbb" of its curves in every figure (None: derived from the name)
+    marker: ClassVar[str | None] = None  # its matplotlib marker in the benchmark plots (None: derived from the name)
+    causal_options: ClassVar[dict[str, Any]] = {}  # the options of its causal form, taken in causal attention
+
     kind: ClassVar[str] = ""
     _takes_keys: ClassVar[bool] = False
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
@@ -151,6 +157,19 @@ class Encoding(nn.Module):
         self.augment: nn.Module | None = None
         self.register_buffer("_anchor", torch.empty(0), persistent=False)  # follows .to(device)
         self._cache = TensorCache()
+
+    @classmethod
+    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
+                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
+        """The options this kind needs for a task (the benchmark builds every kind with them): ``dims`` positional
+        axes, ``causal`` attention or not, the grid trained on and the largest grid tested (None: not known).
+        By default :attr:`causal_options` in causal attention, else none.
+
+        >>> from ndpe.kinds.alibi import ALiBi
+        >>> ALiBi.task_options(dims=1, causal=True, train_grid=(8,), max_grid=(32,))
+        {'causal': True}
+        """
+        return dict(cls.causal_options) if causal else {}
 
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:

@@ -1,13 +1,18 @@
 """The ``ndpe`` command (also ``python -m ndpe``).
 
-    ndpe kinds                      the registered kinds and the positional dims each supports
+    ndpe kinds [--markdown]         the registered kinds and the positional dims each supports (--markdown: the
+                                    README's kinds table, generated from the kinds' classes)
     ndpe options KIND               a kind's keyword options and their defaults
     ndpe viz --kind rope --grid 8 8 teaching figures (``ndpe viz --help``; needs ``pip install "ndpe[viz]"``)
-    ndpe bench [ARGS...]            ``python -m train.bench ARGS...`` (from a source checkout)
 
 Exit status 0 on success; on an error, one line ``ndpe ...: error: ...`` on stderr and a non-zero
 status (2 for bad arguments, 1 otherwise), never a traceback. ``ndpe-viz`` is the older name of
-``ndpe viz``.
+``ndpe viz``. Arguments are parsed here; :mod:`ndpe.viz` computes and draws.
+
+The benchmark is no ``ndpe`` command: it is reference code (``train/``, ``models/``) run from a source checkout
+as ``python -m train.bench``, like torchvision's ``references/``. The wheel ships the library alone, and a library
+command that ran whatever ``train/`` lies in the current directory would pair this library with another version
+of the benchmark (and tie the library to the checkout's layout).
 
 >>> main(["options", "learned"])  # doctest: +NORMALIZE_WHITESPACE
 learned (dims 1, 2, 3): ndpe.make(dims=..., kind='learned', dim=..., heads=1, <options>)
@@ -21,15 +26,15 @@ learned (dims 1, 2, 3): ndpe.make(dims=..., kind='learned', dim=..., heads=1, <o
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
-import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
-__all__ = ["main", "viz_alias"]
+__all__ = ["OneLineParser", "main", "parse_option", "viz_alias", "viz_main", "viz_parser"]
 
 PROG = "ndpe"
-_PASSTHROUGH = ("viz", "bench")  # subcommands whose arguments go, untouched, to another parser
 
 
 def _fail(prog: str, message: str, status: int = 1) -> int:
@@ -37,25 +42,52 @@ def _fail(prog: str, message: str, status: int = 1) -> int:
     return status
 
 
+def parse_option(text: str) -> tuple[str, object]:
+    """``"key=value"`` -> ``(key, value)``; the value is a Python literal if it parses as one, else a string.
+
+    >>> parse_option("grid_shape=(8, 8)"), parse_option("resize=bicubic"), parse_option("scaling=None")
+    (('grid_shape', (8, 8)), ('resize', 'bicubic'), ('scaling', None))
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"an option is KEY=VALUE with KEY a kind's keyword option "
+                                         f"(e.g. theta=100.0, resize=bicubic), got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (exit status 2), without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .viz import OneLineParser
 
     parser = OneLineParser(prog=PROG, description="Positional encodings for transformers on 1D, 2D and 3D data.",
-                           epilog='Run "ndpe COMMAND --help" for the options of viz and bench.')
+                           epilog='Run "ndpe viz --help" for the options of viz. The benchmark runs from a source '
+                                  'checkout: python -m train.bench --help')
     parser.add_argument("--version", action="version", version=f"ndpe {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
-    commands.add_parser("kinds", help="list the encoding kinds with the positional dims each supports")
+    kinds = commands.add_parser("kinds", help="list the encoding kinds with the positional dims each supports")
+    kinds.add_argument("--markdown", action="store_true", help="print the README's kinds table instead")
     options = commands.add_parser("options", help="a kind's keyword options and their defaults")
     options.add_argument("kind", metavar="KIND", help="a name from `ndpe kinds`")
     commands.add_parser("viz", help="draw teaching figures of an encoding (needs the viz extra)", add_help=False)
-    commands.add_parser("bench", help="run the benchmark, python -m train.bench (from a checkout)", add_help=False)
     return parser
 
 
-def _kinds() -> int:
+def _kinds(markdown: bool = False) -> int:
+    from .catalog import markdown_table
     from .registry import available
 
+    if markdown:
+        print(markdown_table())
+        return 0
     kinds = available()
     width = max(map(len, kinds))
     for kind, dims in kinds.items():
@@ -80,24 +112,72 @@ def _options(kind: str) -> int:
     return 0
 
 
-def _viz(argv: list[str], prog: str) -> int:
+# -- ndpe viz ----------------------------------------------------------------------------------
+def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
+    """The ``ndpe viz`` argument parser (``--kind`` choices are the registered kinds)."""
     from . import viz
+    from .registry import available
+
+    parser = OneLineParser(prog=prog, description=(viz.__doc__ or "").split("\n")[0],
+                           epilog=f"Example: {prog} --kind rope --grid 8 8 --grow 16 16 --heads 4")
+    parser.add_argument("--kind", required=True, choices=sorted(available()))
+    parser.add_argument("--grid", type=int, nargs="+", required=True,
+                        help="grid sizes in ij order (dims = their count)")
+    parser.add_argument("--grow", type=int, nargs="+", default=None, help="a larger grid to compare with")
+    parser.add_argument("--dim", type=int, default=64, help="model width (default 64)")
+    parser.add_argument("--heads", type=int, default=1, help="attention heads (default 1)")
+    parser.add_argument("--option", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
+                        help="a keyword option of the kind, value a Python literal or a bare string; "
+                             "repeatable. learned's grid_shape defaults to --grid")
+    parser.add_argument("--figures", nargs="+", choices=viz.FIGURES, default=viz.FIGURES,
+                        help="which figures to draw (default: all that apply)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for learned/random parameters (default 0)")
+    parser.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default ./figures)")
+    parser.add_argument("--name", default=None, help="file name prefix (default <kind>_<dims>d)")
+    return parser
+
+
+def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path]:
+    """Build one encoding from command-line arguments and draw it (:func:`ndpe.viz.draw`); return the written paths.
+
+    The ``ndpe viz`` command calls it and exits 0; argument errors exit 2 with one line.
+    """
+    import torch
+
+    from .registry import make, options
+    from .viz import draw, require_matplotlib
+
+    parser = viz_parser(prog)
+    args = parser.parse_args(argv)
+    require_matplotlib()
+    grid = tuple(args.grid)
+    if args.grow is not None and len(args.grow) != len(grid):
+        parser.error(f"--grow needs one size per axis of --grid ({len(grid)}), got {args.grow}")
+    opts = dict(args.option)
+    params = options(args.kind)
+    if params.get("grid_shape", None) is inspect.Parameter.empty and "grid_shape" not in opts:
+        opts["grid_shape"] = grid  # a learned table sized to the training grid
+    torch.manual_seed(args.seed)
+    try:
+        pe = make(dims=len(grid), kind=args.kind, dim=args.dim, heads=args.heads, **opts)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    paths = draw(pe, grid, tuple(args.grow) if args.grow else None, args.out, args.name, tuple(args.figures))
+    for p in paths:
+        print(p)
+    return paths
+
+
+def _viz(argv: list[str], prog: str) -> int:
+    from .viz import MissingDependencyError
 
     try:
-        viz.main(argv, prog=prog)
-    except viz.MissingDependencyError as err:
+        viz_main(argv, prog=prog)
+    except MissingDependencyError as err:
         return _fail(prog, str(err))
     except (ValueError, MemoryError, OSError) as err:  # the encoding refuses the grid, --out is not writable...
         return _fail(prog, str(err).splitlines()[0] if str(err) else type(err).__name__)
     return 0
-
-
-def _bench(argv: list[str]) -> int:
-    """``python -m train.bench`` with ``argv``, in this directory (it must be a source checkout)."""
-    if not (Path.cwd() / "train" / "bench.py").is_file():
-        return _fail(f"{PROG} bench", f"train/ is not importable from {Path.cwd()}: the benchmark runs from a source "
-                                      "checkout of ndpe (cd to its root); an installed wheel ships only the library")
-    return subprocess.call([sys.executable, "-m", "train.bench", *argv])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,11 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] == "viz":
             return _viz(args[1:], f"{PROG} viz")
-        if args and args[0] == "bench":
-            return _bench(args[1:])
         parsed = _parser().parse_args(args)
         if parsed.command == "kinds":
-            return _kinds()
+            return _kinds(markdown=parsed.markdown)
         if parsed.command == "options":
             return _options(parsed.kind)
         raise AssertionError(parsed.command)  # every command is dispatched above

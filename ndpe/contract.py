@@ -14,6 +14,9 @@ Most kinds are data computed from positions alone (add, cat, rot, bias). Content
 function instead: ``logits`` (a term of the attention logits computed from q and k: CoPE, Transformer-XL)
 and ``tokens`` (a function of the token embeddings: complex word-order embeddings); ``rot_k`` lets keys
 rotate differently from queries (xPos). The apply functions call them, so a model still never branches.
+
+``apply_tokens`` and ``attn_bias`` live here; ``apply_qk`` lives in :mod:`ndpe.functional` beside the rotation
+kernels it dispatches to, so this module (a data type) imports no kernel.
 """
 from __future__ import annotations
 
@@ -26,7 +29,6 @@ import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .checks import check_float_dtype, check_float_tensor, check_pairing
-from .functional import apply_rotary_many
 
 
 
@@ -199,7 +201,7 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
     """
     if pos is None:
         return x
-    _check_pos(pos)
+    check_pos(pos)
     check_float_tensor(x, "tokens x")
     if pos.tokens is not None:
         x = pos.tokens(x)
@@ -211,38 +213,6 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
         cat = pos.cat.to(x.dtype).expand(*x.shape[:-1], pos.cat.shape[-1])
         x = torch.cat([x, cat], dim=-1)
     return x
-
-
-def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
-    """Rotate queries and keys ``(B, heads, T, head_dim)`` by the encoding's rotation, if any.
-
-    Keys use ``pos.rot_k`` when set (xPos), else the queries' ``rot``.
-    New tensors are returned (q and k are not modified). q and k are rotated in one call:
-    when they are same-shape views of one buffer (the usual split of a fused qkv projection)
-    one pass reads both; with autograd, one node covers both.
-
-    >>> q = k = torch.randn(2, 4, 6, 8)
-    >>> angle = torch.arange(6.0)[:, None] * torch.tensor([1.0, 0.1])      # rotates 4 of 8 channels
-    >>> pos = PosOut(rot=(angle.cos(), angle.sin()))
-    >>> [t.shape for t in apply_qk(q, k, pos)]
-    [torch.Size([2, 4, 6, 8]), torch.Size([2, 4, 6, 8])]
-    """
-
-    if pos is not None:
-        _check_pos(pos)
-    if pos is None or pos.rot is None:
-        return q, k
-    check_float_tensor(q, "q")
-    check_float_tensor(k, "k")
-    cos, sin = pos.rot
-    if q.shape[-2] != cos.shape[-2]:
-        raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
-    if k.shape[-2] != cos.shape[-2]:
-        raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
-    if pos.rot_k is not None:
-        return apply_rotary_many((q,), cos, sin, pos.pairing)[0], apply_rotary_many((k,), *pos.rot_k, pos.pairing)[0]
-    q, k = apply_rotary_many((q, k), cos, sin, pos.pairing)
-    return q, k
 
 
 def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor | None = None,
@@ -262,7 +232,7 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
     """
     check_float_dtype(dtype)
     if pos is not None:
-        _check_pos(pos)
+        check_pos(pos)
     if pos is None or (pos.bias is None and pos.logits is None):
         return None
     bias = pos.bias
@@ -281,7 +251,8 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
     return bias if dtype is None else bias.to(dtype)
 
 
-def _check_pos(pos) -> None:
+def check_pos(pos) -> None:
+    """Refuse anything but a :class:`PosOut` where an apply function takes one."""
     if not isinstance(pos, PosOut):
         raise TypeError(f"pos must be an ndpe.PosOut (what pe(grid_shape) returns) or None, got {type(pos).__name__}")
 

@@ -1,11 +1,11 @@
-"""RoPE's formula and its one dispatch (no modules; one setting, the rotary kernel).
+"""RoPE's formula, its one dispatch and :func:`apply_qk` (no modules; one setting, the rotary kernel).
 
 :func:`rotate_reference` is the rotation written as one expression: what every path computes and is
 tested against, and what ``torch.compile`` traces into a model's graph. :func:`apply_rotary_many`
 validates its inputs and dispatches to a path of :mod:`ndpe.kernels` (chosen by
 :func:`set_rotary_kernel`): the eager kernel (PyTorch ops near the memory floor), the reference
 compiled by Inductor, or ndpe's Triton kernel (CUDA). ``benchmarks/bench_rope.py`` measures every
-path against ``x.clone()``.
+path against ``x.clone()``. :func:`apply_qk` (``ndpe.apply_qk``) rotates attention's q and k by a ``PosOut``.
 """
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from .checks import check_pairing
+from .checks import check_float_tensor, check_pairing
+from .contract import PosOut, check_pos
 from .kernels import compile as compile_kernel
 from .kernels import eager
+from .kernels.autograd import Rotary
 
 
 KERNELS = ("auto", "eager", "compile", "triton")
@@ -113,11 +115,11 @@ def apply_rotary_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing:
                                "(use 'auto', 'eager' or 'compile')")
         cos, sin = cos.to(xs[0].device, torch.float32), sin.to(xs[0].device, torch.float32)  # float32 angles
         if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-            return eager.Rotary.apply(cos, sin, pairing, True, *xs)
+            return Rotary.apply(cos, sin, pairing, True, *xs)
         return fused.rotary(xs, cos, sin, pairing)
     cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-        return eager.Rotary.apply(cos, sin, pairing, False, *xs)
+        return Rotary.apply(cos, sin, pairing, False, *xs)
     return eager.rotate_many(xs, cos, sin, pairing)
 
 
@@ -139,3 +141,35 @@ def rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half")
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
     # one flat cat with the pass-through channels: Inductor emits one loop (a nested cat cost 1.5x more)
     return torch.cat([*parts, x[..., rot:].expand(*parts[0].shape[:-1], -1)], dim=-1)
+
+
+def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
+    """Rotate queries and keys ``(B, heads, T, head_dim)`` by the encoding's rotation, if any.
+
+    Keys use ``pos.rot_k`` when set (xPos), else the queries' ``rot``.
+    New tensors are returned (q and k are not modified). q and k are rotated in one call:
+    when they are same-shape views of one buffer (the usual split of a fused qkv projection)
+    one pass reads both; with autograd, one node covers both.
+
+    >>> q = k = torch.randn(2, 4, 6, 8)
+    >>> angle = torch.arange(6.0)[:, None] * torch.tensor([1.0, 0.1])      # rotates 4 of 8 channels
+    >>> pos = PosOut(rot=(angle.cos(), angle.sin()))
+    >>> [t.shape for t in apply_qk(q, k, pos)]
+    [torch.Size([2, 4, 6, 8]), torch.Size([2, 4, 6, 8])]
+    """
+
+    if pos is not None:
+        check_pos(pos)
+    if pos is None or pos.rot is None:
+        return q, k
+    check_float_tensor(q, "q")
+    check_float_tensor(k, "k")
+    cos, sin = pos.rot
+    if q.shape[-2] != cos.shape[-2]:
+        raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
+    if k.shape[-2] != cos.shape[-2]:
+        raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
+    if pos.rot_k is not None:
+        return apply_rotary_many((q,), cos, sin, pos.pairing)[0], apply_rotary_many((k,), *pos.rot_k, pos.pairing)[0]
+    q, k = apply_rotary_many((q, k), cos, sin, pos.pairing)
+    return q, k

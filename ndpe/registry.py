@@ -39,6 +39,13 @@ def register(name: str, *, dims: tuple[int, ...] = (1, 2, 3)) -> Callable[[_E], 
     return wrap
 
 
+def unregister(name: str) -> type[Encoding]:
+    """Remove the kind registered as ``name`` and return its class (a kind defined for a while: tests, examples)."""
+    cls = _lookup(name)
+    del _KINDS[name]
+    return cls
+
+
 def available() -> dict[str, tuple[int, ...]]:
     """All registered kinds, each with the positional dims (1, 2, 3) it supports."""
     return {name: cls.supported_dims for name, cls in sorted(_KINDS.items())}
@@ -52,7 +59,8 @@ def options(kind: str) -> dict[str, object]:
 
 
 def kind_class(kind: str) -> type[Encoding]:
-    """The class registered as ``kind`` (its class attributes say what it needs: ``example_options``, ...)."""
+    """The class registered as ``kind``: its class attributes say what others need (``example_options``,
+    ``task_options``, ``colour``, ...; docs/guide.md)."""
     return _lookup(kind)
 
 

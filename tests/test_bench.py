@@ -8,7 +8,7 @@ from train.config import ConfigError
 from train.results import SEARCH, read_rows
 
 TINY = ["tasks=[text/copy]", "kinds=[none,rope]", "task_kinds={}", "seeds=[0]", "workers=1", "default_steps=2", "train_items=64",
-        "test_items=8", "batch_size=8", "dim=16", "heads=2", "depth=1", "rope_variants=[pi]"]
+        "test_items=8", "batch_size=8", "dim=16", "heads=2", "depth=1", "rope_variants=[pi]", "lr_file=null"]
 
 
 def tiny(tmp_path, *extra):
@@ -57,7 +57,7 @@ def test_runs_spread_over_data_seeds(tmp_path):
     cfg = tiny(tmp_path, "seeds=[0,1,2]", "data_seeds=[5,7]")
     assert bench.runs(cfg) == [(0, 5), (1, 7), (2, 5)]
     cells = bench.cells_for(cfg)
-    configs = {c: bench.train_config(cfg, bench.TASKS[c.task], c, tmp_path) for c in cells}
+    configs = {c: bench.train_config(cfg, bench.TASKS[c.task], bench.data_cell(c), tmp_path) for c in cells}
     assert {(c.kind, c.seed, cf.data.seed) for c, cf in configs.items() if c.kind == bench.FLOOR} == {
         (bench.FLOOR, 5, 5), (bench.FLOOR, 7, 7)}
     assert {(cf.train.seed, cf.data.seed) for c, cf in configs.items() if c.kind == "rope"} == {(0, 5), (1, 7), (2, 5)}

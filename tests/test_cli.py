@@ -162,18 +162,12 @@ def test_draw_without_matplotlib_raises_before_creating_the_folder(tmp_path, mon
     assert not (tmp_path / "figs").exists()
 
 
-# -- ndpe bench ----------------------------------------------------------------------------
+# -- the benchmark is no ndpe command ----------------------------------------------------------
 @pytest.mark.parametrize("cmd", NDPE)
-def test_bench_from_a_checkout_runs_train_bench(cmd):
-    result = run(cmd, "bench", "--help", cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    assert "usage:" in result.stdout and "--quick" in result.stdout
-
-
-@pytest.mark.parametrize("cmd", NDPE)
-def test_bench_outside_a_checkout_says_so_in_one_line(cmd, tmp_path):
-    line = one_line_error(run(cmd, "bench", "--quick", cwd=tmp_path), 1, "ndpe bench: error: train/ is not importable")
-    assert "source checkout" in line
+def test_the_benchmark_is_run_from_a_checkout_not_by_the_library(cmd, tmp_path):
+    # the wheel ships the library alone (see test_wheel_...): `ndpe` never runs a checkout's train/ (ndpe.cli says why)
+    assert "invalid choice: 'bench'" in one_line_error(run(cmd, "bench", "--quick", cwd=ROOT), 2, "ndpe: error:")
+    assert "python -m train.bench" in run(cmd, "--help", cwd=tmp_path).stdout
 
 
 # -- friendlier errors of the library ----------------------------------------------------------
@@ -221,7 +215,8 @@ def test_wheel_carries_py_typed_license_metadata_and_scripts(dists):
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
         metadata = whl.read(f"{info}/METADATA").decode()
         scripts = whl.read(f"{info}/entry_points.txt").decode()
-    assert {"ndpe/py.typed", "ndpe/cli.py", "ndpe/__main__.py", f"{info}/licenses/LICENSE"} <= names
+    assert {"ndpe/py.typed", "ndpe/cli.py", "ndpe/__main__.py", "ndpe/viz/fields.py", "ndpe/viz/figures.py",
+            "ndpe/viz/__main__.py", f"{info}/licenses/LICENSE"} <= names
     assert not [n for n in names if n.startswith(("tests/", "train/", "models/"))]
     assert "License-Expression: Apache-2.0" in metadata and "Classifier: Typing :: Typed" in metadata
     assert 'Requires-Dist: matplotlib>=3.8; extra == "viz"' in metadata

@@ -33,7 +33,7 @@ TRAIN = ["data.name=tests.test_train:fake", "data.allow_import=true", "data.opti
          "optim.warmup_steps=2", "train.device=cpu"]
 BENCH = ["--quick", "tasks=[text/copy]", "task_kinds={}", "kinds=[none]", "seeds=[0,1]", "default_steps=30",
          "steps={}", "train_items=64", "test_items=8", "batch_size=8", "dim=16", "heads=2", "depth=1",
-         "rope_variants=[]", "workers=1"]
+         "rope_variants=[]", "workers=1", "lr_file=null"]
 
 
 def start(module: str, *args: str) -> subprocess.Popen:

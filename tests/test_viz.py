@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import ndpe
-from ndpe.viz import centre_index, draw, main, offset_curve, parse_option, relation, table
+from ndpe.cli import parse_option
+from ndpe.cli import viz_main as main
+from ndpe.viz import centre_index, draw, offset_curve, relation, table
 from tests.conftest import build
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -206,9 +208,9 @@ def test_kind_colours_match_the_benchmark_plots():
     from ndpe.viz import KIND_COLOURS, kind_colour
 
     for kind, colour in KIND_COLOURS.items():
-        assert plots.KIND_STYLES[kind][0] == colour, kind
-    assert set(ndpe.available()) <= set(KIND_COLOURS)
-    assert kind_colour("rope") == "#d62728" and kind_colour("unheard-of").startswith("#")
+        assert plots.series_style(kind)["color"] == colour, kind
+    assert set(KIND_COLOURS) == set(ndpe.available())  # read from the registry
+    assert kind_colour("rope") == "#d62728" and kind_colour("unheard-of") == "#636363"
 
 
 def test_rope_maps_use_their_own_range_and_curves_the_kind_colour():

@@ -39,14 +39,18 @@ from pathlib import Path
 import torch
 import yaml
 
+import ndpe
+
 from .config import Config, ConfigError, apply_override, from_dict, load_yaml
 from .protocol import TASKS, Task
 from .report import write_report
 from .results import FLOOR, SEARCH, Row, append_rows, cell_key, read_rows
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bench"
-RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
 SCALINGS = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
+
+
+ALL = "all"  # in `kinds` / `task_kinds`: every registered kind (ndpe.available()) that applies to the task
 
 
 @dataclass
@@ -56,9 +60,7 @@ class BenchConfig:
     name: str = "quick"
     tasks: list[str] = field(default_factory=lambda: ["image/shapes", "audio/tones", "text/copy", "text/stdlib_lm",
                                                       "video/trajectory", "coord/uniform", "coord/quadrant"])
-    kinds: list[str] = field(default_factory=lambda: [
-        "none", "sinusoidal", "learned", "rope", "rope-mixed", "alibi", "relative", "coord", "fourier",
-        "rope+cape", "sinusoidal+cape"])
+    kinds: list[str] | str = ALL  # kind names ("rope", "rope+cape": with augmentation) and ALL: every registered kind
     rope_variants: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])
     task_kinds: dict = field(default_factory=dict)  # task -> kinds, replacing `kinds` for that task
     why: dict = field(default_factory=dict)  # task -> why these kinds (printed in the report)
@@ -104,19 +106,21 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
         raise ConfigError(f"unknown rope_variants {bad_variants}; expected some of {sorted(SCALINGS)}")
     check_executor(cfg)
     check_per_task(cfg)
-    import ndpe
-
-    for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in kinds}:
+    for kinds in [cfg.kinds, *cfg.task_kinds.values()]:
+        if isinstance(kinds, str) and kinds != ALL:
+            raise ConfigError(f"kinds must be a list of kinds or {ALL!r} (every kind), got {kinds!r}")
+    for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in expand_kinds(kinds)}:
         base = kind.split("+")[0]
         if base not in ndpe.available():
-            raise ConfigError(f"unknown kind {kind!r}; expected a name from {sorted(ndpe.available())}, "
+            raise ConfigError(f"unknown kind {kind!r}; expected {ALL!r} or a name from {sorted(ndpe.available())}, "
                               "optionally with '+cape' or '+random' augmentation")
     return cfg
 
 
 def check_per_task(cfg: BenchConfig) -> None:
     """The per-task keys (``task_kinds``, ``steps``, ``lrs``, ``why``) name known tasks and hold usable values."""
-    checks = {"task_kinds": (lambda v: isinstance(v, list) and all(isinstance(k, str) for k in v), "a list of kinds"),
+    checks = {"task_kinds": (lambda v: v == ALL or isinstance(v, list) and all(isinstance(k, str) for k in v),
+                             f"a list of kinds or {ALL!r}"),
               "steps": (lambda v: type(v) is int and v >= 1, "an int >= 1"),
               "items": (lambda v: type(v) is int and v >= 1, "an int >= 1"),
               "wd_search": (lambda v: isinstance(v, list) and all(type(x) in (int, float) and x >= 0 for x in v),
@@ -163,11 +167,17 @@ def check_executor(cfg: BenchConfig) -> None:
 # -- cells -------------------------------------------------------------------------------------
 
 
-def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
-    """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds``, those that apply to its dims
-    (and, for kinds defined for causal attention only, to causal tasks)."""
-    import ndpe
+def expand_kinds(kinds: list[str] | str) -> list[str]:
+    """``kinds`` with :data:`ALL` replaced by every registered kind (``ndpe.available()``), each name once."""
+    names: list[str] = []
+    for kind in [kinds] if isinstance(kinds, str) else kinds:
+        names += [k for k in (ndpe.available() if kind == ALL else [kind]) if k not in names]
+    return names
 
+
+def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
+    """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds`` (:func:`expand_kinds`), those that
+    apply to its dims (and, for kinds defined for causal attention only, to causal tasks)."""
     task = TASKS[task_name]
     if task.conv:
         return ["conv", "conv+coord"]
@@ -177,7 +187,7 @@ def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
         base = kind.split("+")[0]
         return task.dims in ndpe.available()[base] and (causal or not ndpe.registry.kind_class(base).causal_only)
 
-    return [k for k in cfg.task_kinds.get(task_name, cfg.kinds) if applies(k)]
+    return [k for k in expand_kinds(cfg.task_kinds.get(task_name, cfg.kinds)) if applies(k)]
 
 
 @dataclass(frozen=True)
@@ -259,24 +269,14 @@ def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, 
 def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_grid: tuple[int, ...] | None = None) -> dict:
     """The model's ``pe`` entry for a benchmark kind name like ``"rope"`` or ``"sinusoidal+cape"``.
 
-    ``learned`` tables: on 1D tasks a table as long as the longest test sequence, used as it is
-    (positions beyond the training length stay untrained, as in Kazemnejad et al. 2023); on 2D/3D
-    tasks a table of the training grid, resized to larger grids (as timm's ViT does).
+    The options are the kind's own for the task (``Encoding.task_options``: e.g. a learned table sized by the
+    grids, the causal form of a bias in causal attention), then the protocol's choices for that task
+    (``Task.kind_options``, train/protocol.py); ``train_grid`` / ``max_grid``: the grids the encoder sees at the
+    training and the largest test size.
     """
     base, _, augment = kind.partition("+")
-    options: dict = {}
-    if base == "learned":  # starts at the tokens' scale (see ndpe.kinds.learned: at 0.02 it hardly trains here)
-        if task.dims == 1:
-            options = {"grid_shape": list(max_grid or train_grid), "resize": None, "init_std": 1.0}
-        else:
-            options = {"grid_shape": list(train_grid), "resize": RESIZE[task.dims], "init_std": 1.0}
-    if base == "cpb":  # 1D: x-transformers' DynamicPositionBias; N-D: Swin V2, offsets normalized by the training grid
-        options = {"style": "dynamic"} if task.dims == 1 else {"train_shape": list(train_grid or ())}
-    if task.model_opts.get("causal"):
-        if base in ("alibi", "transformer-xl", "fire"):
-            options = {"causal": True}
-        if base == "relative":
-            options = {"mode": "t5", "bidirectional": False}
+    options = ndpe.registry.kind_class(base).task_options(
+        dims=task.dims, causal=bool(task.model_opts.get("causal")), train_grid=train_grid, max_grid=max_grid)
     if base in task.kind_options:  # the protocol's choices (train/protocol.py, each with its reason)
         options = {**options, **task.kind_options[base].options(tuple(train_grid or ()), tuple(max_grid or ()))}
     return {"kind": base, "options": options, "augment": augment or None}
@@ -416,12 +416,17 @@ def _row(task: Task, cell: CellSpec, variant: str, size, value: float, train_tim
                weight_decay=cell.weight_decay)
 
 
+def data_cell(cell: CellSpec) -> CellSpec:
+    """A floor cell as a cell whose configuration builds its data (a floor has no encoding: ``none``)."""
+    return dataclasses.replace(cell, kind="none") if cell.kind == FLOOR else cell
+
+
 def floor_rows(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> list[Row]:
     """The task's floors (train.floors) at every test size, computed from the data of ``cell.data_seed``."""
     from .floors import floors
     from .main import build_data
 
-    tcfg = train_config(cfg, task, cell, run_dir)  # only its data is used
+    tcfg = train_config(cfg, task, data_cell(cell), run_dir)  # only its data is used
     train, val = build_data(tcfg, "train"), build_data(tcfg, "val")
     rows = []
     for size in task.test_sizes:
@@ -625,8 +630,6 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
 def header(cfg: BenchConfig, info: dict) -> str:
     """The report's first lines: what ran, where, when, how long (``info`` from run_info.json), the protocol and the
     selection, and the options each kind gets on each task with the reason."""
-    import ndpe
-
     cpu = platform.processor() or platform.machine()
     gpu = torch.cuda.get_device_name() if cfg.device != "cpu" and torch.cuda.is_available() else "none"
     search = (f"learning rate searched per (task, kind) over {cfg.lr_search}" + (

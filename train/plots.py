@@ -1,7 +1,8 @@
 """Plots of the benchmark report: one figure per task, metric against test size.
 
-Every kind keeps one colour and marker in every figure (``KIND_STYLES``); a test-time variant
-("rope (yarn)") takes its kind's colour with its own line style; floors are dashed grey steps.
+Every kind keeps one colour and marker in every figure (:func:`kind_style`: the library's kinds declare theirs,
+``ndpe.catalog``); a test-time variant ("rope (yarn)") takes its kind's colour with its own line style; floors are
+dashed grey steps.
 """
 from __future__ import annotations
 
@@ -9,18 +10,15 @@ import math
 import zlib
 from pathlib import Path
 
-from ndpe.viz import KIND_COLOURS
+from ndpe import catalog
+from ndpe.registry import available
 
 from .results import FLOOR_PREFIX, Cell, is_floor, kind_of, size_label, split_floors
 from .stats import t_interval
 
-# kind -> (colour, marker): the library's kinds keep the colours of the guide's figures (ndpe.viz);
-# the benchmark's own names (augmented kinds, the conv nets) get distinct extras
-BENCH_COLOURS = {"rope+cape": "#e377c2", "sinusoidal+cape": "#b8860b", "conv": "#393b79", "conv+coord": "#637939"}
-KIND_MARKERS = {"none": "o", "learned": "s", "sinusoidal": "D", "alibi": "^", "rope": "o", "rope-mixed": "P",
-                "coord": "X", "rope+cape": "v", "fourier": "h", "relative": "*", "sinusoidal+cape": "<",
-                "conv": "s", "conv+coord": "o"}
-KIND_STYLES = {kind: (colour, KIND_MARKERS.get(kind, "o")) for kind, colour in {**KIND_COLOURS, **BENCH_COLOURS}.items()}
+# (colour, marker) of the benchmark's own names (augmented kinds, the conv nets); a library kind takes its own
+BENCH_STYLES = {"rope+cape": ("#e377c2", "v"), "sinusoidal+cape": ("#b8860b", "<"), "conv": ("#393b79", "s"),
+                "conv+coord": ("#637939", "o")}
 EXTRA_COLOURS = ["#843c39", "#7b4173", "#3182bd", "#31a354", "#e6550d", "#756bb1", "#636363"]
 VARIANT_STYLES = {"pi": ("--", "v"), "ntk": (":", "^"), "yarn": ("-.", "s")}  # variant -> (line style, marker)
 FLOOR_STYLES = [("#4d4d4d", (0, (5, 2))), ("#7a7a7a", (0, (2, 2))), ("#a0a0a0", (0, (6, 2, 1, 2))),
@@ -33,10 +31,20 @@ def stable_index(name: str, n: int) -> int:
     return zlib.crc32(name.encode()) % n
 
 
+def kind_style(kind: str) -> tuple[str, str]:
+    """``(colour, marker)`` of a benchmark kind name: the benchmark's own (:data:`BENCH_STYLES`), a library kind's
+    (``ndpe.catalog``: declared by the kind or derived from its name), else a stable extra colour."""
+    if kind in BENCH_STYLES:
+        return BENCH_STYLES[kind]
+    if kind in available():
+        return catalog.colour(kind), catalog.marker(kind)
+    return EXTRA_COLOURS[stable_index(kind, len(EXTRA_COLOURS))], "o"
+
+
 def series_style(label: str) -> dict:
     """Matplotlib keywords (color, marker, linestyle) for an encoding's label, the same in every figure."""
     kind = kind_of(label)
-    colour, marker = KIND_STYLES.get(kind, (EXTRA_COLOURS[stable_index(kind, len(EXTRA_COLOURS))], "o"))
+    colour, marker = kind_style(kind)
     linestyle = "-"
     if label != kind:
         variant = label[len(kind) + 2:-1]

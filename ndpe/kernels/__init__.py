@@ -3,9 +3,11 @@
 ``ndpe.functional.apply_rotary_many`` is the one dispatch; :func:`ndpe.functional.set_rotary_kernel`
 picks a path outside ``torch.compile``:
 
-- :mod:`.eager` — PyTorch ops near the memory floor, and the autograd Function of the fused paths;
+- :mod:`.eager` — PyTorch ops near the memory floor;
 - :mod:`.compile` — the reference formula compiled by Inductor;
-- :mod:`.triton` — ndpe's Triton kernel for CUDA (q and k in one launch, float32 angles).
+- :mod:`.triton` — ndpe's Triton kernel for CUDA (q and k in one launch, float32 angles);
+- :mod:`.autograd` — the autograd Function of the eager and Triton paths (the backward is the inverse rotation).
 
-Each is tested against the reference formula; none imports ``ndpe.functional``.
+Each is tested against the reference formula; none imports ``ndpe.functional``, and imports run one way:
+autograd -> triton -> eager.
 """

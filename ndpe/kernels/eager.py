@@ -1,12 +1,12 @@
-"""The eager RoPE kernel: PyTorch ops at the memory floor, and the autograd Function of the fast paths.
+"""The eager RoPE kernel: PyTorch ops at the memory floor.
 
 Applying RoPE is memory traffic: read q and k once, write them once. :func:`rotate` writes into one
 preallocated output (laid out in the input's memory order) with ``out=`` and in-place ``addcmul_``
 on views: no ``cat``, no temporaries the size of ``x``; interleaved pairs in float32/float64 take a
 single complex multiply; q and k split from one fused qkv buffer go through one stacked view
-(:func:`rotate_many`). :class:`Rotary` carries autograd for this kernel and the Triton one: the
-backward is the inverse rotation. ``ndpe.functional.rotate_reference`` is the formula all of them
-are tested against (tests/test_functional.py, tests/test_triton.py).
+(:func:`rotate_many`). ``ndpe.kernels.autograd.Rotary`` carries autograd for this kernel and the
+Triton one. ``ndpe.functional.rotate_reference`` is the formula all of them are tested against
+(tests/test_functional.py, tests/test_triton.py). This module imports no other kernel.
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import cast
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 
 # Stack q and k only while the joint output stays within 32 MiB: above it glibc serves every
@@ -105,54 +104,3 @@ def complex_view_ok(t: Tensor) -> bool:
     """Whether ``view_as_complex`` can read ``t`` ``(..., 2 * half)`` as pairs (unit last stride, even elsewhere)."""
     ok = t.stride(-1) == 1 and t.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in t.stride()[:-1])
     return cast(bool, ok)  # a SymBool under torch.compile
-
-
-class Rotary(torch.autograd.Function):
-    """Rotation with a hand-written backward: d/dx is the inverse rotation, d/dcos and d/dsin are sums."""
-
-    @staticmethod
-    def forward(ctx, cos, sin, pairing, fused, *xs):
-        ctx.pairing, ctx.fused = pairing, fused
-        ctx.shapes = [x.shape for x in xs]
-        ctx.save_for_backward(cos, sin, *(xs if any(ctx.needs_input_grad[:2]) else ()))
-        if fused:
-            from . import triton as fused
-            return fused.rotary(xs, cos, sin, pairing)
-        return rotate_many(xs, cos, sin, pairing)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, *grads):
-        cos, sin, *xs = ctx.saved_tensors
-        need_x = ctx.needs_input_grad[4:]
-        todo = [i for i, (g, need) in enumerate(zip(grads, need_x)) if g is not None and need]
-        gxs: list[Tensor | None] = [None] * len(grads)
-        if ctx.fused and todo:
-            from . import triton as fused
-            # incoming gradients may have any strides (expanded, transposed by q @ k.mT): the kernel
-            # needs unit channel stride
-            gs = tuple(grads[i] if grads[i].stride(-1) == 1 else grads[i].contiguous() for i in todo)
-            rotated = fused.rotary(gs, cos, sin, ctx.pairing, inverse=True)
-        else:
-            rotated = tuple(rotate(grads[i], cos, sin, ctx.pairing, inverse=True) for i in todo)
-        for i, r in zip(todo, rotated):
-            gxs[i] = r.sum_to_size(ctx.shapes[i])
-        gcos = gsin = None
-        if any(ctx.needs_input_grad[:2]):
-            acc = torch.promote_types(cos.dtype, torch.float32)  # sums over batch and heads: at least float32
-            gcos, gsin = cos.new_zeros(cos.shape, dtype=acc), sin.new_zeros(sin.shape, dtype=acc)
-            for g, x in zip(grads, xs):
-                if g is not None:
-                    x1, x2 = (t.to(acc) for t in pairs(x, cos.shape[-1], ctx.pairing))
-                    g1, g2 = (t.to(acc) for t in pairs(g, cos.shape[-1], ctx.pairing))
-                    gcos += (g1 * x1 + g2 * x2).sum_to_size(cos.shape)
-                    gsin += (g2 * x1 - g1 * x2).sum_to_size(sin.shape)
-            gcos, gsin = gcos.to(cos.dtype), gsin.to(sin.dtype)
-        return (gcos, gsin, None, None, *gxs)
-
-
-def pairs(t: Tensor, half: int, pairing: str) -> tuple[Tensor, Tensor]:
-    """The two channel views ``(..., half)`` that one frequency rotates together."""
-    if pairing == "half":
-        return t[..., :half], t[..., half:2 * half]
-    return t[..., 0:2 * half:2], t[..., 1:2 * half:2]

@@ -15,7 +15,7 @@ neighbouring programs share a token block (and its cos/sin tile, from L2). Each 
   split into even and odd channels (joined back for the store);
 - copies the ``head_dim - rot_dim`` pass-through channels (any count, even or odd) in the same pass.
 
-The output is a new tensor in x's memory order (``_empty_in_memory_order``), or dense in the
+The output is a new tensor in x's memory order (``eager.empty_in_memory_order``), or dense in the
 broadcast shape when cos/sin widen x. No autograd: callers wrap it (the backward is
 ``inverse=True``). Supported dtypes: float32, float16, bfloat16 (float64 is not: the kernel computes
 in float32; the eager path keeps it). At most 4 lead axes after broadcasting (``x.dim() <= 5``).
@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ..checks import check_pairing
+from .eager import empty_in_memory_order
 
 try:
     import triton
@@ -107,7 +108,6 @@ def _prepare(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str
         lead = torch.broadcast_shapes(lead, cos.shape[:-1])  # cos/sin widen x (or do not fit: raises)
         new_out = lambda t: t.new_empty(lead + (head_dim,))  # noqa: E731
     else:
-        from .eager import empty_in_memory_order  # lazily: eager imports this module for its fused path
         new_out = empty_in_memory_order
     if len(lead) > 4:
         raise ValueError(f"the Triton rotary kernel takes at most 4 lead axes, got shape {tuple(lead)}")

@@ -81,6 +81,10 @@ class ALiBi(Encoding):
         distance: ``"euclidean"`` (default) or ``"manhattan"`` offset length for dims > 1.
     """
 
+    description = "ALiBi (Press et al. 2022); N-D by Euclidean / Manhattan distance"
+    colour, marker = "#2ca02c", "^"
+    causal_options = {"causal": True}  # the paper's causal form
+
     slopes: Tensor  # (heads,) float32 buffer
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, distance: str = "euclidean"):

@@ -73,6 +73,9 @@ class Complex(Encoding):
             linear map, zero-initialised), instead of shared by all words.
     """
 
+    description = "complex word-order embeddings (Wang et al. 2020): token pairs `r e^{i theta}` times `e^{i w p}`"
+    colour, marker = "#e7298a", "p"
+
     freq: nn.Parameter  # (dim / 2,) float32
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, theta: float = 10000.0, pairing: str = "half",

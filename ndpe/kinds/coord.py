@@ -45,6 +45,9 @@ class Coord(Encoding):
     torch.Size([2, 24, 64])
     """
 
+    description = "CoordConv coordinate channels (+ radius); `ndpe.AddCoords` for conv maps"
+    colour, marker = "#8c564b", "X"
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, with_r: bool = False, coords: str = "pixel"):
         super().__init__(dims=dims, dim=dim, heads=heads)
         self.with_r, self.coords_mode = check_bool(with_r, "with_r"), coords

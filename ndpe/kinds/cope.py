@@ -48,7 +48,7 @@ torch.Size([1, 6, 32])
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -101,6 +101,15 @@ class CoPE(Encoding):
             ``cope_max_pos``); counted positions beyond ``max_pos - 1`` are clamped to it.
         talking_heads: mix the scaled logits across heads before the gates (x-transformers' option).
     """
+
+    description = "CoPE (Golovneva et al. 2024): positions counted by gates `sigmoid(q.k)`"
+    colour, marker = "#1b9e77", "d"
+
+    @classmethod
+    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
+                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
+        """Counted positions reach the training length; beyond, they clamp (as the paper's table)."""
+        return {"max_pos": int(train_grid[0]) if train_grid else 16}
 
     coordinate_based = False  # positions are counted from the content; coordinates only order the tokens
     causal_only = True  # the gates count keys up to the query: a bidirectional attention raises

@@ -98,6 +98,15 @@ class ContinuousBias(Encoding):
         norm: dynamic only; LayerNorm after each hidden linear layer.
     """
 
+    description = "continuous relative bias: Swin V2 log-spaced CPB, x-transformers `DynamicPositionBias`"
+    colour, marker = "#800080", "x"
+
+    @classmethod
+    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
+                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
+        """1D: x-transformers' ``DynamicPositionBias``; N-D: Swin V2, offsets normalized by the training grid."""
+        return {"style": "dynamic"} if dims == 1 else {"train_shape": list(train_grid or ())}
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, style: str = "swin", mlp_hidden: int | None = None,
                  depth: int | None = None, train_shape: int | tuple[int, ...] | None = None,
                  log_distance: bool = False, norm: bool = False):

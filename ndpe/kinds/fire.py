@@ -67,6 +67,10 @@ class FIRE(Encoding):
         init_L: the threshold ``L`` at init, in index units (default 512); learned through a multiplier.
     """
 
+    description = "FIRE (Li et al. 2024): MLP of the log distance, progressively normalized; N-D by Euclidean distance"
+    colour, marker = "#b15928", "8"
+    causal_options = {"causal": True}  # the paper's causal form
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, mlp_width: int = 32,
                  init_c: float = 0.1, init_L: float = 512.0):
         super().__init__(dims=dims, dim=dim, heads=heads)

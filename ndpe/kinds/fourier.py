@@ -44,6 +44,9 @@ class Fourier(Encoding):
     (torch.Size([32, 2]), torch.Size([64, 64]))
     """
 
+    description = "random Fourier features (Tancik et al. 2020), fixed or learnable"
+    colour, marker = "#bcbd22", "h"
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, sigma: float = 1.0, learnable: bool = False,
                  seed: int | None = None, coords: str = "pixel"):
         super().__init__(dims=dims, dim=dim, heads=heads)

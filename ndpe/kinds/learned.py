@@ -63,6 +63,21 @@ class Learned(Encoding):
     torch.Size([192, 64])
     """
 
+    description = "trainable table, full or axis-factorized, resizable"
+    colour, marker = "#1f77b4", "s"
+
+    @classmethod
+    def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,
+                     max_grid: tuple[int, ...] | None) -> dict[str, Any]:
+        """1D: a table as long as the longest test sequence, used as it is (positions beyond the training length
+        stay untrained, as in Kazemnejad et al. 2023); 2D/3D: the training grid's table, resized to larger grids (as
+        timm's ViT). Either starts at the tokens' scale (``init_std=1``; at 0.02 it hardly trains in a short run)."""
+        if train_grid is None:
+            raise ValueError("learned sizes its table by the task's grids: pass train_grid (and max_grid, for 1D)")
+        if dims == 1:
+            return {"grid_shape": list(max_grid or train_grid), "resize": None, "init_std": 1.0}
+        return {"grid_shape": list(train_grid), "resize": RESIZE_MODES[dims][-1], "init_std": 1.0}
+
     coordinate_based = False
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, grid_shape: tuple[int, ...],

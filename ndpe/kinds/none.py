@@ -13,6 +13,9 @@ class NoPE(Encoding):
     True
     """
 
+    description = "no position (NoPE baseline)"
+    colour, marker = "#000000", "o"
+
     position_free = True
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1):

@@ -98,6 +98,10 @@ class RelativeBias(Encoding):
         bidirectional: t5 only; False is the causal (decoder) bucketing.
     """
 
+    description = "learned relative bias: clipped offsets (Shaw, Swin) or T5 buckets"
+    colour, marker = "#17becf", "*"
+    causal_options = {"mode": "t5", "bidirectional": False}  # T5's one-sided buckets (its decoder)
+
     integer_positions = True  # offsets index a table
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, mode: str = "clip",

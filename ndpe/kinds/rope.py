@@ -127,6 +127,9 @@ class RoPE(Encoding):
         mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
     """
 
+    description = "axial RoPE-ND, per-axis channels and theta; PI / NTK / dynamic NTK / YaRN"
+    colour, marker = "#d62728", "o"
+
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, axis_dims: Sequence[int] | None = None,

@@ -115,6 +115,9 @@ class Sinusoidal(Encoding):
     torch.Size([196, 64])
     """
 
+    description = "Vaswani et al. 2017 per axis"
+    colour, marker = "#ff7f0e", "D"
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, combine: str = "concat",
                  temperature: float = 10000.0, layout: str = "interleaved", coords: str = "index",
                  axis_dims: Sequence[int] | None = None):

@@ -111,6 +111,10 @@ class TransformerXL(Encoding):
         clamp_len: clamp offsets to ``[-clamp_len, clamp_len]`` (the original's ``clamp_len``); None: no clamp.
     """
 
+    description = "Transformer-XL relative attention (Dai et al. 2019): `q.R(i-j) + u.k + v.R(i-j)`"
+    colour, marker = "#00008b", "H"
+    causal_options = {"causal": True}  # the paper's decoder form
+
     integer_positions = True  # offsets index the projected sinusoids
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, clamp_len: int | None = None):

@@ -80,6 +80,9 @@ class XPos(Encoding):
         pairing: ``"interleaved"`` (default, the reference's) or ``"half"``.
     """
 
+    description = "xPos (Sun et al. 2023): RoPE with the decay `zeta^(n/gamma)` on q, its inverse on k"
+    colour, marker = "#882255", ">"
+
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
     zeta: Tensor  # (rot_dim / 2,) float64 buffer
 
