@@ -220,3 +220,29 @@ def test_models_say_the_grid_the_encoder_sees(task):
     with torch.no_grad():
         model(x[None])
     assert grid_shape(cfg, x.shape) == tuple(int(n) for n in seen["grid"])
+
+
+def test_a_failed_search_point_leaves_its_kind_untrained_and_reported(tmp_path, monkeypatch):
+    """A kind whose search did not finish is not trained at some other learning rate: its runs fail, named."""
+    real = bench.run_cell
+
+    def flaky(args):
+        if args[1].kind == "rope" and args[1].search and args[1].lr == 0.01:
+            raise FloatingPointError("loss is nan")
+        return real(args)
+
+    monkeypatch.setattr(bench, "run_cell", flaky)
+    with pytest.raises(SystemExit):
+        bench.run(tiny(tmp_path, "lr_search=[0.001,0.01]"), "test")
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert not [r for r in rows if r.kind == "rope" and r.variant != SEARCH], "rope trained without a choice"
+    assert [r for r in rows if r.kind == "none" and r.variant == "-"], "the other kind still trains"
+    assert "text/copy rope: no learning rate chosen" in (tmp_path / "quick" / "report.md").read_text()
+
+
+def test_the_fingerprint_holds_the_choice_files_values(tmp_path):
+    path = tmp_path / "choices.yaml"
+    path.write_text("text/copy: {rope: {lr: 0.001, weight_decay: 0.05}}\n")
+    first = bench.fingerprint(tiny(tmp_path, f"lr_file={path}"))
+    path.write_text("text/copy: {rope: {lr: 0.004, weight_decay: 0.05}}\n")
+    assert bench.fingerprint(tiny(tmp_path, f"lr_file={path}")) != first

@@ -194,3 +194,45 @@ def test_write_report(tmp_path):
     assert "**learned at this budget**" in text and "kinds that count: none, rope" in text
     assert (tmp_path / "text_copy.png").stat().st_size > 1000
     assert "Kazemnejad et al. 2023" in text and "Golovneva et al. 2024" in text
+
+
+def test_a_claim_whose_tier_has_no_counting_kind_is_not_tested():
+    """Heo's tiers [[rope-mixed], [rope], [learned, sinusoidal]]: if rope-mixed does not count, "rope > learned"
+    alone must not make "RoPE-Mixed > RoPE-Axial" agree."""
+    claim = Claim("Someone 2020", "a > b > c", "text/copy", [["alibi"], ["rope"], ["sinusoidal"]])
+    rows = runs({"alibi": [0.5, 0.5], "rope": [0.99, 0.9], "sinusoidal": [0.99, 0.2], "floor: chance": [0.0, 0.0]},
+                ratios=(1.0, 2.0))
+    v = verdict(claim, rows)
+    assert v.label == "not tested" and "no kind of alibi counts" in v.detail
+
+
+def test_retention_only_for_kinds_that_count():
+    rows = runs({"rope": [0.99, 0.6], "none": [0.3, 0.3], "floor: order-blind": [0.2, 0.2]}, ratios=(1.0, 2.0))
+    agg = aggregate(rows)["text/copy"]
+    check = competence("text/copy", agg, higher=True)
+    assert retention(agg, "none", 2.0, check) is None and retention(agg, "rope", 2.0, check) is not None
+
+
+def test_competence_on_the_validation_split_where_the_test_split_is_held_out():
+    """coord/quadrant: the bar is judged on the training quadrants (val); the held-out quadrant is the claim."""
+    from train.report import in_distribution
+
+    def coord(kind, seed, value, split, variant="-"):
+        r = row(kind, seed, 1.0, value, task="coord/quadrant", metric="coord_err", higher=False, variant=variant)
+        return r.__class__(**{**r.__dict__, "split": split, "test_size": "quadrant", "train_size": "quadrant"})
+
+    rows = [coord("floor", d, 0.9, split, "mean-predictor") for d in (0, 1) for split in ("test", "val")]
+    rows += [coord("conv+coord", s, 0.001, "val") for s in range(5)] + [coord("conv+coord", s, 1.2, "test") for s in range(5)]
+    in_dist = in_distribution(rows)
+    assert competence("coord/quadrant", in_dist["coord/quadrant"], higher=False).learned, "fits its training data"
+    assert not competence("coord/quadrant", aggregate(rows)["coord/quadrant"], higher=False).learned
+    claim = next(c for c in CLAIMS if c.task == "coord/quadrant")
+    assert check_claim(claim, aggregate(rows), task_info(rows), in_dist).label == "disagrees"
+
+
+def test_identical_scores_say_so_instead_of_a_detectable_effect():
+    claim = Claim("Someone 2020", "a beats b", "text/copy", [["rope"], ["sinusoidal"]])
+    rows = runs({"rope": [0.99, 0.0], "sinusoidal": [0.99, 0.0], "floor: chance": [0.0, 0.0]}, ratios=(1.0, 2.0),
+                spread=0.0)
+    v = verdict(claim, rows)
+    assert v.label == "inconclusive" and "scores the same in every run" in v.detail

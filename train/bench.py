@@ -262,8 +262,12 @@ def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[fl
     return chosen
 
 
-def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, float]:
-    return chosen.get((task, kind), (float(cfg.lrs.get(task, cfg.lr)), cfg.weight_decay))
+def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, float] | None:
+    """The (lr, weight decay) of a (task, kind)'s runs; None when a search or choice file should give it and did
+    not (a search point failed, or the file lacks it): those runs are not trained at another learning rate."""
+    if (task, kind) in chosen:
+        return chosen[(task, kind)]
+    return None if cfg.lr_search or cfg.lr_file else (float(cfg.lrs.get(task, cfg.lr)), cfg.weight_decay)
 
 
 def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_grid: tuple[int, ...] | None = None) -> dict:
@@ -433,6 +437,9 @@ def floor_rows(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> list[Ro
         test = build_data(tcfg, "test", **test_options(task, size))
         for name, value in floors(train, val, test, task.metric).items():
             rows.append(_row(task, cell, name, size, value, 0.0))
+    if task.competence_split == "val":  # the bar is judged on the validation split: its floors too
+        rows += [_row(task, cell, name, task.train_size, value, 0.0, split="val")
+                 for name, value in floors(train, val, val, task.metric).items()]
     return rows
 
 
@@ -501,6 +508,8 @@ SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "workers", "out_ro
 
 def fingerprint(cfg: BenchConfig) -> str:
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
+    if cfg.lr_file:  # the choices it holds, not only its path: a rewritten file is other settings
+        fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items())
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -605,8 +614,14 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         chosen = choices(cfg, read_rows(results))
         if cfg.lr_search:
             write_choices(cfg, chosen, run_dir / "lr_choices.yaml")
-        dispatch([dataclasses.replace(c, lr=lr, weight_decay=wd) for c in later
-                  for lr, wd in [lr_of(cfg, chosen, c.task, c.kind)]])
+        unchosen = sorted({(c.task, c.kind) for c in later if lr_of(cfg, chosen, c.task, c.kind) is None})
+        for task, kind in unchosen:
+            source = cfg.lr_file or "the search"
+            failures.append(f"{task} {kind}: no learning rate chosen (a search point failed, or {source} lacks it); "
+                            "its runs were not trained")
+            print(f"FAILED {failures[-1]}", flush=True)
+        dispatch([dataclasses.replace(c, lr=lr_wd[0], weight_decay=lr_wd[1]) for c in later
+                  if (lr_wd := lr_of(cfg, chosen, c.task, c.kind)) is not None])
     finally:
         executor.close()
     wall = time.perf_counter() - start

@@ -72,6 +72,8 @@ class Task:
     order_blind: str = ""  # what a model blind to order reaches, and how the floor computes it
     archs: dict = field(default_factory=dict)  # coordinate tasks: kind ("conv", "conv+coord") -> ConvNet options
     kind_options: dict = field(default_factory=dict)  # kind -> KindOption (the protocol's choices, with reasons)
+    competence_split: str = "test"  # where the bar is judged at the training size: "val" when the test split is
+    # held out by design (Liu et al.'s quadrant), so a model that fits its training data is not called incompetent
 
     @property
     def causal(self) -> bool:
@@ -81,9 +83,10 @@ class Task:
 KAZEMNEJAD_PROTOCOL = ("decoder-only (causal) model trained on lengths 1..L, tested at exactly L, 1.5L, 2L (their "
                        "out-of-distribution range reaches 2L); exact match of the teacher-forced output (= greedy "
                        "decoding right): Kazemnejad et al. 2023")
-PRESS_PROTOCOL = ("causal character LM trained on windows of C characters; at every test context the same target "
-                  "characters are scored (the last C/2 of each window), so a longer context only adds history: "
-                  "Press et al. 2022's extrapolation with a sliding window")
+PRESS_PROTOCOL = ("causal character LM trained on windows of C characters (every target scored); at every test "
+                  "context the same target characters are scored (the last C/2 of each window), so a longer context "
+                  "only adds history: Press et al. 2022's extrapolation with a sliding window. The data seeds shift "
+                  "the windows by under C/2 characters: they vary the cut, not the text")
 ZOOM = "the same scene rendered at a higher resolution (more patches, same content): Heo et al. 2024"
 CANVAS = "a larger field with objects of the same pixel size (position extrapolation; not Heo et al.'s protocol)"
 LIU = ("a one-hot pixel in a 64x64 image -> its (row, col); CoordConv vs plain conv, as Liu et al. 2018 (their "
@@ -95,7 +98,8 @@ COORD_BAR = Bar("error below the mean predictor's (one-sided t test); the one-pi
 ORDER_BAR = Bar("above the order-blind ceiling (one-sided t test)", floor="order-blind")
 ORDER_BLIND_TAGS = ("exact: each output slot guessed as the most common symbol not yet written (the bag of the "
                     "tokens before it, which is all a model blind to their order knows)")
-ORDER_BLIND_POSITIONS = "exact: the label depends only on positions, so the majority class"
+ORDER_BLIND_POSITIONS = ("the majority class: the label depends only on positions (a ceiling for a model blind to the "
+                         "order of patches; order inside one patch is still visible)")
 ROPE_VIT = KindOption(lambda train, largest: {"theta": 100.0},
                       "RoPE-Axial at RoPE-ViT's theta 100 (Heo et al. 2024 code), not the language models' 10000")
 FIRE_L = KindOption(lambda train, largest: {"init_L": max(train[0] // 2, 1)},
@@ -128,8 +132,8 @@ TASKS = {t.name: t for t in [
          data={"syllables": 2}, model_opts={"patch_size": [8, 8], "pool": "mean"},
          protocol="the same two syllables spread over a longer clip (each in its half of the clip; the background "
                   "noise fills the clip at every duration, so a longer clip holds more noise, not padding)",
-         order_blind="exact: the unordered pair of contours identified, the order guessed (6/9 with 9 balanced "
-                     "classes)"),
+         order_blind="the ceiling of a model blind to patch order: the unordered pair of contours identified, the "
+                     "order guessed by its most common training label (6/9 with balanced classes)"),
     Task("audio/spoken", "spoken_words", "audio", 2, "duration", 1.0, (1.0, 1.5, 2.0), "acc", True,
          Bar("accuracy >= 0.8 at 1 s", value=0.8), "s", model_opts={"patch_size": [8, 8], "pool": "mean"},
          protocol="a synthesized keyword (held-out voices) at a random offset in a longer clip (more time patches)",
@@ -144,7 +148,7 @@ TASKS = {t.name: t for t in [
          **{**CAUSAL_TEXT, "order_blind": "not computed (no closed form for addition)"}),
     Task("text/stdlib_lm", "stdlib_lm", "text", 1, "context", 64, (64, 128, 256, 512), "ppl", False,
          Bar("perplexity below the trigram's on the same test characters", floor="trigram"), "C",
-         data={"score_last": 32}, test_data={"align": 512}, model_opts={"causal": True}, protocol=PRESS_PROTOCOL,
+         test_data={"score_last": 32, "align": 512}, model_opts={"causal": True}, protocol=PRESS_PROTOCOL,
          order_blind="measured: a softmax regression on the bag of the window's characters (train/floors.py)",
          kind_options={"fire": FIRE_L}),
     Task("video/trajectory", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, ORDER_BAR, "frames",
@@ -152,7 +156,8 @@ TASKS = {t.name: t for t in [
          model_opts={"tubelet": [1, 8, 8], "pool": "mean", "heads": 2},
          protocol="the same motion at a higher frame rate (more frames); one-frame tubelets, so only positions "
                   "tell the frame order (right/left, down/up)",
-         order_blind="exact: the axis of motion identified, the direction guessed (1/2)"),
+         order_blind="the ceiling of a model blind to frame order: the axis of motion identified, the direction "
+                     "guessed (1/2)"),
     Task("coord/uniform", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
          COORD_BAR,
          data={"split_mode": "uniform", "margin": 4}, conv=True, protocol=LIU, order_blind="not applicable (a conv net)",
@@ -160,6 +165,7 @@ TASKS = {t.name: t for t in [
     Task("coord/quadrant", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
          COORD_BAR,
          data={"split_mode": "quadrant", "margin": 4}, conv=True, protocol=LIU, order_blind="not applicable (a conv net)",
+         competence_split="val",
          archs={"conv": {"arch": "conv_quadrant"}, "conv+coord": PAPER_COORDCONV}),
 ]}
 

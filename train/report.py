@@ -46,7 +46,9 @@ def train_ratio(agg_task: dict[str, dict[float, Cell]]) -> float | None:
 # --- floors and competence ------------------------------------------------------------------------
 
 def good(value: float, higher: bool) -> float:
-    """``value`` signed so that larger is better."""
+    """``value`` signed so that larger is better (nan: the worst)."""
+    if math.isnan(value):
+        return -math.inf
     return value if higher else -value
 
 
@@ -118,8 +120,19 @@ def passes_bar(task: str, cell: Cell, floors: dict[str, Cell], higher: bool) -> 
     return floor is not None and beats(margins(cell, floor, higher))
 
 
+def in_distribution(rows: list[Row]) -> dict:
+    """task -> the aggregate the competence rules read: each task's ``competence_split`` (train/protocol.py; the
+    test split at the training size, or the validation split where the test split is held out, as Liu et al.'s
+    quadrant)."""
+    by_split = {split: aggregate(rows, split=split) for split in ("test", "val")}
+    tasks = {r.task for r in rows}
+    split_of = {t: TASKS[t].competence_split if t in TASKS else "test" for t in tasks}
+    return {t: by_split[split_of[t]].get(t, {}) for t in tasks}
+
+
 def competence(task: str, agg_task, higher: bool) -> Competence:
-    """Apply the protocol's rules to every kind of one task at its training size."""
+    """Apply the protocol's rules to every kind of one task at its training size (``agg_task``: the aggregate of
+    its competence split, see :func:`in_distribution`)."""
     ratio = train_ratio(agg_task)
     encodings, floor_series = split_floors(agg_task)
     floors = {name: by[ratio] for name, by in floor_series.items() if ratio in by}
@@ -152,14 +165,14 @@ def retention(agg_task, label: str, ratio: float, check: Competence) -> stats.Es
     base, at = kind.get(check.ratio), by.get(ratio)
     f1 = strongest_floor(floor_series, check.ratio, check.higher) if check.ratio is not None else None
     fk = strongest_floor(floor_series, ratio, check.higher)
-    if base is None or at is None or f1 is None or fk is None:
-        return None
+    if base is None or at is None or f1 is None or fk is None or not check.counts(label):
+        return None  # only kinds that count: at or below the floor the ratio is meaningless
     f1_by = {d: v for (_, d), v in f1[1].runs.items()}
     fk_by = {d: v for (_, d), v in fk[1].runs.items()}
     values = []
     for run, v in sorted(at.runs.items()):
         d = run[1]
-        if run in base.runs and d in f1_by and d in fk_by and base.runs[run] != f1_by[d]:
+        if run in base.runs and d in f1_by and d in fk_by and good(base.runs[run] - f1_by[d], check.higher) > 0:
             values.append(good(v - fk_by[d], check.higher) / good(base.runs[run] - f1_by[d], check.higher))
     return stats.t_interval(values) if values else None
 
@@ -172,27 +185,34 @@ class Verdict:
     detail: str
 
 
-def measured_values(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool) -> list[float]:
+LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
+
+
+def measured_values(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool,
+                    metric: str = "") -> list[float]:
     """Per run, what ``claim`` compares, signed so that larger is better: the metric at ``last``, or minus its
-    worsening from ``first`` to ``last`` (paired per run)."""
+    worsening from ``first`` to ``last`` (paired per run); perplexities as their log."""
     by = agg_task.get(label, {})
+    f = math.log if metric in LOG_METRICS else (lambda v: v)
     if claim.measure == "largest":
-        return [good(v, higher) for _, v in sorted(by[last].runs.items())] if last in by else []
+        return [good(f(v), higher) for _, v in sorted(by[last].runs.items())] if last in by else []
     if first not in by or last not in by:
         return []
     a, b = by[first].runs, by[last].runs
-    return [good(b[r] - a[r], higher) for r in sorted(a) if r in b]
+    return [good(f(b[r]) - f(a[r]), higher) for r in sorted(a) if r in b]
 
 
-def check_claim(claim: Claim, agg, info) -> Verdict:
-    """The verdict of one claim: ordered pairs tested by Welch t tests, Holm-corrected within the claim."""
+def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
+    """The verdict of one claim: ordered pairs tested by Welch t tests, Holm-corrected within the claim.
+
+    ``in_dist``: task -> the aggregate the competence rules read (:func:`in_distribution`; default ``agg``)."""
     if claim.task not in agg:
         return Verdict("not tested", "task not in this run")
     if claim.not_tested:
         return Verdict("not tested", claim.not_tested)
     agg_task, row = agg[claim.task], info[claim.task]
     higher = row.higher_is_better
-    check = competence(claim.task, agg_task, higher)
+    check = competence(claim.task, (in_dist or agg)[claim.task], higher)
     if not check.learned:
         return Verdict("not tested", "the task was not learned at this budget (no kind passes its bar)")
     first, last = check.ratio, max(max(by) for by in agg_task.values())
@@ -204,23 +224,23 @@ def check_claim(claim: Claim, agg, info) -> Verdict:
         notes.append(f"left out (do not count: below the bar or a floor): {', '.join(left_out)}")
     if missing:
         notes.append(f"not in this run: {', '.join(missing)}")
+    empty = [" / ".join(tier) for tier, kept in zip(claim.tiers, tiers) if not kept]
+    if empty:  # a claim about a tier that no kind represents is not tested, whatever the other pairs say
+        return Verdict("not tested", f"no kind of {'; '.join(empty)} counts; " + "; ".join(notes))
     tests: list[tuple[str, stats.Estimate]] = []
-    nonempty = [t for t in tiers if t]
-    if claim.tiers and len(nonempty) < 2:
-        return Verdict("not tested", "too few kinds count to compare; " + "; ".join(notes))
-    for i, upper in enumerate(nonempty):
-        for lower in nonempty[i + 1:]:
+    for i, upper in enumerate(tiers):
+        for lower in tiers[i + 1:]:
             for a in upper:
                 for b in lower:
-                    est = stats.welch(measured_values(agg_task, a, claim, first, last, higher),
-                                      measured_values(agg_task, b, claim, first, last, higher))
+                    est = stats.welch(measured_values(agg_task, a, claim, first, last, higher, row.metric),
+                                      measured_values(agg_task, b, claim, first, last, higher, row.metric))
                     tests.append((f"{a} vs {b}", est))
     bound = claim.threshold
     for label, should in [*[(k, True) for k in claim.meets], *[(k, False) for k in claim.misses]]:
         if label in agg_task and last in agg_task[label] and bound is not None:
             est = stats.above(agg_task[label][last].values, bound, higher)
-            tests.append((f"{label} {'under' if not higher else 'over'} {bound:.3g}" if should else
-                          f"{label} not {'under' if not higher else 'over'} {bound:.3g}",
+            side = "under" if not higher else "over"
+            tests.append((f"{label} {side} {bound:.3g}" if should else f"{label} not {side} {bound:.3g}",
                           est if should else stats.Estimate(-est.mean, est.se, est.df, est.n)))
     if not tests:
         return Verdict("not tested", "nothing measured; " + "; ".join(notes))
@@ -230,8 +250,9 @@ def check_claim(claim: Claim, agg, info) -> Verdict:
         sign = 0 if not p < stats.ALPHA else (1 if est.mean > 0 else -1)
         signs.append(sign)
         parts.append(f"{name}: {est.fmt()} (Holm p={p:.2g})")
-    what = "worsening from ×{:g} to ×{:g}".format(first, last) if claim.measure == "degradation" else \
-        f"{row.metric} at ×{last:g}"
+    log = " of log ppl (nats per character)" if row.metric in LOG_METRICS else ""
+    what = f"worsening{log} from ×{first:g} to ×{last:g}" if claim.measure == "degradation" else \
+        f"{row.metric}{log} at ×{last:g}"
     detail = f"{what}, differences signed so that positive agrees with the claim: " + "; ".join(parts)
     if notes:
         detail += ". " + ". ".join(n[0].upper() + n[1:] for n in notes)
@@ -239,22 +260,34 @@ def check_claim(claim: Claim, agg, info) -> Verdict:
         return Verdict("disagrees", detail)
     if all(s == 1 for s in signs):
         return Verdict("agrees", detail)
-    smallest = max((est.detectable() for _, est in tests), default=math.nan)
+    if all(est.se == 0 and est.mean == 0 for _, est in tests):
+        return Verdict("inconclusive", detail + ". Every kind compared scores the same in every run (a floor or a "
+                       "ceiling of the metric at this size), so no difference can be measured")
+    level = stats.ALPHA / len(tests)  # Holm's strictest step
+    detectable = [d for _, est in tests if not math.isnan(d := est.detectable(alpha=level))]
+    smallest = max(detectable) if detectable else math.nan
     return Verdict("inconclusive", detail + f". The design detects differences of about {smallest:.3g} "
-                   "(80 % power, 5 % level, per pair before correction)")
+                   f"(80 % power at Holm's strictest level, {level:.2g}, per pair)")
 
 
-def claim_line(claim: Claim, agg, info) -> str:
-    verdict = check_claim(claim, agg, info)
+def claim_line(claim: Claim, agg, info, in_dist=None) -> str:
+    verdict = check_claim(claim, agg, info, in_dist)
     head = f"- **{claim.source}**, `{claim.task}` — {claim.text}" + (f" [{claim.note}]" if claim.note else "")
     return f"{head}: **{verdict.label}**. {verdict.detail}."
 
 
 # --- tables -----------------------------------------------------------------------------------------
 
-def cell_text(cell: Cell, digits: int = 3) -> str:
-    """Mean and 95 % t interval over runs (the mean alone for one run)."""
-    return stats.t_interval(cell.values).fmt(digits)
+METRIC_RANGES = {"acc": (0.0, 1.0), "seq_acc": (0.0, 1.0), "ppl": (1.0, math.inf), "coord_err": (0.0, math.inf)}
+
+
+def cell_text(cell: Cell, metric: str = "", digits: int = 3) -> str:
+    """Mean and 95 % t interval over runs, the interval clipped to the metric's range (the mean alone for one run)."""
+    est = stats.t_interval(cell.values)
+    if math.isnan(est.half_width):
+        return f"{est.mean:.{digits}g}"
+    lo, hi = METRIC_RANGES.get(metric, (-math.inf, math.inf))
+    return f"{est.mean:.{digits}g} [{max(est.low, lo):.{digits}g}, {min(est.high, hi):.{digits}g}]"
 
 
 def ranking_order(agg_task, sizes, higher):
@@ -270,7 +303,8 @@ def ranking_order(agg_task, sizes, higher):
     return sorted(agg_task.items(), key=key)
 
 
-def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, times: dict[str, float]) -> str:
+def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, times: dict[str, float],
+                   metric: str = "") -> str:
     """Encodings ranked at the largest size (mean [95 % CI]; `✗` marks kinds that do not count), retention at
     the largest size, training time; then the floors (mean over data seeds)."""
     last = sizes[-1][0]
@@ -282,14 +316,14 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
     encodings, floors = split_floors(agg_task)
     for label, by_size in ranking_order(encodings, sizes, check.higher):
         mark = "" if check.counts(label) else " ✗"
-        cells = [cell_text(by_size[ratio]) if ratio in by_size else "–" for ratio, _ in sizes]
+        cells = [cell_text(by_size[ratio], metric) if ratio in by_size else "–" for ratio, _ in sizes]
         if len(sizes) > 1:
             est = retention(agg_task, label, last, check)
             cells.append(est.fmt(2) if est is not None else "–")
         lines.append(f"| {label}{mark} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
     for name, by_size in sorted(floors.items()):
         cells = [f"{by_size[ratio].mean:.3g}" if ratio in by_size else "–" for ratio, _ in sizes]
-        lines.append(f"| {FLOOR_PREFIX}{name} | " + " | ".join(cells) + (" | – " if len(sizes) > 1 else "") + " | – |")
+        lines.append(f"| {FLOOR_PREFIX}{name} | " + " | ".join(cells) + (" | –" if len(sizes) > 1 else "") + " | – |")
     return "\n".join(lines)
 
 
@@ -301,7 +335,7 @@ def competence_lines(task: str, check: Competence, metric: str, train_agg: dict)
     best = check.best
     state = "**learned at this budget**" if check.learned else "**not learned at this budget** (no verdict)"
     lines = [f"- bar: {bar}; floors in distribution: {floors}; order-blind: {blind or 'not stated'}",
-             f"- {state}; best kind: {best} {cell_text(check.kinds[best].cell) if best else ''}"]
+             f"- {state}; best kind: {best} {cell_text(check.kinds[best].cell, metric) if best else ''}"]
     counting = [k for k, s in check.kinds.items() if s.counts]
     lines.append(f"- kinds that count: {', '.join(counting) or 'none'}; that do not: "
                  + (", ".join(f"{k} ({'bar' if not s.bar else 'floor'})" for k, s in check.kinds.items()
@@ -351,23 +385,40 @@ def train_times(rows: list[Row]) -> dict[str, dict[str, float]]:
 
 
 def lr_section(rows: list[Row]) -> list[str]:
-    """The learning-rate search: per task and kind, the validation metric per learning rate and the choice."""
+    """The learning-rate search: per task and kind, the validation metric per (lr, weight decay) candidate and
+    the values its runs trained with (read from the runs' rows)."""
     search = [r for r in rows if r.variant == SEARCH]
     if not search:
         return []
     by: dict = defaultdict(dict)
     for r in search:
-        by[(r.task, r.kind)][r.lr] = r.value
+        by[(r.task, r.kind)][(r.lr, r.weight_decay)] = r.value
+    used: dict = defaultdict(set)
+    for r in rows:
+        if r.variant != SEARCH and r.kind != "floor":
+            used[(r.task, r.kind)].add((r.lr, r.weight_decay))
     lines = ["## Learning-rate search", "",
-             "Every kind gets the same search: each candidate peak learning rate trains one run (seed 0, data seed "
-             "0) and is scored on the validation split at the training size; the best is used for every run.", "",
-             "| task | kind | validation metric per lr | chosen |", "|---|---|---|---|"]
-    higher = {r.task: r.higher_is_better for r in search}
+             "Every kind gets the same search: each candidate (peak learning rate, weight decay) trains one run "
+             "(model seed 0, the first data seed; that run is also the first of the reported runs) scored on the "
+             "validation split at the training size; the best (ties: the smaller learning rate) is used for every "
+             "run. A choice on the grid's edge is marked ⚑ (the grid may not bracket the optimum).", "",
+             "| task | kind | validation metric per (lr, wd) | runs trained with |", "|---|---|---|---|"]
     for (task, kind), vals in sorted(by.items()):
-        best = max(vals, key=lambda lr: good(vals[lr], higher[task]))
-        lines.append(f"| {task} | {kind} | " + ", ".join(f"{lr:g}: {v:.3g}" for lr, v in sorted(vals.items()))
-                     + f" | {best:g} |")
+        grid_lrs = sorted({lr for lr, _ in vals})
+        chosen = sorted(used.get((task, kind), set()))
+        edge = any(lr in (grid_lrs[0], grid_lrs[-1]) for lr, _ in chosen) and len(grid_lrs) > 1
+        lines.append(f"| {task} | {kind} | " + ", ".join(f"({lr:g}, {wd:g}): {v:.3g}" for (lr, wd), v in sorted(vals.items()))
+                     + " | " + (", ".join(f"({lr:g}, {wd:g})" for lr, wd in chosen) or "–") + (" ⚑" if edge else "") + " |")
     return lines + [""]
+
+
+def mixed_settings(rows: list[Row]) -> list[str]:
+    """(task, kind) whose runs trained with more than one (lr, weight decay): a run directory that mixed settings."""
+    used: dict = defaultdict(set)
+    for r in rows:
+        if r.variant != SEARCH and r.kind != "floor":
+            used[(r.task, r.kind)].add((r.lr, r.weight_decay))
+    return [f"{t} {k}: {sorted(v)}" for (t, k), v in sorted(used.items()) if len(v) > 1]
 
 
 def write_report(run_dir: Path, header: str, select=None) -> Path:
@@ -378,8 +429,11 @@ def write_report(run_dir: Path, header: str, select=None) -> Path:
     if select is not None:
         rows = select(rows)
     agg, info, times = aggregate(rows), task_info(rows), train_times(rows)
-    train_agg = aggregate(rows, split="train")
-    checks = {t: competence(t, agg[t], info[t].higher_is_better) for t in agg}
+    train_agg, in_dist = aggregate(rows, split="train"), in_distribution(rows)
+    checks = {t: competence(t, in_dist[t], info[t].higher_is_better) for t in agg}
+    mixed = mixed_settings(rows)
+    if mixed:
+        header += "\n- **runs of one kind trained with different settings** (not comparable): " + "; ".join(mixed)
     parts = [header, "", "## Summary", "",
              "Mean over runs at the training size → at the largest test size; ✗: the kind does not count (misses the "
              "task's bar or a floor of its data), so it takes no part in any claim.", "",
@@ -396,13 +450,13 @@ def write_report(run_dir: Path, header: str, select=None) -> Path:
         n = max((c.n for label, by in agg[task].items() if not is_floor(label) for c in by.values()), default=0)
         parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}, {n} runs", "",
                   *competence_lines(task, checks[task], row.metric, train_agg.get(task, {})), "",
-                  markdown_table(agg[task], sizes, checks[task], times.get(task, {})), "",
+                  markdown_table(agg[task], sizes, checks[task], times.get(task, {}), row.metric), "",
                   f"![{task}]({plot.name})", ""]
     parts += lr_section(rows)
     parts += ["## Does it reproduce the literature?", "",
               "Each claim is a set of ordered pairs; each pair a Welch t test on per-run values (a worsening is "
               "paired per run first), Holm-corrected within the claim; only kinds that count take part.", ""]
-    parts += [claim_line(c, agg, info) for c in CLAIMS if c.task in agg]
+    parts += [claim_line(c, agg, info, in_dist) for c in CLAIMS if c.task in agg]
     out = run_dir / "report.md"
     out.write_text("\n".join(parts) + "\n")
     return out

@@ -75,7 +75,7 @@ def t_interval(values: Sequence[float]) -> Estimate:
     """The mean of ``values`` with its t interval (one group of independent runs)."""
     n = len(values)
     if n == 0:
-        raise ValueError("t_interval needs at least one value")
+        return Estimate(math.nan, math.nan, 0, 0)
     mean = statistics.fmean(values)
     se = statistics.stdev(values) / math.sqrt(n) if n > 1 else math.nan
     return Estimate(mean, se, n - 1, n)
@@ -83,6 +83,8 @@ def t_interval(values: Sequence[float]) -> Estimate:
 
 def welch(a: Sequence[float], b: Sequence[float]) -> Estimate:
     """``mean(a) - mean(b)`` for two independent groups of runs, with Welch's standard error and df."""
+    if not a or not b:
+        return Estimate(math.nan, math.nan, 0, 0)  # a side not measured: no test (its p-value is nan)
     if len(a) < 2 or len(b) < 2:
         return Estimate(statistics.fmean(a) - statistics.fmean(b), math.nan, 0, min(len(a), len(b)))
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
