@@ -224,9 +224,9 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
         notes.append(f"left out (do not count: below the bar or a floor): {', '.join(left_out)}")
     if missing:
         notes.append(f"not in this run: {', '.join(missing)}")
-    empty = [" / ".join(tier) for tier, kept in zip(claim.tiers, tiers) if not kept]
+    empty = ["[" + ", ".join(tier) + "]" for tier, kept in zip(claim.tiers, tiers) if not kept]
     if empty:  # a claim about a tier that no kind represents is not tested, whatever the other pairs say
-        return Verdict("not tested", f"no kind of {'; '.join(empty)} counts; " + "; ".join(notes))
+        return Verdict("not tested", f"no kind of {' or '.join(empty)} counts; " + "; ".join(notes))
     tests: list[tuple[str, stats.Estimate]] = []
     for i, upper in enumerate(tiers):
         for lower in tiers[i + 1:]:
@@ -319,7 +319,8 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
         cells = [cell_text(by_size[ratio], metric) if ratio in by_size else "–" for ratio, _ in sizes]
         if len(sizes) > 1:
             est = retention(agg_task, label, last, check)
-            cells.append(est.fmt(2) if est is not None else "–")
+            cells.append("–" if est is None else f"{est.mean:.2f}" if math.isnan(est.half_width) else
+                         f"{est.mean:.2f} [{est.low:.2f}, {est.high:.2f}]")
         lines.append(f"| {label}{mark} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
     for name, by_size in sorted(floors.items()):
         cells = [f"{by_size[ratio].mean:.3g}" if ratio in by_size else "–" for ratio, _ in sizes]
