@@ -81,6 +81,8 @@ class ALiBi(Encoding):
         distance: ``"euclidean"`` (default) or ``"manhattan"`` offset length for dims > 1.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+
     slopes: Tensor  # (heads,) float32 buffer
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, distance: str = "euclidean"):

@@ -73,6 +73,8 @@ class Complex(Encoding):
             linear map, zero-initialised), instead of shared by all words.
     """
 
+    has_parameters = True
+
     freq: nn.Parameter  # (dim / 2,) float32
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, theta: float = 10000.0, pairing: str = "half",
@@ -95,7 +97,7 @@ class Complex(Encoding):
             return self.freq
         return self.freq + self.freq_proj(x.to(self.freq.dtype))
 
-    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+    def encode(self, positions: Tensor, grid_shape) -> PosOut:
         pos = positions.to(angle_dtype(positions.device))  # (..., N, 1); decoding: the new tokens' positions
         n = positions.shape[-2]
         dim, pairing = self.dim, self.pairing

@@ -102,6 +102,8 @@ class CoPE(Encoding):
         talking_heads: mix the scaled logits across heads before the gates (x-transformers' option).
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     coordinate_based = False  # positions are counted from the content; coordinates only order the tokens
     causal_only = True  # the gates count keys up to the query: a bidirectional attention raises
     head_mix: nn.Parameter | None

@@ -98,6 +98,9 @@ class ContinuousBias(Encoding):
         norm: dynamic only; LayerNorm after each hidden linear layer.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, style: str = "swin", mlp_hidden: int | None = None,
                  depth: int | None = None, train_shape: int | tuple[int, ...] | None = None,
                  log_distance: bool = False, norm: bool = False):

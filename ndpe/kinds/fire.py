@@ -67,6 +67,9 @@ class FIRE(Encoding):
         init_L: the threshold ``L`` at init, in index units (default 512); learned through a multiplier.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, mlp_width: int = 32,
                  init_c: float = 0.1, init_L: float = 512.0):
         super().__init__(dims=dims, dim=dim, heads=heads)

@@ -63,6 +63,8 @@ class Learned(Encoding):
     torch.Size([192, 64])
     """
 
+    takes_key_positions = True  # refuses options that cannot decode
+    has_parameters = True
     coordinate_based = False
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, grid_shape: tuple[int, ...],

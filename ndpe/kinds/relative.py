@@ -98,6 +98,8 @@ class RelativeBias(Encoding):
         bidirectional: t5 only; False is the causal (decoder) bucketing.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     integer_positions = True  # offsets index a table
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, mode: str = "clip",

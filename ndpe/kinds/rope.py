@@ -127,6 +127,8 @@ class RoPE(Encoding):
         mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
     """
 
+    takes_key_positions = True  # refuses options that cannot decode
+
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, axis_dims: Sequence[int] | None = None,

@@ -81,6 +81,8 @@ class RoPEMixed(Encoding):
         rotate: random per-head rotation at init (False: starts as axial RoPE).
     """
 
+    has_parameters = True
+
     def __init__(self, *, dims: int, dim: int, heads: int = 1, theta: float = 10.0, coords: str = "index",
                  pairing: str = "half", rotate: bool = True):
         super().__init__(dims=dims, dim=dim, heads=heads)

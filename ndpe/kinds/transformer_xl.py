@@ -111,6 +111,8 @@ class TransformerXL(Encoding):
         clamp_len: clamp offsets to ``[-clamp_len, clamp_len]`` (the original's ``clamp_len``); None: no clamp.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     integer_positions = True  # offsets index the projected sinusoids
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, clamp_len: int | None = None):

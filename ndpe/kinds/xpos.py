@@ -80,6 +80,8 @@ class XPos(Encoding):
         pairing: ``"interleaved"`` (default, the reference's) or ``"half"``.
     """
 
+    takes_key_positions = True  # refuses options that cannot decode
+
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
     zeta: Tensor  # (rot_dim / 2,) float64 buffer
 
