@@ -296,7 +296,7 @@ class Encoding(nn.Module):
                              "normalized by the sequence length, which grows with every decoded token")
         n = grid_shape[0]
         keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
-        self._check_bias_size(keys, (past + n,), num_prefix, queries=n)
+        self._check_bias_size(keys[past:], (past + n,), num_prefix, num_keys=past + n)
         if self.takes_key_positions:
             out = self.encode(keys[past:], (past + n,), key_positions=keys)  # type: ignore[call-arg]
         else:
@@ -307,24 +307,36 @@ class Encoding(nn.Module):
         out = pad_prefix(out, 0, k_prefix=num_prefix)
         return out if dtype is None else out.to(dtype)
 
-    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int | None:
-        """Estimated peak bytes of building this kind's ``(batch, heads, T, T)`` bias; None: no bias."""
+    def pair_words(self) -> int | None:
+        """Float32 words per query-key pair alive at the peak of building the kind's materialized bias (its heads
+        included); None: the kind builds no bias. A bias kind overrides it; :meth:`bias_bytes` does the rest."""
         return None
 
-    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int, queries: int | None = None) -> None:
-        """Refuse a bias over the budget; ``queries``: decoding builds only these rows of the square estimate."""
+    def bias_bytes(self, batch: int, num_queries: int, num_prefix: int, num_keys: int | None = None) -> int | None:
+        """Estimated peak bytes of the ``(batch, heads, Nq, Nk)`` bias from its shape: :meth:`pair_words` per pair,
+        plus its copy padded with the prefix tokens (key columns; query rows too unless decoding, ``num_keys``
+        given). None: no bias."""
+        words = self.pair_words()
+        if words is None:
+            return None
+        keys = num_queries if num_keys is None else num_keys
+        rows = num_queries + (num_prefix if num_keys is None else 0)
+        padded = self.heads * rows * (keys + num_prefix) if num_prefix else 0
+        return 4 * batch * (words * num_queries * keys + padded)
+
+    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int, num_keys: int | None = None) -> None:
+        """Refuse a bias over the budget; ``num_keys``: decoding, ``positions`` are the new queries'."""
         budget = _BIAS_BUDGET[0]
         if budget is None or torch.compiler.is_compiling():
             return
         batch = positions.shape[0] if positions.ndim == 3 else 1
-        need = self.bias_bytes(batch, positions.shape[-2], num_prefix)
-        if need is not None and queries is not None:
-            need = need * queries // (positions.shape[-2] + num_prefix)
+        need = self.bias_bytes(batch, positions.shape[-2], num_prefix, num_keys)
         if need is None or need <= budget:
             return
-        t = positions.shape[-2] + num_prefix
+        rows = positions.shape[-2] + (num_prefix if num_keys is None else 0)
+        cols = (positions.shape[-2] if num_keys is None else num_keys) + num_prefix
         where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{positions.shape[-2]} positions"
-        shape = (batch, self.heads, t, t) if positions.ndim == 3 else (self.heads, t, t)
+        shape = (batch, self.heads, rows, cols) if positions.ndim == 3 else (self.heads, rows, cols)
         raise MemoryError(f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor: "
                           f"~{need / 2**30:.2f} GiB with intermediates, over the {budget / 2**30:.2f} GiB budget; "
                           "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md), "
