@@ -37,3 +37,11 @@ def sum_of(terms) -> Tensor:
     for t in it:
         total = total + t
     return total
+
+
+def euclidean(offsets: list[Tensor]) -> Tensor:
+    """``||o||`` of per-axis offsets: ``torch.linalg.vector_norm`` on pairs' grids, its formula ``sqrt(sum o^2)`` on
+    one logit's 0-d offsets (flex attention cannot lower a stack there); equal up to the last bit."""
+    if offsets[0].dim() == 0:
+        return sum_of(o * o for o in offsets).sqrt()
+    return torch.linalg.vector_norm(torch.stack(offsets, -1), dim=-1)

@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int, check_number
 from ..contract import PosOut
-from ..pairs import pair_axes, token_axes
+from ..pairs import euclidean, pair_axes, token_axes
 from ..registry import register
 
 EPS = 1e-6  # added to the denominator, as the paper's code
@@ -112,7 +112,7 @@ class FIRE(Encoding):
         offsets = [q - k for q, k in zip(qc, kc)]
         if self.causal:
             return offsets[0]
-        return offsets[0].abs() if self.dims == 1 else torch.linalg.vector_norm(torch.stack(offsets, -1), dim=-1)
+        return offsets[0].abs() if self.dims == 1 else euclidean(offsets)
 
     def _normalizer(self, r: Tensor) -> Tensor:
         """``psi(max(L, r)) + eps`` per query."""
@@ -136,13 +136,22 @@ class FIRE(Encoding):
         normaliser ``psi(max(L, r_i)) + eps``: every head ``(..., heads)``, or head ``h`` (flex, one per logit).
         The one formula of both the materialized bias and the flex score_mod."""
         d = self._distance(qc, kc)
-        x = (self._psi(d) / norm).unsqueeze(-1)  # (..., 1)
-        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
-        hidden = torch.relu(first(x.to(first.weight.dtype)))  # (..., mlp_width); a half-precision model: its dtype
-        out = last(hidden).float() if h is None else ((hidden * last.weight[h]).sum(-1) + last.bias[h]).float()
+        out = self._f(self._psi(d) / norm, h)
         if not self.causal:
             return out
         return torch.where(d[..., None] < 0 if h is None else d < 0, 0.0, out)  # keys after the query: masked
+
+    def _f(self, x: Tensor, h: Tensor | None = None) -> Tensor:
+        """The MLP ``f`` of inputs ``x``: every head ``(..., heads)`` (in the model's dtype, a half-precision model
+        too), or head ``h`` of one logit's 0-d ``x`` (flex lowers scalar ops only: a loop over the hidden units)."""
+        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
+        if h is None:
+            return self.mlp(x.unsqueeze(-1).to(first.weight.dtype)).float()
+        w1, b1, w2, b2 = first.weight[:, 0].float(), first.bias.float(), last.weight.float(), last.bias.float()
+        out = b2[h]
+        for u in range(self.mlp_width):
+            out = out + w2[h, u] * torch.relu(w1[u] * x + b1[u])
+        return out
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if key_positions is not None and not self.causal:
