@@ -60,7 +60,7 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice, check_number, check_pairing, per_axis
+from ..checks import check_bool, check_pairing, per_axis
 from ..contract import PosOut
 from ..registry import register
 from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, RopeScaling, axial_inv_freq,
