@@ -230,17 +230,18 @@ class RoPE(Encoding):
     def axis_inv_freqs(self, positions: Tensor) -> list[Tensor]:
         """Per-axis frequencies ``(d_a / 2,)``; dynamic NTK recomputes them from ``max(positions) + 1``."""
         freqs = list(self.inv_freq.split([d // 2 for d in self.axis_dims]))
+        train = self.train_shape or ()  # set for both scalings below
         if self.scaling == "longrope":  # the long factors on an axis longer than its trained length
             for a, (d, long) in enumerate(zip(self.axis_dims, self._axis_factors("long_factor"))):
                 if d:
                     length = positions[..., a].max() + 1
                     long_freq = longrope_inv_freq(d, self.theta[a], long, device=positions.device, dtype=freqs[a].dtype)
-                    freqs[a] = torch.where(length > self.train_shape[a], long_freq, freqs[a])
+                    freqs[a] = torch.where(length > train[a], long_freq, freqs[a])
         if self.scaling == "dynamic-ntk":
             for a, d in enumerate(self.axis_dims):
                 if d:
                     length = positions[..., a].max() + 1
-                    theta = dynamic_ntk_theta(d, self.theta[a], self.scale[a], length, self.train_shape[a])
+                    theta = dynamic_ntk_theta(d, self.theta[a], self.scale[a], length, train[a])
                     freqs[a] = axial_inv_freq(d, theta, device=positions.device, dtype=positions.dtype)
         return freqs
 
