@@ -12,6 +12,9 @@ Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 
 
     python benchmarks/bench_bias.py                  # all threads, N = 196 1024 4096
     python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --no-flex
+    python benchmarks/bench_bias.py --kinds alibi relative fire cpb --sizes 196 1024 --no-sdpa   # bias kinds' paths
+
+Old against new code: run it back to back with ``PYTHONPATH=<other checkout>`` (ndpe comes from PYTHONPATH first).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ def bench(kind: str, n: int, args) -> dict:
     if grid is None:
         raise SystemExit(f"--sizes must be square numbers (a 2D grid), got {n}")
     opts = {"max_distance": side - 1} if kind == "relative" else {}
+    torch.manual_seed(0)
     pe = ndpe.make(dims=2, kind=kind, dim=args.heads * args.head_dim, heads=args.heads, **opts).eval()
     q, k, v = (torch.randn(args.batch, args.heads, n, args.head_dim) for _ in range(3))
     row = {"kind": kind, "N": n, "bias MB": args.heads * n * n * 4 / 2**20}
@@ -55,9 +59,12 @@ def bench(kind: str, n: int, args) -> dict:
         row["build ms"] = timed(build, args.repeats)
         row["fwd ms"] = timed(lambda: pe(grid), args.repeats)
         mask, mask3 = ndpe.attn_bias(pe(grid)), pe(grid).bias
-        row["sdpa ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v), args.repeats)
-        row["sdpa+bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.repeats)
-        row["3-D bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask3), args.repeats)
+        if args.flex:
+            row["eager flex ms"] = timed(lambda: flex.attention(q, k, v, pe, grid, compiled=False), args.repeats)
+        if args.sdpa:
+            row["sdpa ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v), args.repeats)
+            row["sdpa+bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.repeats)
+            row["3-D bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask3), args.repeats)
         if args.flex:
             t0 = time.perf_counter()
             try:
@@ -75,8 +82,8 @@ def main(args) -> None:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, heads {args.heads}, "
           f"head_dim {args.head_dim}, median of {args.repeats}")
-    cols = ["kind", "N", "bias MB", "build ms", "fwd ms", "sdpa ms", "sdpa+bias ms", "3-D bias ms"] + (
-        ["flex ms", "compile s", "flex err"] if args.flex else [])
+    cols = (["kind", "N", "bias MB", "build ms", "fwd ms"] + (["sdpa ms", "sdpa+bias ms", "3-D bias ms"] if args.sdpa else [])
+            + (["eager flex ms", "flex ms", "compile s", "flex err"] if args.flex else []))
     print(" | ".join(f"{c:>12}" for c in cols))
     for n in args.sizes:
         for kind in args.kinds:
@@ -88,13 +95,14 @@ def main(args) -> None:
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[196, 1024, 4096], help="token counts (square grids)")
-    p.add_argument("--kinds", nargs="+", default=["alibi", "relative"], choices=["alibi", "relative"])
+    p.add_argument("--kinds", nargs="+", default=["alibi", "relative"], choices=["alibi", "relative", "fire", "cpb"])
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--no-flex", dest="flex", action="store_false", help="skip the flex_attention column")
+    p.add_argument("--no-flex", dest="flex", action="store_false", help="skip the flex_attention columns")
+    p.add_argument("--no-sdpa", dest="sdpa", action="store_false", help="skip the SDPA columns")
     return p
 
 

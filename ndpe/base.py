@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import inspect
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +22,7 @@ from .contract import PosOut
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 
 _CACHE_SIZE = 16
+_E = TypeVar("_E", bound="Encoding")
 _BIAS_BUDGET: list[int | None] = [1 << 30]  # bytes; see set_bias_budget
 
 
@@ -103,6 +103,19 @@ class Encoding(nn.Module):
             Per-token fields cover the new tokens (positions ``past .. past + n - 1``); pairwise fields
             (bias, logits) cover the ``n`` new queries against all ``num_prefix + past + n`` keys. The
             prefix tokens are in the cache, so no prefix rows are added.
+
+    What a kind is, declared as class attributes (the base class, :mod:`ndpe.flex`, the benchmark and the
+    docs read them from the class; nothing is inferred from a kind's code):
+        kind, supported_dims: set by :func:`ndpe.register`.
+        takes_key_positions: ``encode`` takes ``key_positions=`` (KV-cache decoding, see :meth:`encode`). A kind
+            whose output pairs queries with keys (``bias``, ``logits``) declares it to decode; without it such a
+            kind refuses ``past=``. A per-token kind may declare it to refuse options that cannot decode.
+        causal_only: defined for causal attention only (CoPE): a bidirectional use raises.
+        position_free: encodes no position at all (NoPE): nothing tells grids apart.
+        has_parameters: learns parameters with its default options (``fourier`` only with ``learnable=True``).
+        coordinate_based: accepts positions other than the grid's (position augmentation).
+        integer_positions: positions must be integers (offset tables).
+    The keyword options a kind is built with are recorded by ``Encoding.__new__`` for :meth:`replace`.
     """
 
     # what others read about a kind (ndpe.catalog: figures, the README table, the benchmark); docs/guide.md
@@ -112,36 +125,26 @@ class Encoding(nn.Module):
     causal_options: ClassVar[dict[str, Any]] = {}  # the options of its causal form, taken in causal attention
 
     kind: ClassVar[str] = ""
-    _takes_keys: ClassVar[bool] = False
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
-    coordinate_based: ClassVar[bool] = True  # accepts positions other than the grid's (augmentation)
-    integer_positions: ClassVar[bool] = False  # positions must be integers (offset tables)
+    takes_key_positions: ClassVar[bool] = False
+    causal_only: ClassVar[bool] = False
     position_free: ClassVar[bool] = False
-    causal_only: ClassVar[bool] = False  # defined for causal attention only (CoPE): bidirectional use raises
-    repr_attributes: ClassVar[dict[str, str]] = {"coords": "coords_mode"}  # option -> attribute holding its value  # encodes no position at all (NoPE): nothing tells grids apart
+    has_parameters: ClassVar[bool] = False
+    coordinate_based: ClassVar[bool] = True
+    integer_positions: ClassVar[bool] = False
+    repr_attributes: ClassVar[dict[str, str]] = {"coords": "coords_mode"}  # option -> attribute holding its value
     _anchor: Tensor
+    _init_kwargs: dict[str, Any]
 
     if TYPE_CHECKING:  # nn.Module types __call__ as returning Any; an encoding's call is its forward
         def __call__(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
                      num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut: ...
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Record the keyword arguments a kind was built with (for :meth:`replace`)."""
-        super().__init_subclass__(**kwargs)
-        encode = cls.__dict__.get("encode")
-        if encode is not None:  # kinds pairing queries with keys take key_positions (decoding with a KV cache)
-            cls._takes_keys = "key_positions" in inspect.signature(encode).parameters
-        init = cls.__dict__.get("__init__")
-        if init is None:
-            return
-
-        @functools.wraps(init)
-        def recording_init(self: Encoding, *args: Any, **kw: Any) -> None:
-            init(self, *args, **kw)
-            if type(self).__init__ is recording_init:  # the outermost class: its arguments rebuild it
-                object.__setattr__(self, "_init_kwargs", dict(kw))
-
-        cls.__init__ = recording_init  # type: ignore[method-assign]
+    def __new__(cls: type[_E], *args: Any, **kwargs: Any) -> _E:
+        """Record the keyword options the encoding is built with (:meth:`replace` rebuilds from them)."""
+        self = super().__new__(cls)
+        object.__setattr__(self, "_init_kwargs", dict(kwargs))
+        return self
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1):
         super().__init__()
@@ -181,10 +184,10 @@ class Encoding(nn.Module):
     def encode(self, positions: Tensor, grid_shape: tuple[int, ...] | None) -> PosOut:
         """Encode ``positions`` ``(N, dims)`` or ``(B, N, dims)`` (float32) for the ``N`` grid tokens.
 
-        A kind whose output pairs queries with keys (a bias or logits term), or that must know it is decoding,
-        takes a third argument ``key_positions=None``: ``None`` in the usual call (keys are the queries), the
-        ``(past + n, 1)`` key coordinates in KV-cache decoding, where ``positions`` are the ``n`` new queries'
-        (the last ``n`` rows) and ``grid_shape`` is ``(past + n,)``. Kinds without it decode per-token fields only.
+        A kind declaring ``takes_key_positions = True`` (its output pairs queries with keys, or it must know it is
+        decoding) takes a third argument ``key_positions=None``: ``None`` in the usual call (keys are the queries),
+        the ``(past + n, 1)`` key coordinates in KV-cache decoding, where ``positions`` are the ``n`` new queries'
+        (the last ``n`` rows) and ``grid_shape`` is ``(past + n,)``. Other kinds decode per-token fields only.
         """
         raise NotImplementedError
 
@@ -249,11 +252,7 @@ class Encoding(nn.Module):
         >>> yarn.theta, yarn.scaling, yarn.training
         ((100.0, 100.0), 'yarn', False)
         """
-        kwargs = getattr(self, "_init_kwargs", None)
-        if kwargs is None:
-            raise TypeError(f"{type(self).__name__} does not record its options (its __init__ is not its own); "
-                            "build a new one with ndpe.make")
-        new = type(self)(**{**kwargs, **changes})
+        new = type(self)(**{**self._init_kwargs, **changes})
         if self.augment is not None:
             new.set_augment(copy.deepcopy(self.augment))
         new.to(device=self.device)
@@ -316,35 +315,47 @@ class Encoding(nn.Module):
                              "normalized by the sequence length, which grows with every decoded token")
         n = grid_shape[0]
         keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
-        self._check_bias_size(keys, (past + n,), num_prefix, queries=n)
-        if self._takes_keys:
+        self._check_bias_size(keys[past:], (past + n,), num_prefix, num_keys=past + n)
+        if self.takes_key_positions:
             out = self.encode(keys[past:], (past + n,), key_positions=keys)  # type: ignore[call-arg]
         else:
             out = self.encode(keys[past:], (past + n,))
             if out.bias is not None or out.logits is not None:
-                raise TypeError(f"kind {self.kind!r} pairs queries with keys but its encode() takes no key_positions, "
-                                "so it cannot decode with a KV cache")
+                raise TypeError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
+                                "= True (encode taking key_positions=), so it cannot decode with a KV cache")
         out = pad_prefix(out, 0, k_prefix=num_prefix)
         return out if dtype is None else out.to(dtype)
 
-    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int | None:
-        """Estimated peak bytes of building this kind's ``(batch, heads, T, T)`` bias; None: no bias."""
+    def pair_words(self) -> int | None:
+        """Float32 words per query-key pair alive at the peak of building the kind's materialized bias (its heads
+        included); None: the kind builds no bias. A bias kind overrides it; :meth:`bias_bytes` does the rest."""
         return None
 
-    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int, queries: int | None = None) -> None:
-        """Refuse a bias over the budget; ``queries``: decoding builds only these rows of the square estimate."""
+    def bias_bytes(self, batch: int, num_queries: int, num_prefix: int, num_keys: int | None = None) -> int | None:
+        """Estimated peak bytes of the ``(batch, heads, Nq, Nk)`` bias from its shape: :meth:`pair_words` per pair,
+        plus its copy padded with the prefix tokens (key columns; query rows too unless decoding, ``num_keys``
+        given). None: no bias."""
+        words = self.pair_words()
+        if words is None:
+            return None
+        keys = num_queries if num_keys is None else num_keys
+        rows = num_queries + (num_prefix if num_keys is None else 0)
+        padded = self.heads * rows * (keys + num_prefix) if num_prefix else 0
+        return 4 * batch * (words * num_queries * keys + padded)
+
+    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int, num_keys: int | None = None) -> None:
+        """Refuse a bias over the budget; ``num_keys``: decoding, ``positions`` are the new queries'."""
         budget = _BIAS_BUDGET[0]
         if budget is None or torch.compiler.is_compiling():
             return
         batch = positions.shape[0] if positions.ndim == 3 else 1
-        need = self.bias_bytes(batch, positions.shape[-2], num_prefix)
-        if need is not None and queries is not None:
-            need = need * queries // (positions.shape[-2] + num_prefix)
+        need = self.bias_bytes(batch, positions.shape[-2], num_prefix, num_keys)
         if need is None or need <= budget:
             return
-        t = positions.shape[-2] + num_prefix
+        rows = positions.shape[-2] + (num_prefix if num_keys is None else 0)
+        cols = (positions.shape[-2] if num_keys is None else num_keys) + num_prefix
         where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{positions.shape[-2]} positions"
-        shape = (batch, self.heads, t, t) if positions.ndim == 3 else (self.heads, t, t)
+        shape = (batch, self.heads, rows, cols) if positions.ndim == 3 else (self.heads, rows, cols)
         raise MemoryError(f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor: "
                           f"~{need / 2**30:.2f} GiB with intermediates, over the {budget / 2**30:.2f} GiB budget; "
                           "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md), "
@@ -372,7 +383,7 @@ class Encoding(nn.Module):
         resolved it (e.g. per-axis tuples), else the value passed.
         """
         parts = [f"dims={self.dims}", f"dim={self.dim}", f"heads={self.heads}"]
-        passed = getattr(self, "_init_kwargs", {})
+        passed = self._init_kwargs
         for name, param in inspect.signature(type(self).__init__).parameters.items():
             if name in ("self", "dims", "dim", "heads") or param.kind is not param.KEYWORD_ONLY:
                 continue

@@ -10,7 +10,8 @@ transformers is not a dependency: these functions only read a config's attribute
   interleaved layout). HF ``rope_type`` -> ndpe ``scaling``: ``default`` -> None, ``linear``,
   ``dynamic`` -> ``"dynamic-ntk"`` (``train_shape = max_position_embeddings``), ``yarn``, ``llama3``,
   ``longrope`` (``train_shape = original_max_position_embeddings``; a missing ``factor`` is
-  ``max_position_embeddings / original_max_position_embeddings``, as HF).
+  ``max_position_embeddings / original_max_position_embeddings``, as HF): one :class:`ndpe.RopeScaling`
+  (:meth:`ndpe.RopeScaling.from_hf`), the encoding's ``rope_scaling``.
 - :func:`hf_cos_sin` returns ``(cos, sin)`` of shape ``(B, T, rot_dim)`` as HF's rotary embedding
   module does (``emb = cat(freqs, freqs)``, times the attention factor), for ``position_ids``
   ``(B, T)`` (or ``(3, B, T)`` for M-RoPE, HF's layout), ready for ``apply_rotary_pos_emb`` or a
@@ -38,10 +39,7 @@ from torch import Tensor
 from .checks import check_float_dtype
 from .kinds.rope import RoPE
 from .registry import make
-
-_TYPES = {"default": None, "linear": "linear", "dynamic": "dynamic-ntk", "yarn": "yarn", "llama3": "llama3",
-          "longrope": "longrope"}
-
+from .scaling import RopeScaling
 
 def _rope_parameters(config: Any) -> dict:
     params = getattr(config, "rope_parameters", None)
@@ -63,16 +61,13 @@ def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = Non
     ``ndpe.make`` over the options read from the config (e.g. ``pairing="interleaved"``).
     """
     p = _rope_parameters(config)
-    rope_type = p["rope_type"]
-    if rope_type not in _TYPES:
-        raise ValueError(f"rope_type {rope_type!r} has no ndpe equivalent; supported: {sorted(_TYPES)}")
+    max_pos = getattr(config, "max_position_embeddings", None)
+    scaling = RopeScaling.from_hf(p, max_pos)  # checks rope_type first
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     partial = p.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)) or 1.0
     rot_dim = int(head_dim * partial)
     rot_dim -= rot_dim % 2
-    max_pos = getattr(config, "max_position_embeddings", None)
-    opts: dict[str, Any] = {"theta": float(p.get("rope_theta", 10000.0))}
-    scaling = _TYPES[rope_type]
+    opts: dict[str, Any] = {"theta": float(p.get("rope_theta", 10000.0)), "scaling": scaling}
     dims = 1
     if p.get("mrope_section") is not None:
         dims = len(p["mrope_section"])
@@ -80,28 +75,6 @@ def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = Non
         opts.update(mrope_section=tuple(int(n) for n in p["mrope_section"]), mrope_interleaved=bool(interleaved))
     else:
         opts["axis_dims"] = (rot_dim,)
-    if scaling is not None:
-        original = p.get("original_max_position_embeddings")
-        factor = p.get("factor")
-        if factor is None and original and max_pos:
-            factor = max_pos / original  # yarn / longrope, as HF
-        if factor is None:
-            raise ValueError(f"rope_type {rope_type!r} needs a factor in the config's rope parameters")
-        opts.update(scaling=scaling, scale=float(factor))
-        if scaling == "dynamic-ntk":
-            opts["train_shape"] = max_pos
-        elif scaling != "linear":
-            opts["train_shape"] = original
-        if scaling == "yarn":
-            opts.update(beta_fast=float(p.get("beta_fast") or 32), beta_slow=float(p.get("beta_slow") or 1),
-                        mscale=p.get("mscale"), mscale_all_dim=p.get("mscale_all_dim"),
-                        truncate=bool(p.get("truncate", True)))
-        if scaling == "llama3":
-            opts.update(low_freq_factor=float(p["low_freq_factor"]), high_freq_factor=float(p["high_freq_factor"]))
-        if scaling == "longrope":
-            opts.update(short_factor=list(p["short_factor"]), long_factor=list(p["long_factor"]))
-        if scaling in ("yarn", "longrope") and p.get("attention_factor") is not None:
-            opts["attention_factor"] = float(p["attention_factor"])
     opts.update(overrides)
     pe = make(dims=dims, kind="rope", dim=dim or head_dim, heads=heads or (dim or head_dim) // head_dim, **opts)
     return cast(RoPE, pe)

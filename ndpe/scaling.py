@@ -40,11 +40,15 @@ tensor([1.0000, 0.0100], dtype=torch.float64)
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import cast
+from dataclasses import dataclass
+from typing import Any, Sequence, cast
 
 import torch
 from torch import Tensor
+
+from .checks import check_bool, check_number, per_axis
 
 SCALINGS = ("linear", "ntk", "dynamic-ntk", "yarn", "llama3", "longrope")
 NEEDS_TRAIN_SHAPE = ("dynamic-ntk", "yarn", "llama3", "longrope")
@@ -181,3 +185,196 @@ def scaled_inv_freq(dim: int, theta: float, scaling: str | None = None, scale: f
         ext = [1.0] * (dim // 2) if factors is None else factors
         return longrope_inv_freq(dim, theta, ext, device=device), factor
     raise ValueError(f"scaling must be None or one of {SCALINGS}, got {scaling!r}")
+
+
+# the options of a scaling type beyond scale and train_shape, and the types that read them
+_OWNERS: dict[str, tuple[str, ...]] = {
+    "beta_fast": ("yarn",), "beta_slow": ("yarn",), "mscale": ("yarn",), "mscale_all_dim": ("yarn",),
+    "truncate": ("yarn",), "attention_factor": ("yarn", "longrope"), "low_freq_factor": ("llama3",),
+    "high_freq_factor": ("llama3",), "short_factor": ("longrope",), "long_factor": ("longrope",),
+}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE scaling for extrapolation as one typed object (Hugging Face's ``rope_parameters``), validated once here.
+
+    ``type``: ``"linear"``, ``"ntk"``, ``"dynamic-ntk"``, ``"yarn"``, ``"llama3"`` or ``"longrope"`` (HF's
+    ``rope_type``; HF's ``dynamic`` is ``"dynamic-ntk"``). ``scale``: target / trained length, one or per axis (HF's
+    ``factor``); ``>= 1``, ``"linear"`` any ``> 0``. ``train_shape``: the trained length per axis (HF's
+    ``original_max_position_embeddings``; ``max_position_embeddings`` for dynamic NTK), needed by every type but
+    ``linear`` and ``ntk``. The other fields are HF's, with its defaults, each read by the types in ``_OWNERS``
+    (a field set away from its default for another type raises): YaRN ``beta_fast``, ``beta_slow``, ``mscale``,
+    ``mscale_all_dim``, ``truncate``; YaRN and LongRoPE ``attention_factor``; Llama 3 ``low_freq_factor``,
+    ``high_freq_factor``; LongRoPE ``short_factor``, ``long_factor`` (``rot_dim / 2`` numbers each, axes in order).
+    Formulas: the module docstring. ``rope`` takes it as ``scaling=`` (or builds it from ``scaling="yarn",
+    scale=..., ...``); :func:`ndpe.from_hf_rope` builds it from a HF config with :meth:`from_hf`.
+
+    >>> RopeScaling("yarn", scale=4.0, train_shape=2048).for_axes((64,)).scale
+    (4.0,)
+    >>> RopeScaling("ntk", scale=0.5)
+    Traceback (most recent call last):
+    ValueError: scale must be >= 1.0, got 0.5
+    """
+
+    type: str
+    scale: float | tuple[float, ...] | None = None
+    train_shape: float | tuple[float, ...] | None = None
+    beta_fast: float = BETA_FAST
+    beta_slow: float = BETA_SLOW
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool = True
+    low_freq_factor: float = LOW_FREQ_FACTOR
+    high_freq_factor: float = HIGH_FREQ_FACTOR
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        kind = self.type
+        if not isinstance(kind, str) or kind not in SCALINGS:
+            raise ValueError(f"scaling must be None or one of {SCALINGS}, got {kind!r}")
+        if self.scale is None:
+            raise ValueError(f"scaling={kind!r} needs scale= (target length / trained length, "
+                             f"{'> 0' if kind == 'linear' else '>= 1'}, one or per axis)")
+        self._set("scale", _numbers(self.scale, "scale", *self._scale_range()))
+        if kind in NEEDS_TRAIN_SHAPE:
+            if self.train_shape is None:
+                raise ValueError(f"scaling={kind!r} needs train_shape= (the grid the model was trained on)")
+            self._set("train_shape", _numbers(self.train_shape, "train_shape", 1.0, True))
+        elif self.train_shape is not None:
+            raise ValueError(f"train_shape is used by {NEEDS_TRAIN_SHAPE} only, not by scaling={kind!r}")
+        for name in ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+            check_number(getattr(self, name), name, low=0.0, inclusive=False)
+        for name in ("mscale", "mscale_all_dim"):
+            if getattr(self, name) is not None:
+                check_number(getattr(self, name), name, low=0.0)  # 0 counts as unset, as in HF
+        if self.attention_factor is not None:
+            check_number(self.attention_factor, "attention_factor", low=0.0, inclusive=False)
+        check_bool(self.truncate, "truncate")
+        if self.beta_fast < self.beta_slow:
+            raise ValueError(f"beta_fast must be >= beta_slow, got beta_fast={self.beta_fast!r}, "
+                             f"beta_slow={self.beta_slow!r}")
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(f"high_freq_factor must be > low_freq_factor, got high_freq_factor="
+                             f"{self.high_freq_factor!r}, low_freq_factor={self.low_freq_factor!r}")
+        for name in ("short_factor", "long_factor"):
+            if getattr(self, name) is not None:
+                self._set(name, _factors(getattr(self, name), name))
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, owners in _OWNERS.items():
+            if getattr(self, name) != defaults[name] and kind not in owners:
+                raise ValueError(f"{name} is used by scaling={' or '.join(map(repr, owners))} only, "
+                                 f"not by scaling={kind!r}")
+        missing = [n for n in ("short_factor", "long_factor") if kind == "longrope" and getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"scaling='longrope' needs {' and '.join(missing)}= (rot_dim / 2 numbers each)")
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # normalizing a field of the frozen instance, once
+
+    def _scale_range(self) -> tuple[float, bool]:
+        # position interpolation divides positions by any s > 0 (s < 1 stretches them: timm EVA's
+        # ref_feat_shape larger than the grid); the other formulas extrapolate and need s >= 1
+        return (0.0, False) if self.type == "linear" else (1.0, True)
+
+    def for_axes(self, axis_dims: Sequence[int]) -> "RopeScaling":
+        """This scaling with ``scale`` and ``train_shape`` one per axis, checked against the rotary channels per
+        axis ``axis_dims`` (NTK needs 4 channels on a scaled axis; LongRoPE's factors cover ``sum / 2``)."""
+        dims = len(axis_dims)
+        scale = per_axis(self.scale, dims, "scale", low=self._scale_range()[0], inclusive=self._scale_range()[1])
+        train = None if self.train_shape is None else per_axis(self.train_shape, dims, "train_shape", low=1.0)
+        if self.type in ("ntk", "dynamic-ntk"):
+            for d in axis_dims:
+                if d:
+                    ntk_exponent(d)  # raises for d = 2
+        n = sum(axis_dims) // 2
+        for name in ("short_factor", "long_factor"):
+            factors = getattr(self, name)
+            if factors is not None and len(factors) != n:
+                raise ValueError(f"{name} must hold {n} numbers (rot_dim / 2, axes in order), got {len(factors)}")
+        return dataclasses.replace(self, scale=scale, train_shape=train)
+
+    @classmethod
+    def from_hf(cls, params: dict, max_position_embeddings: int | None = None) -> "RopeScaling | None":
+        """The scaling of HF ``rope_parameters`` (``rope_type`` and its options; None for ``"default"``).
+
+        A missing ``factor`` is ``max_position_embeddings / original_max_position_embeddings``, as HF; dynamic NTK's
+        trained length is ``max_position_embeddings``.
+        """
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type not in HF_TYPES:
+            raise ValueError(f"rope_type {rope_type!r} has no ndpe equivalent; supported: {sorted(HF_TYPES)}")
+        kind = HF_TYPES[rope_type]
+        if kind is None:
+            return None
+        original = params.get("original_max_position_embeddings")
+        factor = params.get("factor")
+        if factor is None and original and max_position_embeddings:
+            factor = max_position_embeddings / original  # yarn / longrope, as HF
+        if factor is None:
+            raise ValueError(f"rope_type {rope_type!r} needs a factor in the config's rope parameters")
+        opts: dict[str, Any] = {}
+        if kind == "yarn":
+            opts.update(beta_fast=float(params.get("beta_fast") or BETA_FAST),
+                        beta_slow=float(params.get("beta_slow") or BETA_SLOW), mscale=params.get("mscale"),
+                        mscale_all_dim=params.get("mscale_all_dim"), truncate=bool(params.get("truncate", True)))
+        if kind == "llama3":
+            opts.update(low_freq_factor=float(params["low_freq_factor"]),
+                        high_freq_factor=float(params["high_freq_factor"]))
+        if kind == "longrope":
+            opts.update(short_factor=params["short_factor"], long_factor=params["long_factor"])
+        if kind in ("yarn", "longrope") and params.get("attention_factor") is not None:
+            opts["attention_factor"] = float(params["attention_factor"])
+        train = {"linear": None, "dynamic-ntk": max_position_embeddings}.get(kind, original)
+        return cls(kind, scale=float(factor), train_shape=train, **opts)
+
+    def axis_inv_freq(self, axis: int, dim: int, theta: float, short_factor: Sequence[float] | None = None, *,
+                      device=None) -> tuple[Tensor, float]:
+        """Axis ``axis``'s static frequencies ``(dim // 2,)`` float64 and cos/sin factor (:func:`scaled_inv_freq`);
+        ``scale`` and ``train_shape`` per axis (:meth:`for_axes`), ``short_factor`` the axis' share of LongRoPE's."""
+        scale, train = cast(tuple, self.scale), self.train_shape
+        return scaled_inv_freq(dim, theta, self.type, scale[axis], None if train is None else cast(tuple, train)[axis],
+                               beta_fast=self.beta_fast, beta_slow=self.beta_slow, truncate=self.truncate,
+                               mscale=self.mscale, mscale_all_dim=self.mscale_all_dim,
+                               attention_factor=self.attention_factor, low_freq_factor=self.low_freq_factor,
+                               high_freq_factor=self.high_freq_factor, factors=short_factor, device=device)
+
+
+HF_TYPES = {"default": None, "linear": "linear", "dynamic": "dynamic-ntk", "yarn": "yarn", "llama3": "llama3",
+            "longrope": "longrope"}  # HF rope_type -> RopeScaling.type
+
+
+def rope_scaling(scaling: "str | RopeScaling | None", **options: Any) -> "RopeScaling | None":
+    """The :class:`RopeScaling` of ``rope``'s options: ``scaling`` (a type name, an object or None) and the keyword
+    fields of a type name (``scale=``, ``train_shape=``, ``beta_fast=``...; left at their defaults otherwise)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RopeScaling)}
+    changed = [n for n, v in options.items() if v is not None and v != defaults[n]]
+    if isinstance(scaling, RopeScaling):
+        if changed:
+            raise ValueError(f"scaling= is a RopeScaling: pass {', '.join(changed)} inside it, "
+                             f"not as options of the encoding")
+        return scaling
+    if scaling is None:
+        if {"scale", "train_shape"} & set(changed):
+            raise ValueError("scale and train_shape need a scaling ('linear', 'ntk', 'dynamic-ntk' or 'yarn')")
+        for name in changed:
+            raise ValueError(f"{name} is used by scaling={' or '.join(map(repr, _OWNERS[name]))} only, "
+                             "not by scaling=None")
+        return None
+    return RopeScaling(scaling, **options)
+
+
+def _numbers(value, name: str, low: float, inclusive: bool) -> float | tuple[float, ...]:
+    """One number, or a tuple/list of numbers (one per axis), each checked; as float or tuple of floats."""
+    if isinstance(value, (tuple, list)):
+        return per_axis(value, len(value), name, low=low, inclusive=inclusive)
+    return per_axis(value, 1, name, low=low, inclusive=inclusive)[0]
+
+
+def _factors(value, name: str) -> tuple[float, ...]:
+    """LongRoPE's per-frequency divisors: a sequence of positive numbers, as a tuple of floats."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a sequence of numbers (one per frequency, rot_dim / 2), got {value!r}")
+    return tuple(check_number(v, name, low=0.0, inclusive=False) for v in value)

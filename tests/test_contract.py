@@ -1,6 +1,8 @@
 """The contract every kind keeps, checked for every registered kind and every dims it supports."""
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -127,6 +129,17 @@ def test_decoding_rows_equal_the_full_sequence(kind, dims):
         torch.testing.assert_close(step.logits(q[..., rows, :], k), full.logits(q, k)[..., rows, :])
     if step.tokens is not None:
         torch.testing.assert_close(step.tokens(x[:, rows]), full.tokens(x)[:, rows])
+
+
+def test_declared_capabilities_are_what_the_kind_does(kind, dims):
+    """The class attributes others read (ndpe.base.Encoding's docstring) say what the kind's code does."""
+    cls, pe = ndpe.registry.kind_class(kind), build(kind, dims)
+    assert cls.has_parameters == any(True for _ in pe.parameters())
+    assert cls.takes_key_positions == ("key_positions" in inspect.signature(cls.encode).parameters)
+    out = pe(GRIDS[dims][0])
+    if out.bias is not None or out.logits is not None or cls.has_score_bias():  # pairs queries with keys
+        assert cls.takes_key_positions, f"{kind} pairs queries with keys: it declares takes_key_positions to decode"
+    assert cls.position_free == all(getattr(out, f) is None for f in ("add", "cat", "rot", "bias", "logits", "tokens"))
 
 
 def test_transposed_grids_differ(kind, dims):

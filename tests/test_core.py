@@ -1,6 +1,7 @@
 """Core pieces: coordinates, PosOut apply/merge, prefix padding, caching, the reference Attention."""
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -243,3 +244,14 @@ def test_replace_rebuilds_with_changed_options():
     assert type(cape.replace(temperature=100.0).augment).__name__ == "CAPE"
     with pytest.raises(TypeError, match="thetaa"):
         pe.replace(thetaa=1.0)
+    assert copy.deepcopy(pe).replace(pairing="half").theta == (100.0, 100.0)  # a copy keeps the options
+
+
+def test_replace_of_a_subclass_rebuilds_the_subclass():
+    """The options are recorded once per construction, whichever class's __init__ takes them."""
+    class Sub(type(ndpe.make(dims=1, kind="alibi", dim=8))):
+        pass
+
+    pe = Sub(dims=1, dim=8, heads=4, causal=True)
+    new = pe.replace(heads=2)
+    assert type(new) is Sub and new.causal and new.heads == 2

@@ -10,6 +10,7 @@ import torch
 import ndpe
 from ndpe import flex
 from ndpe.kinds.cpb import offset_grid, swin_log_coords
+from ndpe.pairs import pair_axes
 
 x_transformers = pytest.importorskip("x_transformers.x_transformers")
 swin_v2 = pytest.importorskip("timm.models.swin_transformer_v2")
@@ -48,7 +49,8 @@ def test_swin_style_equals_timm_swin_v2(window, pretrained):
         features = swin_log_coords(offset_grid((window[0] - 1, window[1] - 1)), pe._divisor(pe.coords(window), window))
         torch.testing.assert_close(features, attn.relative_coords_table.reshape(-1, 2))
         coords = pe.coords(window)
-        assert torch.equal(pe._index(coords, coords, (window[0] - 1, window[1] - 1)), attn.relative_position_index)
+        rows = pe.pair_row(*pair_axes(coords.long()), (window[0] - 1, window[1] - 1))
+        assert torch.equal(rows, attn.relative_position_index)
 
 
 def test_swin_mlp_is_swins():

@@ -178,6 +178,22 @@ def test_bias_without_past_against_a_cache():
         attn(torch.randn(1, 1, 16), pe((1,)), cache)
 
 
+class _Distance(ndpe.base.Encoding):  # a user's bias kind, not registered
+    def encode(self, positions, grid_shape, key_positions=None):
+        keys = positions if key_positions is None else key_positions
+        return ndpe.PosOut(bias=-(positions[:, None, 0] - keys[None, :, 0]).abs().expand(self.heads, -1, -1))
+
+
+def test_a_bias_kind_decodes_as_it_declares():
+    """takes_key_positions (declared, not read off encode's signature) decides whether past= hands over the keys."""
+    class Declared(_Distance):
+        takes_key_positions = True
+
+    assert Declared(dims=1, dim=8, heads=2)((2,), past=3).bias.shape == (2, 2, 5)
+    with pytest.raises(TypeError, match="does not declare takes_key_positions"):
+        _Distance(dims=1, dim=8, heads=2)((2,), past=3)
+
+
 def test_rotation_of_other_length_than_q():
     pe = ndpe.make(dims=1, kind="rope", dim=16, heads=2)
     q = torch.randn(1, 2, 3, 8)

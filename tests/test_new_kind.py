@@ -28,6 +28,7 @@ class SlopeBias(Encoding):
     """A bias ``-slope[h] * sum_a |p_i - p_j|_a`` whose slope the task sets (here: 1 / the training length)."""
 
     description = "a test's bias kind"
+    takes_key_positions = True  # its pairwise term decodes against cached keys
 
     @classmethod
     def task_options(cls, *, dims: int, causal: bool, train_grid: tuple[int, ...] | None,

@@ -1,6 +1,7 @@
 """RoPE scaling: PI / NTK / dynamic NTK / YaRN against the paper formulas, hand values, and per-axis behaviour."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -127,3 +128,44 @@ def test_ntk_module_equals_rescaled_theta():
     pe = ndpe.make(dims=1, kind="rope", dim=32, heads=1, scaling="ntk", scale=4.0)
     ref = ndpe.make(dims=1, kind="rope", dim=32, heads=1, theta=1e4 * 4.0 ** (32 / 30))
     torch.testing.assert_close(cos_sin(pe, (50,))[1], cos_sin(ref, (50,))[1])
+
+
+def test_scaling_object_equals_the_keyword_options():
+    """scaling=RopeScaling(...) and scaling="yarn", scale=... build the same encoding; the object is kept per axis."""
+    obj = ndpe.RopeScaling("yarn", scale=(2.0, 4.0), train_shape=8, beta_fast=16.0)
+    a = ndpe.make(dims=2, kind="rope", dim=32, heads=2, scaling=obj)
+    b = ndpe.make(dims=2, kind="rope", dim=32, heads=2, scaling="yarn", scale=(2.0, 4.0), train_shape=8, beta_fast=16.0)
+    assert torch.equal(a.inv_freq, b.inv_freq) and a.attn_factor == b.attn_factor
+    assert a.rope_scaling == b.rope_scaling and a.rope_scaling.train_shape == (8.0, 8.0)
+    assert (a.scaling, a.scale, a.train_shape) == ("yarn", (2.0, 4.0), (8.0, 8.0))
+    assert torch.equal(a.replace(theta=100.0).inv_freq, b.replace(theta=100.0).inv_freq)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        obj.scale = 3.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("make_scaling,fragment", [
+    (lambda: ndpe.RopeScaling("ntk-by-parts", scale=2.0), "scaling must be None or one of"),
+    (lambda: ndpe.RopeScaling("linear"), "needs scale="),
+    (lambda: ndpe.RopeScaling("ntk", scale=(1.0, 0.5)), "scale must be >= 1"),
+    (lambda: ndpe.RopeScaling("yarn", scale=2.0), "needs train_shape="),
+    (lambda: ndpe.RopeScaling("linear", scale=2.0, beta_fast=8.0), "beta_fast is used by scaling='yarn' only"),
+    (lambda: ndpe.RopeScaling("longrope", scale=2.0, train_shape=8, short_factor=[1.0]), "needs long_factor"),
+    (lambda: ndpe.RopeScaling("yarn", scale=2.0, train_shape=(4, 4, 4)).for_axes((8, 8)), "one per axis"),
+    (lambda: ndpe.make(dims=1, kind="rope", dim=8, scaling=ndpe.RopeScaling("ntk", scale=2.0), scale=2.0),
+     "pass scale inside it"),
+])
+def test_scaling_object_validates_once_with_one_line(make_scaling, fragment):
+    with pytest.raises(ValueError, match=fragment) as err:
+        make_scaling()
+    assert "\n" not in str(err.value)
+
+
+def test_scaling_from_hf_parameters():
+    """HF rope_parameters -> RopeScaling: the type renamed, a missing factor from the lengths, dynamic's length."""
+    RS = ndpe.RopeScaling
+    assert RS.from_hf({"rope_type": "default"}) is None
+    assert RS.from_hf({"rope_type": "dynamic", "factor": 2.0}, 4096) == RS("dynamic-ntk", scale=2.0, train_shape=4096)
+    yarn = RS.from_hf({"rope_type": "yarn", "original_max_position_embeddings": 1024}, 4096)
+    assert (yarn.type, yarn.scale, yarn.train_shape, yarn.beta_fast) == ("yarn", 4.0, 1024.0, 32.0)
+    with pytest.raises(ValueError, match="rope_type 'su' has no ndpe equivalent"):
+        RS.from_hf({"rope_type": "su"})

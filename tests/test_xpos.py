@@ -179,3 +179,24 @@ def test_repr_and_dtype():
     assert out.rot[0].dtype == out.rot_k[0].dtype == torch.bfloat16
     pe.half()  # the float64 tables stay float64
     assert pe.inv_freq.dtype == pe.zeta.dtype == torch.float64
+
+
+@pytest.mark.parametrize("scaling", [ndpe.RopeScaling("linear", scale=2.0), ndpe.RopeScaling("ntk", scale=4.0),
+                                     ndpe.RopeScaling("yarn", scale=4.0, train_shape=16)])
+def test_rope_scaling_scales_the_rotation_as_rope(scaling):
+    """The same RopeScaling gives xpos rope's frequencies and cos/sin factor: q.k's rotation part equals rope's."""
+    x = ndpe.make(dims=1, kind="xpos", dim=32, heads=2, center=0, scaling=scaling)
+    r = ndpe.make(dims=1, kind="rope", dim=32, heads=2, scaling=scaling)
+    torch.testing.assert_close(x.inv_freq, r.inv_freq, rtol=0, atol=0)
+    xq, rq = x((40,)), r((40,))
+    torch.testing.assert_close(xq.rot[0] * xq.rot_k[0], rq.rot[0] ** 2)  # decay cancels: cos^2 times the factor^2
+    plain = ndpe.make(dims=1, kind="xpos", dim=32, heads=2, center=0)
+    assert not torch.allclose(plain((40,)).rot[0], xq.rot[0])
+    assert x.replace(center=1).rope_scaling == x.rope_scaling
+
+
+def test_rope_scaling_of_xpos_is_static():
+    with pytest.raises(ValueError, match="xpos takes a static scaling"):
+        ndpe.make(dims=1, kind="xpos", dim=32, scaling="dynamic-ntk", scale=2.0, train_shape=16)
+    with pytest.raises(ValueError, match="needs train_shape"):
+        ndpe.make(dims=1, kind="xpos", dim=32, scaling="yarn", scale=2.0)

@@ -29,15 +29,14 @@ torch.Size([8, 5, 5])
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import torch
-from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
 from ..checks import check_bool, check_choice, check_int
 from ..contract import PosOut
+from ..pairs import pair_axes, sum_of, token_axes
 from ..registry import register
 
 DISTANCES = ("euclidean", "manhattan")
@@ -60,18 +59,6 @@ def alibi_slopes(heads: int) -> list[float]:
     return power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest]
 
 
-def offset_length(positions: Tensor, distance: str = "euclidean", key_positions: Tensor | None = None) -> Tensor:
-    """Pairwise offset lengths ``(..., N, M)`` of query positions ``(..., N, dims)`` and key positions
-    ``(..., M, dims)`` (default: the queries'): ``||p_i - p_j||``."""
-    keys = positions if key_positions is None else key_positions
-    offsets = positions[..., :, None, :] - keys[..., None, :, :]  # (..., N, M, dims): p_i - p_j
-    if distance == "euclidean":
-        return offsets.square().sum(-1).sqrt()
-    if distance == "manhattan":
-        return offsets.abs().sum(-1)
-    raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
-
-
 @register("alibi", dims=(1, 2, 3))
 class ALiBi(Encoding):
     """ALiBi attention bias ``-slope[h] * ||p_i - p_j||``; see the module docstring for conventions.
@@ -81,6 +68,7 @@ class ALiBi(Encoding):
         distance: ``"euclidean"`` (default) or ``"manhattan"`` offset length for dims > 1.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
     description = "ALiBi (Press et al. 2022); N-D by Euclidean / Manhattan distance"
     colour, marker = "#2ca02c", "^"
     causal_options = {"causal": True}  # the paper's causal form
@@ -97,34 +85,30 @@ class ALiBi(Encoding):
         self.causal, self.distance = causal, distance
         self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32), persistent=False)
 
-    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int:
-        """Peak bytes: offsets and their squares ``(N, N, dims)`` then the bias ``(heads, N, N)`` next to the
-        lengths ``(N, N)``, plus the padded copy ``(heads, T, T)`` with a prefix; all float32."""
-        n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
-        floats = max((2 * self.dims + 1) * n2, (self.heads + 1) * n2 + (self.heads * t2 if num_prefix else 0))
-        return 4 * batch * floats
+    def pair_words(self) -> int:
+        """Float32 words per pair at the peak: the offsets and their squares per axis and the length, then the
+        bias next to the length."""
+        return max(2 * self.dims + 1, self.heads + 1)
+
+    def pair_bias(self, qc: list[Tensor], kc: list[Tensor], h: Tensor) -> Tensor:
+        """``-slope[h] * dist(p_i, p_j)`` of per-axis query and key coordinates (:mod:`ndpe.pairs`), heads ``h``: the
+        one formula of both the materialized bias and the flex score_mod."""
+        offsets = [q - k for q, k in zip(qc, kc)]  # p_i - p_j per axis
+        if self.distance == "manhattan" or len(offsets) == 1:
+            length = sum_of(o.abs() for o in offsets)
+        else:
+            length = sum_of(o * o for o in offsets).sqrt()
+        if self.causal:  # keys after the query: 0, masked by the attention
+            length = torch.where(kc[0] > qc[0], 0.0, length)
+        return -self.slopes[h] * length
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
-        keys = positions if key_positions is None else key_positions
-        length = offset_length(positions.float(), self.distance, keys.float())  # (..., N, M)
-        if self.causal:  # keys after the query: 0, masked by the attention
-            length = torch.where(keys[..., None, :, 0] > positions[..., :, None, 0], 0.0, length)
-        slopes = rearrange(self.slopes, "h -> h 1 1")
-        bias = -slopes * length.unsqueeze(-3)  # (..., heads, N, N)
-        return PosOut(bias=bias)
+        qc, kc = pair_axes(positions.float()[..., None, :, :], None if key_positions is None
+                           else key_positions.float()[..., None, :, :])  # (..., 1, Nq, 1), (..., 1, 1, Nk): a heads axis
+        heads = torch.arange(self.heads, device=positions.device)[:, None, None]
+        return PosOut(bias=self.pair_bias(qc, kc, heads))  # (..., heads, Nq, Nk)
 
     def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
         """``(b, h, i, j) -> -slope_h * distance(i, j)`` for flex attention (see :meth:`Encoding.score_bias`)."""
-        axes, slopes = [coords[:, a].contiguous() for a in range(coords.shape[1])], self.slopes
-
-        def bias(b, h, i, j):
-            offsets = [ax[i] - ax[j] for ax in axes]
-            if self.distance == "manhattan" or len(axes) == 1:
-                length = sum(o.abs() for o in offsets)
-            else:
-                length = cast(Tensor, sum(o * o for o in offsets)).sqrt()
-            if self.causal:
-                length = torch.where(j > i, 0.0, length)
-            return -slopes[h] * length
-
-        return bias
+        axes = token_axes(coords.float())
+        return lambda b, h, i, j: self.pair_bias([ax[i] for ax in axes], [ax[j] for ax in axes], h)

@@ -73,6 +73,7 @@ class Complex(Encoding):
             linear map, zero-initialised), instead of shared by all words.
     """
 
+    has_parameters = True
     description = "complex word-order embeddings (Wang et al. 2020): token pairs `r e^{i theta}` times `e^{i w p}`"
     colour, marker = "#e7298a", "p"
 
@@ -98,7 +99,7 @@ class Complex(Encoding):
             return self.freq
         return self.freq + self.freq_proj(x.to(self.freq.dtype))
 
-    def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
+    def encode(self, positions: Tensor, grid_shape) -> PosOut:
         pos = positions.to(angle_dtype(positions.device))  # (..., N, 1); decoding: the new tokens' positions
         n = positions.shape[-2]
         dim, pairing = self.dim, self.pairing

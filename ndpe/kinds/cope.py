@@ -102,6 +102,8 @@ class CoPE(Encoding):
         talking_heads: mix the scaled logits across heads before the gates (x-transformers' option).
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     description = "CoPE (Golovneva et al. 2024): positions counted by gates `sigmoid(q.k)`"
     colour, marker = "#1b9e77", "d"
 

@@ -56,6 +56,7 @@ from torch import Tensor, nn
 from ..base import Encoding, bias_budget
 from ..checks import check_bool, check_choice, check_int, per_axis
 from ..contract import PosOut
+from ..pairs import pair_axes
 from ..registry import register
 
 STYLES = ("swin", "dynamic")
@@ -98,6 +99,8 @@ class ContinuousBias(Encoding):
         norm: dynamic only; LayerNorm after each hidden linear layer.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     description = "continuous relative bias: Swin V2 log-spaced CPB, x-transformers `DynamicPositionBias`"
     colour, marker = "#800080", "x"
 
@@ -194,23 +197,21 @@ class ContinuousBias(Encoding):
         return self.offset_bias(offsets, divisor)
 
     @staticmethod
-    def _index(q: Tensor, k: Tensor, extent: tuple[int, ...]) -> Tensor:
-        """Table rows ``(..., Nq, Nk)`` of integer positions: ``p_i - p_j + E`` row-major over axes."""
+    def pair_row(qc: list[Tensor], kc: list[Tensor], extent: tuple[int, ...]) -> Tensor:
+        """Table rows of integer per-axis query and key grid coordinates (broadcasting, :mod:`ndpe.pairs`):
+        ``p_i - p_j + E`` row-major over axes; the one formula of both the materialized bias (``table[row]``) and
+        the flex score_mod (``table[row, h]``)."""
         index = None
-        for a, e in enumerate(extent):
-            row = q[..., :, None, a].long() - k[..., None, :, a].long() + e
+        for q, k, e in zip(qc, kc, extent):
+            row = q - k + e
             index = row if index is None else index * (2 * e + 1) + row
         return cast(Tensor, index)
 
     # -- encode ------------------------------------------------------------------------------------
-    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int:
-        """Peak bytes of the table path: the MLP activations of ``< 2**dims * N`` offsets (per sample when the
-        divisor is), the int64 index ``(N, N)`` with its per-axis temporaries, the float32 gather ``(N, N, heads)``
-        next to it, plus the padded ``(heads, T, T)`` with a prefix."""
-        n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
-        rows = 2 ** self.dims * num_grid
-        table = 4 * rows * (self.dims * 2 + 2 * self.depth * self.mlp_hidden + 2 * self.heads)
-        return batch * (table + max(32 * n2, 8 * n2 + 4 * self.heads * n2 + (4 * self.heads * t2 if num_prefix else 0)))
+    def pair_words(self) -> int:
+        """Float32 words per pair at the peak of the table path: the int64 index with its per-axis temporaries, then
+        the gather ``(N, N, heads)`` next to it (the table of distinct offsets is ``O(N)``, not counted)."""
+        return max(8, 2 + self.heads)
 
     def _check_pairs(self, pairs: int) -> None:
         budget = bias_budget()
@@ -237,7 +238,7 @@ class ContinuousBias(Encoding):
             bias = self.offset_bias(offsets, div)  # (..., Nq, Nk, heads)
         else:
             table = self._table(extent, divisor, q.device)
-            index = self._index(q, k, extent)  # (..., Nq, Nk)
+            index = self.pair_row(*pair_axes(q.long(), k.long()), extent)  # (..., Nq, Nk)
             if table.ndim == 2:
                 bias = F.embedding(index, table)  # (..., Nq, Nk, heads): the gather, fastest on CPU
             else:  # one table per sample
@@ -265,10 +266,4 @@ class ContinuousBias(Encoding):
         offsets = offset_grid(extent, device=pos.device) * torch.tensor(steps, device=pos.device)
         table = self.offset_bias(offsets, self._divisor(pos, tuple(sizes)))  # (rows, heads)
 
-        def bias(b, h, i, j):
-            row = 0
-            for kk, e in zip(ks, extent):
-                row = row * (2 * e + 1) + (kk[i] - kk[j] + e)
-            return table[row, h]
-
-        return bias
+        return lambda b, h, i, j: table[self.pair_row([kk[i] for kk in ks], [kk[j] for kk in ks], extent), h]

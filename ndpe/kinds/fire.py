@@ -51,6 +51,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int, check_number
 from ..contract import PosOut
+from ..pairs import euclidean, pair_axes, token_axes
 from ..registry import register
 
 EPS = 1e-6  # added to the denominator, as the paper's code
@@ -67,6 +68,8 @@ class FIRE(Encoding):
         init_L: the threshold ``L`` at init, in index units (default 512); learned through a multiplier.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     description = "FIRE (Li et al. 2024): MLP of the log distance, progressively normalized; N-D by Euclidean distance"
     colour, marker = "#b15928", "8"
     causal_options = {"causal": True}  # the paper's causal form
@@ -106,12 +109,13 @@ class FIRE(Encoding):
         far = torch.maximum(q - k.amin(-2, keepdim=True), k.amax(-2, keepdim=True) - q)  # (..., Nq, dims)
         return far[..., 0] if self.dims == 1 else torch.linalg.vector_norm(far, dim=-1)
 
-    def _distances(self, q: Tensor, k: Tensor) -> Tensor:
-        """``d (..., Nq, Nk)``: ``p_i - p_j`` when causal (negative for keys after the query), else ``||p_i - p_j||``."""
-        offsets = q[..., :, None, :] - k[..., None, :, :]  # (..., Nq, Nk, dims): p_i - p_j
+    def _distance(self, qc: list[Tensor], kc: list[Tensor]) -> Tensor:
+        """``d``: ``p_i - p_j`` when causal (negative for keys after the query), else ``||p_i - p_j||``, of per-axis
+        query and key coordinates (broadcasting, :mod:`ndpe.pairs`)."""
+        offsets = [q - k for q, k in zip(qc, kc)]
         if self.causal:
-            return offsets[..., 0]
-        return offsets[..., 0].abs() if self.dims == 1 else torch.linalg.vector_norm(offsets, dim=-1)
+            return offsets[0]
+        return offsets[0].abs() if self.dims == 1 else euclidean(offsets)
 
     def _normalizer(self, r: Tensor) -> Tensor:
         """``psi(max(L, r)) + eps`` per query."""
@@ -122,14 +126,35 @@ class FIRE(Encoding):
         (keys = queries unless ``key_positions``); in ``[0, 1]`` on keys the query attends to."""
         q = positions.float()
         k = q if key_positions is None else key_positions.float()
-        return self._psi(self._distances(q, k)) / self._normalizer(self._ranges(q, k))[..., None]
+        qc, kc = pair_axes(q, k)
+        return self._psi(self._distance(qc, kc)) / self._normalizer(self._ranges(q, k))[..., None]
 
-    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int:
-        """Peak bytes: per pair the offsets, distances and normalised distances, the MLP's hidden units
-        before and after ReLU, its output and the masked copy; plus the padded ``(heads, T, T)`` with a prefix."""
-        n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
-        per_pair = self.dims + 3 + 2 * self.mlp_width + 2 * self.heads
-        return 4 * batch * (per_pair * n2 + (self.heads * t2 if num_prefix else 0))
+    def pair_words(self) -> int:
+        """Float32 words per pair at the peak: the offsets, distances and normalised distances, the MLP's hidden
+        units before and after ReLU, its output and the masked copy."""
+        return self.dims + 3 + 2 * self.mlp_width + 2 * self.heads
+
+    def pair_bias(self, qc: list[Tensor], kc: list[Tensor], norm: Tensor, h: Tensor | None = None) -> Tensor:
+        """``f(psi(d_ij) / norm_i)`` of per-axis query and key coordinates (:mod:`ndpe.pairs`) and the query's
+        normaliser ``psi(max(L, r_i)) + eps``: every head ``(..., heads)``, or head ``h`` (flex, one per logit).
+        The one formula of both the materialized bias and the flex score_mod."""
+        d = self._distance(qc, kc)
+        out = self._f(self._psi(d) / norm, h)
+        if not self.causal:
+            return out
+        return torch.where(d[..., None] < 0 if h is None else d < 0, 0.0, out)  # keys after the query: masked
+
+    def _f(self, x: Tensor, h: Tensor | None = None) -> Tensor:
+        """The MLP ``f`` of inputs ``x``: every head ``(..., heads)`` (in the model's dtype, a half-precision model
+        too), or head ``h`` of one logit's 0-d ``x`` (flex lowers scalar ops only: a loop over the hidden units)."""
+        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
+        if h is None:
+            return self.mlp(x.unsqueeze(-1).to(first.weight.dtype)).float()
+        w1, b1, w2, b2 = first.weight[:, 0].float(), first.bias.float(), last.weight.float(), last.bias.float()
+        out = b2[h]
+        for u in range(self.mlp_width):
+            out = out + w2[h, u] * torch.relu(w1[u] * x + b1[u])
+        return out
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if key_positions is not None and not self.causal:
@@ -137,37 +162,13 @@ class FIRE(Encoding):
                              "includes later keys; decoding with a KV cache needs fire causal=True")
         q = positions.float()
         k = q if key_positions is None else key_positions.float()
-        d = self._distances(q, k)
-        x = self._psi(d) / self._normalizer(self._ranges(q, k))[..., None]  # (..., Nq, Nk)
-        weight = cast(nn.Linear, self.mlp[0]).weight  # a model cast to half precision runs the MLP in its dtype
-        bias = rearrange(self.mlp(x.unsqueeze(-1).to(weight.dtype)).float(), "... i j h -> ... h i j")
-        if self.causal:
-            bias = torch.where((d < 0).unsqueeze(-3), 0.0, bias)  # keys after the query: masked by the attention
-        return PosOut(bias=bias)
+        norm = self._normalizer(self._ranges(q, k))[..., None]  # (..., Nq, 1)
+        bias = self.pair_bias(*pair_axes(q, k), norm)  # (..., Nq, Nk, heads)
+        return PosOut(bias=rearrange(bias, "... i j h -> ... h i j"))
 
     def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
         """``(b, h, i, j) -> f(psi(d_ij) / psi(max(L, r_i)))[h]`` for flex attention (see :meth:`Encoding.score_bias`):
-        the MLP per logit, a python loop over its hidden units; only the per-query normaliser ``(N,)`` is
-        precomputed."""
+        :meth:`pair_bias` per logit; only the per-query normaliser ``(N,)`` is precomputed."""
         pos = coords.float()
-        axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
-        norm = self._normalizer(self._ranges(pos, pos))  # (N,)
-        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
-        w1, b1, w2, b2 = first.weight[:, 0].float(), first.bias.float(), last.weight.float(), last.bias.float()
-        c, causal, width = self.c.float(), self.causal, self.mlp_width
-
-        def bias(b, h, i, j):
-            offsets = [ax[i] - ax[j] for ax in axes]
-            if causal:
-                d = offsets[0]
-            elif len(offsets) == 1:
-                d = offsets[0].abs()
-            else:
-                d = cast(Tensor, sum(o * o for o in offsets)).sqrt()
-            x = torch.log((c * d).abs() + 1) / norm[i]
-            out = b2[h]
-            for u in range(width):
-                out = out + w2[h, u] * torch.relu(w1[u] * x + b1[u])
-            return torch.where(d < 0, 0.0, out) if causal else out
-
-        return bias
+        axes, norm = token_axes(pos), self._normalizer(self._ranges(pos, pos))  # per-axis (N,), (N,)
+        return lambda b, h, i, j: self.pair_bias([ax[i] for ax in axes], [ax[j] for ax in axes], norm[i], h)

@@ -63,6 +63,8 @@ class Learned(Encoding):
     torch.Size([192, 64])
     """
 
+    takes_key_positions = True  # refuses options that cannot decode
+    has_parameters = True
     description = "trainable table, full or axis-factorized, resizable"
     colour, marker = "#1f77b4", "s"
 

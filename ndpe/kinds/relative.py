@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from ..base import Encoding, TensorCache
 from ..checks import check_bool, check_choice, per_axis
 from ..contract import PosOut
+from ..pairs import pair_axes, token_axes
 from ..registry import register
 
 MODES = ("clip", "t5")
@@ -71,20 +72,24 @@ def t5_bucket(relative_position: Tensor, *, bidirectional: bool = True, num_buck
     return ret + torch.where(n < max_exact, n, large)
 
 
+def clip_rows(qc: list[Tensor], kc: list[Tensor], max_distance: tuple[int, ...]) -> Tensor:
+    """Table rows of integer per-axis query and key coordinates (broadcasting, :mod:`ndpe.pairs`): per-axis offsets
+    ``p_i - p_j`` clipped to ``[-M_a, M_a]``, combined row-major over axes."""
+    index = None
+    for q, k, m in zip(qc, kc, max_distance):
+        row = (q - k).clamp(-m, m) + m
+        index = row if index is None else index * (2 * m + 1) + row
+    return cast(Tensor, index)  # max_distance has one entry per axis
+
+
 def clip_index(positions: Tensor, max_distance: tuple[int, ...], key_positions: Tensor | None = None) -> Tensor:
     """Table rows ``(..., N, M)`` of integer query positions ``(..., N, dims)`` and key positions ``(..., M, dims)``
-    (default: the queries'): per-axis offsets ``p_i - p_j`` clipped to ``[-M_a, M_a]``, combined row-major over
-    axes (one ``(N, M)`` temporary per axis).
+    (default: the queries'): :func:`clip_rows` of every pair (one ``(N, M)`` temporary per axis).
 
     >>> clip_index(torch.tensor([[0], [1], [5]]), (2,)).tolist()
     [[2, 1, 0], [3, 2, 0], [4, 4, 2]]
     """
-    keys = positions if key_positions is None else key_positions
-    index = None
-    for a, m in enumerate(max_distance):
-        row = (positions[..., a, None] - keys[..., None, :, a]).clamp(-m, m) + m  # (..., N, M)
-        index = row if index is None else index * (2 * m + 1) + row
-    return cast(Tensor, index)  # max_distance has one entry per axis
+    return clip_rows(*pair_axes(positions, key_positions), max_distance)
 
 
 @register("relative", dims=(1, 2, 3))
@@ -98,6 +103,8 @@ class RelativeBias(Encoding):
         bidirectional: t5 only; False is the causal (decoder) bucketing.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     description = "learned relative bias: clipped offsets (Shaw, Swin) or T5 buckets"
     colour, marker = "#17becf", "*"
     causal_options = {"mode": "t5", "bidirectional": False}  # T5's one-sided buckets (its decoder)
@@ -142,22 +149,24 @@ class RelativeBias(Encoding):
             raise ValueError(f"max_distance must exceed the exact buckets ({max_exact}) for num_buckets={nb}, "
                              f"got max_distance={self.max_distance[0]}")
 
-    def bias_bytes(self, batch: int, num_grid: int, num_prefix: int) -> int:
-        """Peak bytes: the int64 index ``(N, N)`` with its per-axis temporaries, then the float32 gather
-        ``(N, N, heads)`` next to the index, plus the padded copy ``(heads, T, T)`` with a prefix."""
-        n2, t2 = num_grid * num_grid, (num_grid + num_prefix) ** 2
-        return batch * max(32 * n2, 8 * n2 + 4 * self.heads * n2 + (4 * self.heads * t2 if num_prefix else 0))
+    def pair_words(self) -> int:
+        """Float32 words per pair at the peak: the int64 index with its per-axis temporaries, then the gather
+        ``(N, N, heads)`` next to the index."""
+        return max(8, 2 + self.heads)
+
+    def pair_index(self, qc: list[Tensor], kc: list[Tensor]) -> Tensor:
+        """Table rows of integer per-axis query and key coordinates (:mod:`ndpe.pairs`): the one formula of both the
+        materialized bias (``table[row]``) and the flex score_mod (``table[row, h]``)."""
+        if self.mode == "clip":
+            return clip_rows(qc, kc, self.max_distance)
+        return t5_bucket(kc[0] - qc[0], bidirectional=self.bidirectional, num_buckets=self.num_buckets,
+                         max_distance=self.max_distance[0])  # memory - context = j - i
 
     def index(self, positions: Tensor, key_positions: Tensor | None = None) -> Tensor:
         """Table rows ``(..., N, M)`` (long) of integer query positions ``(..., N, dims)`` and key positions
         ``(..., M, dims)`` (default: the queries')."""
-        pos = positions.round().long()
-        keys = pos if key_positions is None else key_positions.round().long()
-        if self.mode == "clip":
-            return clip_index(pos, self.max_distance, keys)
-        rel = keys[..., None, :, 0] - pos[..., :, None, 0]  # (..., N, M): memory - context = j - i
-        return t5_bucket(rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
-                         max_distance=self.max_distance[0])
+        keys = None if key_positions is None else key_positions.round().long()
+        return self.pair_index(*pair_axes(positions.round().long(), keys))
 
     def _cached_index(self, positions: Tensor, grid_shape) -> Tensor:
         if torch.compiler.is_compiling() or grid_shape is None or positions.ndim != 2:
@@ -188,23 +197,6 @@ class RelativeBias(Encoding):
             self._index_cache.clear()
 
     def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
-        """``(b, h, i, j) -> table[offset(i, j), h]`` for flex attention (see :meth:`Encoding.score_bias`)."""
-        table, pos = self.table, coords.round().long()  # (entries, heads), (N, dims)
-        if self.mode == "t5":
-            n = pos.shape[0]
-            buckets = t5_bucket(torch.arange(-(n - 1), n, device=pos.device), bidirectional=self.bidirectional,
-                                num_buckets=self.num_buckets, max_distance=self.max_distance[0])  # (2N - 1,): j - i
-
-            def bias(b, h, i, j):
-                return table[buckets[pos[j, 0] - pos[i, 0] + n - 1], h]
-
-            return bias
-        axes = [pos[:, a].contiguous() for a in range(pos.shape[1])]
-
-        def bias_nd(b, h, i, j):
-            index = 0
-            for ax, m in zip(axes, self.max_distance):
-                index = index * (2 * m + 1) + ((ax[i] - ax[j]).clamp(-m, m) + m)
-            return table[index, h]
-
-        return bias_nd
+        """``(b, h, i, j) -> table[row(i, j), h]`` for flex attention (see :meth:`Encoding.score_bias`)."""
+        table, axes = self.table, token_axes(coords.round().long())  # (entries, heads), per-axis (N,)
+        return lambda b, h, i, j: table[self.pair_index([ax[i] for ax in axes], [ax[j] for ax in axes]), h]

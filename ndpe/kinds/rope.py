@@ -53,28 +53,18 @@ torch.Size([2, 6, 197, 64])
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice, check_number, check_pairing, per_axis
+from ..checks import check_bool, check_pairing, per_axis
 from ..contract import PosOut
 from ..registry import register
-from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, NEEDS_TRAIN_SHAPE, SCALINGS,
-                       axial_inv_freq, dynamic_ntk_theta, longrope_inv_freq, ntk_exponent, scaled_inv_freq)
-
-# scaling options, their defaults (Hugging Face's) and the scalings that read them
-_SCALING_OPTIONS: dict[str, tuple[object, tuple[str, ...]]] = {
-    "beta_fast": (BETA_FAST, ("yarn",)), "beta_slow": (BETA_SLOW, ("yarn",)), "mscale": (None, ("yarn",)),
-    "mscale_all_dim": (None, ("yarn",)), "truncate": (True, ("yarn",)),
-    "attention_factor": (None, ("yarn", "longrope")),
-    "low_freq_factor": (LOW_FREQ_FACTOR, ("llama3",)), "high_freq_factor": (HIGH_FREQ_FACTOR, ("llama3",)),
-    "short_factor": (None, ("longrope",)), "long_factor": (None, ("longrope",)),
-}
-
+from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, RopeScaling, axial_inv_freq,
+                       dynamic_ntk_theta, longrope_inv_freq, rope_scaling)
 
 def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None) -> tuple[int, ...]:
     """Rotary channels per axis: checked ``axis_dims`` or the default equal even split of ``head_dim``."""
@@ -112,21 +102,19 @@ class RoPE(Encoding):
         theta: frequency base, one or per axis.
         coords: ``"index"``, ``"pixel"`` or ``"centered"`` coordinates.
         pairing: ``"half"`` or ``"interleaved"``.
-        scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic-ntk"``, ``"yarn"``, ``"llama3"`` or ``"longrope"``.
+        scaling: a :class:`ndpe.RopeScaling`, or its type (None, ``"linear"``, ``"ntk"``, ``"dynamic-ntk"``,
+            ``"yarn"``, ``"llama3"``, ``"longrope"``) with its fields as the keyword options below, which build one
+            (``pe.rope_scaling``, per axis) and are validated there.
         scale: target / trained length, one or per axis; required with a scaling. ``>= 1``, except
             ``"linear"`` which takes any finite ``scale > 0`` (below 1 it stretches positions).
         train_shape: grid the model was trained on (``dynamic-ntk``, ``yarn``, ``llama3``, ``longrope``).
-        beta_fast, beta_slow: YaRN's ramp ends in turns over the trained length (32, 1; ``beta_fast >= beta_slow``).
-        mscale, mscale_all_dim: YaRN's DeepSeek attention factor ``g(s, mscale) / g(s, mscale_all_dim)``
-            when both are non-zero (default None: ``0.1 ln s + 1``).
-        attention_factor: cos/sin factor replacing the computed one (``yarn``, ``longrope``); > 0.
-        truncate: YaRN floors / ceils the ramp ends (True, HF's default).
-        low_freq_factor, high_freq_factor: Llama 3's wavelength bounds ``L / factor`` (1, 4; high > low).
-        short_factor, long_factor: LongRoPE's per-frequency divisors (``rot_dim / 2`` positive numbers each).
+        beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate, low_freq_factor, high_freq_factor,
+            short_factor, long_factor: the type's Hugging Face options, see :class:`ndpe.RopeScaling`.
         mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
         mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
     """
 
+    takes_key_positions = True  # refuses options that cannot decode
     description = "axial RoPE-ND, per-axis channels and theta; PI / NTK / dynamic NTK / YaRN"
     colour, marker = "#d62728", "o"
 
@@ -134,7 +122,7 @@ class RoPE(Encoding):
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, axis_dims: Sequence[int] | None = None,
                  theta: float | Sequence[float] = 10000.0, coords: str = "index", pairing: str = "half",
-                 scaling: str | None = None, scale: float | Sequence[float] | None = None,
+                 scaling: str | RopeScaling | None = None, scale: float | Sequence[float] | None = None,
                  train_shape: int | Sequence[int] | None = None, beta_fast: float = BETA_FAST,
                  beta_slow: float = BETA_SLOW, mscale: float | None = None, mscale_all_dim: float | None = None,
                  attention_factor: float | None = None, truncate: bool = True,
@@ -152,45 +140,39 @@ class RoPE(Encoding):
             raise ValueError(f"mrope_section uses one frequency series: theta must be one number, got {theta!r}")
         check_pairing(pairing)
         self.coords_mode, self.pairing = coords, pairing
-        self.scaling, self.scale, self.train_shape = self._check_scaling(scaling, scale, train_shape)
-        if self.mrope_section is not None and self.scaling is not None:
-            raise ValueError(f"mrope_section takes no scaling, got scaling={self.scaling!r}")
-        self.options = self._check_options(self.scaling, dict(
-            beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale, mscale_all_dim=mscale_all_dim,
-            attention_factor=attention_factor, truncate=truncate, low_freq_factor=low_freq_factor,
-            high_freq_factor=high_freq_factor, short_factor=short_factor, long_factor=long_factor))
+        self.rope_scaling = self._scaling_per_axis(rope_scaling(
+            scaling, scale=scale, train_shape=train_shape, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
+            mscale_all_dim=mscale_all_dim, attention_factor=attention_factor, truncate=truncate,
+            low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor, short_factor=short_factor,
+            long_factor=long_factor))
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (rot_dim / 2,) float64
 
-    def _check_scaling(self, scaling, scale, train_shape):
-        dims = self.dims
+    def _scaling_per_axis(self, scaling: RopeScaling | None) -> RopeScaling | None:
+        """The scaling resolved per axis (validated by :class:`RopeScaling`; here what it needs of the encoding)."""
         if scaling is None:
-            if scale is not None or train_shape is not None:
-                raise ValueError("scale and train_shape need a scaling ('linear', 'ntk', 'dynamic-ntk' or 'yarn')")
-            return None, (1.0,) * dims, None
-        if not isinstance(scaling, str) or scaling not in SCALINGS:
-            raise ValueError(f"scaling must be None or one of {SCALINGS}, got {scaling!r}")
+            return None
+        if self.mrope_section is not None:
+            raise ValueError(f"mrope_section takes no scaling, got scaling={scaling.type!r}")
         if self.coords_mode != "index":
-            raise ValueError(f"scaling={scaling!r} works on lengths in tokens: it needs coords='index', "
+            raise ValueError(f"scaling={scaling.type!r} works on lengths in tokens: it needs coords='index', "
                              f"got {self.coords_mode!r}")
-        # position interpolation divides positions by any s > 0 (s < 1 stretches them: timm EVA's
-        # ref_feat_shape larger than the grid); the other formulas extrapolate and need s >= 1
-        low, inclusive = (0.0, False) if scaling == "linear" else (1.0, True)
-        if scale is None:
-            raise ValueError(f"scaling={scaling!r} needs scale= (target length / trained length, "
-                             f"{'> 0' if scaling == 'linear' else '>= 1'}, one or per axis)")
-        scale = per_axis(scale, dims, "scale", low=low, inclusive=inclusive)
-        if scaling in NEEDS_TRAIN_SHAPE:
-            if train_shape is None:
-                raise ValueError(f"scaling={scaling!r} needs train_shape= (the grid the model was trained on)")
-            train_shape = per_axis(train_shape, dims, "train_shape", low=1.0)
-        elif train_shape is not None:
-            raise ValueError(f"train_shape is used by {NEEDS_TRAIN_SHAPE} only, not by scaling={scaling!r}")
-        if scaling in ("ntk", "dynamic-ntk"):
-            for d in self.axis_dims:
-                if d:
-                    ntk_exponent(d)  # raises for d = 2
-        return scaling, scale, train_shape
+        return scaling.for_axes(self.axis_dims)
+
+    @property
+    def scaling(self) -> str | None:
+        """The scaling's type (``rope_scaling.type``), or None."""
+        return None if self.rope_scaling is None else self.rope_scaling.type
+
+    @property
+    def scale(self) -> tuple[float, ...]:
+        """Target / trained length per axis (1 without scaling)."""
+        return (1.0,) * self.dims if self.rope_scaling is None else cast(tuple, self.rope_scaling.scale)
+
+    @property
+    def train_shape(self) -> tuple[float, ...] | None:
+        """The trained length per axis of a scaling that reads it, else None."""
+        return None if self.rope_scaling is None else cast("tuple | None", self.rope_scaling.train_shape)
 
     def _check_mrope(self, section, interleaved, axis_dims):
         check_bool(interleaved, "mrope_interleaved")
@@ -206,46 +188,9 @@ class RoPE(Encoding):
                              f"frequencies in all, got {sum(section)}")
         return section, interleaved
 
-    def _check_options(self, scaling, values: dict) -> dict:
-        """Validate the scaling options; one left at a value other than its default needs a scaling that reads it."""
-        for name in ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
-            check_number(values[name], name, low=0.0, inclusive=False)
-        for name in ("mscale", "mscale_all_dim"):
-            if values[name] is not None:
-                check_number(values[name], name, low=0.0)  # 0 counts as unset, as in HF
-        if values["attention_factor"] is not None:
-            check_number(values["attention_factor"], "attention_factor", low=0.0, inclusive=False)
-        check_bool(values["truncate"], "truncate")
-        if values["beta_fast"] < values["beta_slow"]:
-            raise ValueError(f"beta_fast must be >= beta_slow, got beta_fast={values['beta_fast']!r}, "
-                             f"beta_slow={values['beta_slow']!r}")
-        if values["high_freq_factor"] <= values["low_freq_factor"]:
-            raise ValueError(f"high_freq_factor must be > low_freq_factor, got high_freq_factor="
-                             f"{values['high_freq_factor']!r}, low_freq_factor={values['low_freq_factor']!r}")
-        for name in ("short_factor", "long_factor"):
-            if values[name] is not None:
-                values[name] = self._check_factors(values[name], name)
-        for name, (default, owners) in _SCALING_OPTIONS.items():
-            if values[name] != default and scaling not in owners:
-                raise ValueError(f"{name} is used by scaling={' or '.join(map(repr, owners))} only, "
-                                 f"not by scaling={scaling!r}")
-        if scaling == "longrope":
-            missing = [n for n in ("short_factor", "long_factor") if values[n] is None]
-            if missing:
-                raise ValueError(f"scaling='longrope' needs {' and '.join(missing)}= ({self.rot_dim // 2} numbers each)")
-        return values
-
-    def _check_factors(self, value, name: str) -> tuple[float, ...]:
-        n = self.rot_dim // 2
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            raise TypeError(f"{name} must be a sequence of {n} numbers (one per frequency), got {value!r}")
-        if len(value) != n:
-            raise ValueError(f"{name} must hold {n} numbers (rot_dim / 2, axes in order), got {len(value)}")
-        return tuple(check_number(v, name, low=0.0, inclusive=False) for v in value)
-
     def _axis_factors(self, name: str) -> list:
         """LongRoPE's ``name`` factors split per axis (None entries when unset)."""
-        factors = self.options[name]
+        factors = None if self.rope_scaling is None else getattr(self.rope_scaling, name)
         if factors is None:
             return [None] * self.dims
         sizes = [d // 2 for d in self.axis_dims]
@@ -257,14 +202,12 @@ class RoPE(Encoding):
             freq_axis = self._mrope_freq_axis()
             self.freq_axis = freq_axis.to(device)
             return axial_inv_freq(self.rot_dim, self.theta[0], device=device).to(angle_dtype(device)), (1.0,) * self.dims
+        if self.rope_scaling is None:
+            freqs = [axial_inv_freq(d, self.theta[a], device=device) for a, d in enumerate(self.axis_dims)]
+            return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
         freqs, factors = [], []
-        keys = ("beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim", "attention_factor",
-                "low_freq_factor", "high_freq_factor")
-        opts = {k: self.options[k] for k in keys}
         for a, (d, short) in enumerate(zip(self.axis_dims, self._axis_factors("short_factor"))):
-            train = None if self.train_shape is None else self.train_shape[a]
-            f, m = scaled_inv_freq(d, self.theta[a], self.scaling, self.scale[a], train, factors=short,
-                                   device=device, **opts)
+            f, m = self.rope_scaling.axis_inv_freq(a, d, self.theta[a], short, device=device)
             freqs.append(f)
             factors.append(m)
         return torch.cat(freqs).to(angle_dtype(device)), tuple(factors)
@@ -289,17 +232,18 @@ class RoPE(Encoding):
     def axis_inv_freqs(self, positions: Tensor) -> list[Tensor]:
         """Per-axis frequencies ``(d_a / 2,)``; dynamic NTK recomputes them from ``max(positions) + 1``."""
         freqs = list(self.inv_freq.split([d // 2 for d in self.axis_dims]))
+        train = self.train_shape or ()  # set for both scalings below
         if self.scaling == "longrope":  # the long factors on an axis longer than its trained length
             for a, (d, long) in enumerate(zip(self.axis_dims, self._axis_factors("long_factor"))):
                 if d:
                     length = positions[..., a].max() + 1
                     long_freq = longrope_inv_freq(d, self.theta[a], long, device=positions.device, dtype=freqs[a].dtype)
-                    freqs[a] = torch.where(length > self.train_shape[a], long_freq, freqs[a])
+                    freqs[a] = torch.where(length > train[a], long_freq, freqs[a])
         if self.scaling == "dynamic-ntk":
             for a, d in enumerate(self.axis_dims):
                 if d:
                     length = positions[..., a].max() + 1
-                    theta = dynamic_ntk_theta(d, self.theta[a], self.scale[a], length, self.train_shape[a])
+                    theta = dynamic_ntk_theta(d, self.theta[a], self.scale[a], length, train[a])
                     freqs[a] = axial_inv_freq(d, theta, device=positions.device, dtype=positions.dtype)
         return freqs
 

@@ -81,6 +81,7 @@ class RoPEMixed(Encoding):
         rotate: random per-head rotation at init (False: starts as axial RoPE).
     """
 
+    has_parameters = True
     description = "learnable per-head mixed-axis frequencies (Heo et al. 2024)"
     colour, marker = "#9467bd", "P"
 

@@ -102,6 +102,22 @@ def offset_table(positions: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     return low[..., 0] + torch.arange(size, device=offsets.device, dtype=offsets.dtype), rel.long()
 
 
+def xl_token_terms(q: Tensor, k: Tensor, projected: Tensor, u: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """The per-token parts of the term, float32: ``(q + v) . W_R R(o)`` of every offset ``(B, heads, Nq, S)`` and
+    ``u . k`` ``(B, heads, Nk)``, from q ``(B, heads, Nq, hd)``, k ``(B, heads, Nk, hd)``, ``projected`` ``(..., heads,
+    hd, S)`` and ``u``, ``v`` ``(heads, hd)``."""
+    by_offset = (q.float() + v.float()[:, None, :]) @ projected  # one matmul for every offset
+    return by_offset, torch.einsum("bhjd,hd->bhj", k.float(), u.float())
+
+
+def xl_pair_term(qr: Tensor, uk: Tensor, scale: float, future: Tensor | None) -> Tensor:
+    """The term of a pair from its ``(q + v) . W_R R(i - j)`` and ``u . k_j`` (broadcasting): their sum times
+    ``1 / sqrt(head_dim)``, 0 on keys after the query when ``future`` (causal) is given; the one formula of both
+    the materialized term and the flex score_mod."""
+    out = (qr + uk) * scale
+    return out if future is None else torch.where(future, 0.0, out)
+
+
 @register("transformer-xl", dims=(1,))
 class TransformerXL(Encoding):
     """Transformer-XL relative attention terms ``q.W_R R + u.k + v.W_R R``; see the module docstring.
@@ -111,6 +127,8 @@ class TransformerXL(Encoding):
         clamp_len: clamp offsets to ``[-clamp_len, clamp_len]`` (the original's ``clamp_len``); None: no clamp.
     """
 
+    takes_key_positions = True  # decodes its pairwise term against cached keys
+    has_parameters = True
     description = "Transformer-XL relative attention (Dai et al. 2019): `q.R(i-j) + u.k + v.R(i-j)`"
     colour, marker = "#00008b", "H"
     causal_options = {"causal": True}  # the paper's decoder form
@@ -153,22 +171,20 @@ class TransformerXL(Encoding):
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         keys = positions if key_positions is None else key_positions
         projected, index, future = self._tables(positions, keys)
-        u, v, causal, heads, head_dim = self.u.float(), self.v.float(), self.causal, self.heads, self.head_dim
+        u, v, heads, head_dim = self.u, self.v, self.heads, self.head_dim
+        mask = future if self.causal else None
 
         def term(q: Tensor, k: Tensor) -> Tensor:
             nq, nk = index.shape[-2:]
             if q.shape[-3:] != (heads, nq, head_dim) or k.shape[-3:] != (heads, nk, head_dim):
                 raise ValueError(f"transformer-xl was encoded for {heads} heads of {head_dim} channels, {nq} queries "
                                  f"and {nk} keys (grid tokens), but got q {tuple(q.shape)} and k {tuple(k.shape)}")
-            qf, kf = q.float(), k.float()
-            by_offset = (qf + v[:, None, :]) @ projected  # (B, H, Nq, S): (q + v) . W_R R(o), every offset
+            by_offset, uk = xl_token_terms(q, k, projected, u, v)  # (B, H, Nq, S), (B, H, Nk)
             shape = torch.broadcast_shapes(by_offset.shape[:-1], index.shape[:-1]) + (nk,)
-            qr = by_offset.expand(*shape[:-1], by_offset.shape[-1]).gather(-1, index.expand(shape))
-            uk = torch.einsum("bhjd,hd->bhj", kf, u)[:, :, None, :]  # (B, H, 1, Nk)
-            out = (qr + uk) * qf.shape[-1] ** -0.5
-            return torch.where(future, 0.0, out) if causal else out
+            qr = by_offset.expand(*shape[:-1], by_offset.shape[-1]).gather(-1, index.expand(shape))  # _rel_shift
+            return xl_pair_term(qr, uk[:, :, None, :], q.shape[-1] ** -0.5, mask)
 
-        return PosOut(logits=LogitsTerm(fn=term, causal_only=causal))
+        return PosOut(logits=LogitsTerm(fn=term, causal_only=self.causal))
 
     def score_bias(self, coords: Tensor, *, q: Tensor | None = None,
                    k: Tensor | None = None) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
@@ -180,13 +196,7 @@ class TransformerXL(Encoding):
                              "(B, heads, N, head_dim)")
         projected, index4, future = self._tables(coords, coords)
         index = index4[0, 0]  # (N, N): each pair's offset column
-        qf, scale = q.float(), q.shape[-1] ** -0.5
-        by_offset = (qf + self.v.float()[:, None, :]) @ projected  # (B, H, N, S)
-        uk = torch.einsum("bhjd,hd->bhj", k.float(), self.u.float())  # (B, H, N)
-        causal = self.causal
-
-        def bias(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-            out = (by_offset[b, h, i, index[i, j]] + uk[b, h, j]) * scale
-            return torch.where(future[i, j], 0.0, out) if causal else out
-
-        return bias
+        by_offset, uk = xl_token_terms(q, k, projected, self.u, self.v)  # (B, H, N, S), (B, H, N)
+        scale, causal = q.shape[-1] ** -0.5, self.causal
+        return lambda b, h, i, j: xl_pair_term(by_offset[b, h, i, index[i, j]], uk[b, h, j], scale,
+                                               future[i, j] if causal else None)

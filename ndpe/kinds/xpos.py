@@ -50,7 +50,7 @@ from ..base import Encoding
 from ..checks import check_int, check_number, check_pairing
 from ..contract import PosOut
 from ..registry import register
-from ..scaling import axial_inv_freq
+from ..scaling import RopeScaling, axial_inv_freq, rope_scaling
 from .rope import angle_dtype
 
 GAMMA = 0.4  # the paper's gamma (reference: 0.4 * dim and 1.4 * dim)
@@ -78,8 +78,12 @@ class XPos(Encoding):
         center: the position where the scale is 1: ``None`` (half the positions of each call, as the
             reference; refused for KV-cache decoding) or an int ``>= 0`` (fixed).
         pairing: ``"interleaved"`` (default, the reference's) or ``"half"``.
+        scaling, scale, train_shape: RoPE scaling of the rotation (a :class:`ndpe.RopeScaling` or its type with
+            ``scale=`` / ``train_shape=``, as ``rope``); the static types only (``linear``, ``ntk``, ``yarn``,
+            ``llama3``): frequencies and cos/sin factor as ``rope``'s, the decay untouched.
     """
 
+    takes_key_positions = True  # refuses options that cannot decode
     description = "xPos (Sun et al. 2023): RoPE with the decay `zeta^(n/gamma)` on q, its inverse on k"
     colour, marker = "#882255", ">"
 
@@ -87,7 +91,8 @@ class XPos(Encoding):
     zeta: Tensor  # (rot_dim / 2,) float64 buffer
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, rot_dim: int | None = None, theta: float = 10000.0,
-                 scale_base: float = 512.0, center: int | None = None, pairing: str = "interleaved"):
+                 scale_base: float = 512.0, center: int | None = None, pairing: str = "interleaved",
+                 scaling: str | RopeScaling | None = None, scale: float | None = None, train_shape: int | None = None):
         super().__init__(dims=dims, dim=dim, heads=heads)
         if self.head_dim % 2:
             raise ValueError(f"xpos rotates channel pairs: it needs an even head_dim (dim // heads), "
@@ -104,15 +109,29 @@ class XPos(Encoding):
             check_int(center, "center", low=0)
         self.center = center
         self.pairing = check_pairing(pairing)
-        self.register_buffer("inv_freq", axial_inv_freq(rot_dim, self.theta), persistent=False)
+        self.rope_scaling = rope_scaling(scaling, scale=scale, train_shape=train_shape)
+        if self.rope_scaling is not None:
+            if self.rope_scaling.type in ("dynamic-ntk", "longrope"):
+                raise ValueError(f"xpos takes a static scaling ('linear', 'ntk', 'yarn', 'llama3'), got "
+                                 f"{self.rope_scaling.type!r}, which picks frequencies by the current length")
+            self.rope_scaling = self.rope_scaling.for_axes((rot_dim,))
+        inv_freq, self.attn_factor = self._inv_freq(torch.device("cpu"), torch.float64)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("zeta", xpos_zeta(rot_dim), persistent=False)
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         device = self.inv_freq.device  # .half() / .to(bf16) never reach the float64 angles
-        self.inv_freq = axial_inv_freq(self.rot_dim, self.theta, device=device, dtype=angle_dtype(device))
+        self.inv_freq = self._inv_freq(device, angle_dtype(device))[0]
         self.zeta = xpos_zeta(self.rot_dim, device=device, dtype=angle_dtype(device))
         return out
+
+    def _inv_freq(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, float]:
+        """The rotation's frequencies ``(rot_dim / 2,)`` and its cos/sin factor, scaled as ``rope``'s."""
+        if self.rope_scaling is None:
+            return axial_inv_freq(self.rot_dim, self.theta, device=device, dtype=dtype), 1.0
+        freq, factor = self.rope_scaling.axis_inv_freq(0, self.rot_dim, self.theta, device=device)
+        return freq.to(dtype), factor
 
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
@@ -128,6 +147,8 @@ class XPos(Encoding):
         angle = pos * self.inv_freq  # (..., N, rot_dim / 2)
         scale = self.zeta ** ((pos - center) / self.scale_base)  # (..., N, rot_dim / 2)
         cos, sin = angle.cos(), angle.sin()
+        if self.attn_factor != 1.0:  # YaRN's factor, as rope's cos and sin carry it
+            cos, sin = cos * self.attn_factor, sin * self.attn_factor
         pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
 
         def heads(t: Tensor) -> Tensor:
