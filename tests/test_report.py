@@ -236,3 +236,13 @@ def test_identical_scores_say_so_instead_of_a_detectable_effect():
                 spread=0.0)
     v = verdict(claim, rows)
     assert v.label == "inconclusive" and "scores the same in every run" in v.detail
+
+
+def test_grid_edge_is_flagged_only_when_it_wins():
+    from train.report import on_edge
+
+    vals = {(0.001, 0.05): 0.9, (0.002, 0.05): 0.95, (0.004, 0.05): 0.97}
+    assert on_edge(vals, (0.004, 0.05), higher=True) and not on_edge(vals, (0.002, 0.05), higher=True)
+    tied = {(0.001, 0.05): 1.0, (0.002, 0.05): 1.0, (0.004, 0.05): 1.0}
+    assert not on_edge(tied, (0.001, 0.05), higher=True), "a tie at the edge says nothing about the grid"
+    assert on_edge({(0.001, 0.0): 5.0, (0.002, 0.0): 6.0}, (0.001, 0.0), higher=False)

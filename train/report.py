@@ -398,19 +398,29 @@ def lr_section(rows: list[Row]) -> list[str]:
     for r in rows:
         if r.variant != SEARCH and r.kind != "floor":
             used[(r.task, r.kind)].add((r.lr, r.weight_decay))
+    higher = {r.task: r.higher_is_better for r in search}
     lines = ["## Learning-rate search", "",
              "Every kind gets the same search: each candidate (peak learning rate, weight decay) trains one run "
              "(model seed 0, the first data seed; that run is also the first of the reported runs) scored on the "
              "validation split at the training size; the best (ties: the smaller learning rate) is used for every "
-             "run. A choice on the grid's edge is marked ⚑ (the grid may not bracket the optimum).", "",
+             "run. ⚑: the choice is the grid's smallest or largest learning rate and strictly better than its "
+             "neighbour (the grid may not bracket the optimum).", "",
              "| task | kind | validation metric per (lr, wd) | runs trained with |", "|---|---|---|---|"]
     for (task, kind), vals in sorted(by.items()):
-        grid_lrs = sorted({lr for lr, _ in vals})
         chosen = sorted(used.get((task, kind), set()))
-        edge = any(lr in (grid_lrs[0], grid_lrs[-1]) for lr, _ in chosen) and len(grid_lrs) > 1
+        edge = any(on_edge(vals, point, higher[task]) for point in chosen)
         lines.append(f"| {task} | {kind} | " + ", ".join(f"({lr:g}, {wd:g}): {v:.3g}" for (lr, wd), v in sorted(vals.items()))
                      + " | " + (", ".join(f"({lr:g}, {wd:g})" for lr, wd in chosen) or "–") + (" ⚑" if edge else "") + " |")
     return lines + [""]
+
+
+def on_edge(vals: dict, point: tuple[float, float], higher: bool) -> bool:
+    """Whether ``point`` (lr, wd) is at an end of its weight decay's lr grid and beats the next lr there."""
+    lrs = sorted(lr for lr, wd in vals if wd == point[1])
+    if point not in vals or len(lrs) < 2 or point[0] not in (lrs[0], lrs[-1]):
+        return False
+    neighbour = (lrs[1] if point[0] == lrs[0] else lrs[-2], point[1])
+    return good(vals[point], higher) > good(vals[neighbour], higher)
 
 
 def mixed_settings(rows: list[Row]) -> list[str]:
