@@ -42,7 +42,7 @@ import yaml
 import ndpe
 
 from .config import Config, ConfigError, apply_override, from_dict, load_yaml
-from .protocol import TASKS, Task
+from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
 from .results import FLOOR, SEARCH, Row, append_rows, cell_key, read_rows
 
@@ -509,7 +509,7 @@ SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "workers", "out_ro
 def fingerprint(cfg: BenchConfig) -> str:
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
     if cfg.lr_file:  # the choices it holds, not only its path: a rewritten file is other settings
-        fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items())
+        fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items() if t in cfg.tasks)
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -665,7 +665,9 @@ def header(cfg: BenchConfig, info: dict) -> str:
         f"{cfg.test_items} test items per size (fewer where the dataset has fewer)",
         "- protocol (train/protocol.py): each model is trained at the first size and evaluated at every size; "
         "`(pi)`, `(ntk)`, `(yarn)` rows are the same rope model evaluated with test-time scaling; floors are computed "
-        "from the data of each data seed (train/floors.py).", "",
+        "from the data of each data seed (train/floors.py).",
+        "- changed after results were seen (train/protocol.py CHANGES_AFTER_RESULTS): "
+        + "; ".join(CHANGES_AFTER_RESULTS) + ".", "",
         "## Tasks, bars and the encodings compared", "",
         "| task | protocol | competence bar | order-blind floor | encodings | why these |", "|---|---|---|---|---|---|",
     ]
