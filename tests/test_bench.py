@@ -179,7 +179,7 @@ def test_a_run_directory_of_other_settings_is_one_line_at_the_cli(tmp_path, caps
 
 def test_learning_rate_search_chooses_on_validation_then_trains_every_run(tmp_path):
     """Each kind trains once per candidate (seed 0, first data seed); its runs then use the best on val."""
-    cfg = tiny(tmp_path, "lr_search=[0.001,0.01]", "seeds=[0,1]")
+    cfg = tiny(tmp_path, "lr_search=[0.001,0.01]", "seeds=[0,1]", "rope_variants=[]", "default_steps=1")
     bench.run(cfg, "test")
     rows = read_rows(tmp_path / "quick" / "results.csv")
     search = [r for r in rows if r.variant == SEARCH]
@@ -233,7 +233,7 @@ def test_a_failed_search_point_leaves_its_kind_untrained_and_reported(tmp_path, 
 
     monkeypatch.setattr(bench, "run_cell", flaky)
     with pytest.raises(SystemExit):
-        bench.run(tiny(tmp_path, "lr_search=[0.001,0.01]"), "test")
+        bench.run(tiny(tmp_path, "lr_search=[0.001,0.01]", "rope_variants=[]", "default_steps=1"), "test")
     rows = read_rows(tmp_path / "quick" / "results.csv")
     assert not [r for r in rows if r.kind == "rope" and r.variant != SEARCH], "rope trained without a choice"
     assert [r for r in rows if r.kind == "none" and r.variant == "-"], "the other kind still trains"
