@@ -476,12 +476,13 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
     variants = ["-"] + (list(cfg.rope_variants) if cell.kind == "rope" else [])
     for size in task.test_sizes:
         opts = test_options(task, size)
+        scaled = len(variants) > 1 and float(size) > float(task.train_size)  # scaling changes nothing at the training size
+        test_grid = grid_shape_of(tcfg, build_data(tcfg, "test", **opts)[0][0]) if scaled else None
         for variant in variants:
             tested = model
             if variant != "-":
-                if float(size) <= float(task.train_size):
-                    continue  # scaling changes nothing at the training size
-                test_grid = grid_shape_of(tcfg, build_data(tcfg, "test", **opts)[0][0])
+                if not scaled:
+                    continue
                 tested = with_encoding(model, scaled_rope(model.encoder.pe, variant, train_grid, test_grid))
             metrics = evaluate_model(tested, tcfg, split="test", **opts)
             rows.append(_row(task, cell, variant, size, metrics[task.metric], train_time))
