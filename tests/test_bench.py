@@ -144,6 +144,16 @@ def test_resume_refuses_other_settings_and_reports_only_the_selection(tmp_path):
     assert "| none" in text and "| rope" not in text
 
 
+def test_a_task_model_overrides_the_preset_model(tmp_path):
+    """``models: {task: {dim, depth}}`` replaces the preset's model for that task only (the standard LM)."""
+    from train.protocol import TASKS
+
+    cfg = tiny(tmp_path, "dim=32", "depth=2", "models={text/copy: {dim: 64, depth: 3}}")
+    cell = bench.CellSpec(task="text/copy", kind="rope", seed=0, data_seed=0)
+    model = bench.train_config(cfg, TASKS["text/copy"], cell, tmp_path).model
+    assert (model.dim, model.depth, model.heads) == (64, 3, cfg.heads)
+
+
 def test_scaled_rope_keeps_the_trained_options():
     import ndpe
 

@@ -329,8 +329,8 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
         model["add_coords"] = cell.kind == "conv+coord"
         model.update(task.archs.get(cell.kind, {}))
     else:
-        model.update(dim=cfg.dim, depth=cfg.depth, heads=cfg.heads, **cfg.models.get(task.name, {}),
-                     pe=pe_config(cell.kind, task, train_grid, max_grid))
+        model.update({"dim": cfg.dim, "depth": cfg.depth, "heads": cfg.heads, **cfg.models.get(task.name, {}),
+                      "pe": pe_config(cell.kind, task, train_grid, max_grid)})
     model.update(task.model_opts)
     steps = int(cfg.steps.get(task.name, cfg.default_steps))
     lr = cell.lr or float(cfg.lrs.get(task.name, cfg.lr))
