@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Set up if needed, then run the default test suite (slow tests excluded; `pytest -m slow` runs them).
+# Set up if needed, then run the default test suite (slow tests excluded; `bash scripts/test.sh -m slow` runs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q "$@"
+# Two worker processes (pytest-xdist; NDPE_TEST_WORKERS=0 runs in this process), one torch thread each: the suite
+# is mostly small tensors and Python, so two processes use both cores of a 2-core machine.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+exec .venv/bin/python -m pytest -q -n "${NDPE_TEST_WORKERS:-2}" --dist loadgroup "$@"

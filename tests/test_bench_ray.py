@@ -14,6 +14,10 @@ from train.report import read_rows  # noqa: E402
 
 from test_bench import tiny  # noqa: E402  (tests/ is on sys.path)
 
+# One pytest-xdist worker runs this module, in file order: its tests start and stop Ray instances, and the first one
+# checks that none is running yet.
+pytestmark = pytest.mark.xdist_group("ray")
+
 
 def test_the_bench_starts_and_stops_its_own_ray_instance(tmp_path):
     """ray_address null: a local instance of ``workers`` CPUs, the code shipped as py_modules, shut down at the end."""
