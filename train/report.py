@@ -157,6 +157,11 @@ def beats_welch(a: Cell, b: Cell, higher: bool) -> bool:
     return a.n > 1 and b.n > 1 and est.mean > 0 and (est.se == 0 or est.p_value / 2 < stats.ALPHA)
 
 
+def two(x: float) -> str:
+    """Two decimals, without a negative zero (-0.0001 -> 0.00)."""
+    return f"{round(x, 2) + 0.0:.2f}"
+
+
 def retention(agg_task, label: str, ratio: float, check: Competence) -> stats.Estimate | None:
     """Per-run ``(m(x ratio) - f(x ratio)) / (m(x1) - f(x1))`` (``f``: the strongest floor at each size), t interval."""
     by = agg_task.get(label, {})
@@ -319,8 +324,8 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
         cells = [cell_text(by_size[ratio], metric) if ratio in by_size else "–" for ratio, _ in sizes]
         if len(sizes) > 1:
             est = retention(agg_task, label, last, check)
-            cells.append("–" if est is None else f"{est.mean:.2f}" if math.isnan(est.half_width) else
-                         f"{est.mean:.2f} [{est.low:.2f}, {est.high:.2f}]")
+            cells.append("–" if est is None else two(est.mean) if math.isnan(est.half_width) else
+                         f"{two(est.mean)} [{two(est.low)}, {two(est.high)}]")
         lines.append(f"| {label}{mark} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
     for name, by_size in sorted(floors.items()):
         cells = [f"{by_size[ratio].mean:.3g}" if ratio in by_size else "–" for ratio, _ in sizes]
