@@ -154,6 +154,14 @@ def test_a_task_model_overrides_the_preset_model(tmp_path):
     assert (model.dim, model.depth, model.heads) == (64, 3, cfg.heads)
 
 
+def test_the_header_gives_each_kinds_option_values_for_the_run_grids(tmp_path):
+    """CoPE's max_pos covers the largest test sequence of this run (3 x 8 tokens at 2L), shown as a value."""
+    cfg = tiny(tmp_path, "kinds=[cope]")
+    text = bench.header(cfg, {"command": "test", "date": "today", "wall_s": 1})
+    train_grid, max_grid = bench.cell_grids(cfg, bench.TASKS["text/copy"], tmp_path / "quick")
+    assert f"| text/copy | cope | max_pos={max_grid[0]} |" in text and max_grid[0] > train_grid[0]
+
+
 def test_scaled_rope_keeps_the_trained_options():
     import ndpe
 

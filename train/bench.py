@@ -643,6 +643,11 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     return report
 
 
+def option_text(opts: dict) -> str:
+    """``{"theta": 100.0, "causal": True}`` -> ``causal=True, theta=100.0`` (the report's options column)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
+
+
 def header(cfg: BenchConfig, info: dict) -> str:
     """The report's first lines: what ran, where, when, how long (``info`` from run_info.json), the protocol and the
     selection, and the options each kind gets on each task with the reason."""
@@ -685,15 +690,17 @@ def header(cfg: BenchConfig, info: dict) -> str:
         task = TASKS[name]
         if task.conv:
             for kind, opts in task.archs.items():
-                lines.append(f"| {name} | {kind} | {opts} | Liu et al. 2018's networks, the same init rule for both |")
+                lines.append(f"| {name} | {kind} | {option_text(opts)} | Liu et al. 2018's networks, the same init rule "
+                             "for both |")
             continue
+        train_grid, max_grid = cell_grids(cfg, task, Path(cfg.out_root) / cfg.name)  # the data's cache: cheap
         for kind in kinds_for(cfg, name):
             base = kind.split("+")[0]
-            opts = pe_config(kind, task, (8,) * task.dims, (16,) * task.dims)["options"]
+            opts = pe_config(kind, task, train_grid, max_grid)["options"]
             if not opts:
                 continue
             reason = task.kind_options[base].reason if base in task.kind_options else "what the kind needs for the task"
-            lines.append(f"| {name} | {kind} | {sorted(opts)} | {reason} |")
+            lines.append(f"| {name} | {kind} | {option_text(opts)} | {reason} |")
     return "\n".join(lines)
 
 
