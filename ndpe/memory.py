@@ -40,7 +40,7 @@ True
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -107,7 +107,7 @@ def check_memory(nbytes: int, what: str, way_out: str, detail: str = "") -> None
                       f"budget; {way_out}, or raise the budget with ndpe.set_memory_budget(bytes) (None: no limit)")
 
 
-def check_tables(kind: str, tables: dict[str, tuple[int, ...]], way_out: str) -> None:
+def check_tables(kind: str, tables: Mapping[str, Sequence[int]], way_out: str) -> None:
     """Refuse float32 parameter tables ``{name: shape}`` of a kind over the budget, before they are allocated."""
     nbytes = 4 * sum(math.prod(shape) for shape in tables.values())
     what = " + ".join(f"{name} {floats(shape)}" for name, shape in tables.items())

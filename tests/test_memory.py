@@ -152,7 +152,7 @@ SMALL = [
     ("axis_coords", MIB, lambda: axis_coords(10 ** 6), (MemoryError, "coordinates of an axis of 1000000 points")),
     ("rope keys", MIB, call("rope", (1,), dims=1, past=10 ** 6),
      (MemoryError, "rope keys for decoding past=1000000 + 1 new tokens")),
-    ("learned keys", MIB, call("learned", (1,), dims=1, opts={"grid_shape": (2 * 10 ** 6,), "resize": None},
+    ("learned table for decoding", MIB, call("learned", (1,), dims=1, opts={"grid_shape": (2 * 10 ** 6,), "resize": None},
                                past=10 ** 6),
      (MemoryError, "learned table 2000000x48 floats")),  # its table first: the keys could never exceed it
     ("alibi bias", MIB, call("alibi", (512,), dims=1),
