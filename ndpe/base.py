@@ -20,30 +20,10 @@ from torch import Tensor, nn
 from .checks import check_choice, check_dims, check_float_dtype, check_int
 from .contract import PosOut
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
+from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
 
 _CACHE_SIZE = 16
 _E = TypeVar("_E", bound="Encoding")
-_BIAS_BUDGET: list[int | None] = [1 << 30]  # bytes; see set_bias_budget
-
-
-def set_bias_budget(nbytes: int | None) -> int | None:
-    """Set the memory budget (bytes) of a materialized attention bias and return the previous one.
-
-    Bias kinds (``alibi``, ``relative``) build a ``(heads, T, T)`` float32 tensor plus ``(T, T)``
-    intermediates; a grid whose estimated peak exceeds the budget is refused before anything is
-    allocated (default 1 GiB). ``None`` disables the check. For large grids use :mod:`ndpe.flex`,
-    which never builds the bias (docs/bias.md).
-    """
-    if nbytes is not None:
-        check_int(nbytes, "bias budget (bytes)", low=1)
-    previous = _BIAS_BUDGET[0]
-    _BIAS_BUDGET[0] = nbytes
-    return previous
-
-
-def bias_budget() -> int | None:
-    """The current bias memory budget in bytes (None: unlimited)."""
-    return _BIAS_BUDGET[0]
 
 
 class TensorCache:
@@ -153,6 +133,8 @@ class Encoding(nn.Module):
         check_int(heads, "heads", low=1)
         if dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
+        check_memory(8 * dims * dim + 64 * heads, f"{self.kind} per-channel buffers for dim={dim}, dims={dims}, "
+                     f"heads={heads} (float64 frequencies, per-head Python floats)", "use a smaller dim")
         self.dims, self.dim, self.heads = dims, dim, heads
         self.head_dim = dim // heads
         self._coords_mode = "index"
@@ -286,13 +268,15 @@ class Encoding(nn.Module):
             hit = self._cache.get(key)  # None also after a caller's in-place change of the cached output
             if hit is not None:
                 return hit
-        if positions is None:
+        if positions is None:  # the bias (the larger) and the coordinates are checked from the shape first
+            self._check_bias_size(None, num_grid_tokens(cast(Sequence[int], grid_shape)), grid_shape, num_prefix)
             positions = grid_coords(cast(Sequence[int], grid_shape), self.coords_mode, device=self.device)
         else:
             positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape))
         if augmenting:
             positions = cast(nn.Module, self.augment)(positions, grid_shape)
-        self._check_bias_size(positions, grid_shape, num_prefix)
+        self._check_bias_size(positions.shape[0] if positions.ndim == 3 else None, positions.shape[-2], grid_shape,
+                              num_prefix)
         out = pad_prefix(self.encode(positions, grid_shape), num_prefix)
         if dtype is not None:
             out = out.to(dtype)
@@ -314,12 +298,17 @@ class Encoding(nn.Module):
             raise ValueError(f"past= (KV-cache decoding) needs coords='index': {self.coords_mode!r} coordinates are "
                              "normalized by the sequence length, which grows with every decoded token")
         n = grid_shape[0]
-        keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
-        self._check_bias_size(keys[past:], (past + n,), num_prefix, num_keys=past + n)
-        if self.takes_key_positions:
+        self._check_bias_size(None, n, (past + n,), num_prefix, num_keys=past + n)
+        if self.takes_key_positions:  # the keys' coordinates (past + n, 1), checked from the shape first
+            if not torch.compiler.is_compiling():
+                check_memory(coords_bytes((past + n,)), f"{self.kind} keys for decoding past={past} + {n} new "
+                             f"tokens ({past + n} float32 key coordinates)", "decode with a shorter past (a KV cache "
+                             "that long also holds past + n keys per layer)")
+            keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
             out = self.encode(keys[past:], (past + n,), key_positions=keys)  # type: ignore[call-arg]
-        else:
-            out = self.encode(keys[past:], (past + n,))
+        else:  # per-token fields: the n new positions past .. past + n - 1 only
+            new = torch.arange(past, past + n, device=self.device).to(torch.float32)[:, None]
+            out = self.encode(new, (past + n,))
             if out.bias is not None or out.logits is not None:
                 raise TypeError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
                                 "= True (encode taking key_positions=), so it cannot decode with a KV cache")
@@ -343,23 +332,22 @@ class Encoding(nn.Module):
         padded = self.heads * rows * (keys + num_prefix) if num_prefix else 0
         return 4 * batch * (words * num_queries * keys + padded)
 
-    def _check_bias_size(self, positions: Tensor, grid_shape, num_prefix: int, num_keys: int | None = None) -> None:
-        """Refuse a bias over the budget; ``num_keys``: decoding, ``positions`` are the new queries'."""
-        budget = _BIAS_BUDGET[0]
-        if budget is None or torch.compiler.is_compiling():
+    def _check_bias_size(self, batch: int | None, num_queries: int, grid_shape, num_prefix: int,
+                         num_keys: int | None = None) -> None:
+        """Refuse a bias over the memory budget from its shape, before it is built: ``batch`` positions (None:
+        unbatched) of ``num_queries`` tokens; ``num_keys``: decoding (the queries are the new tokens)."""
+        if torch.compiler.is_compiling():
             return
-        batch = positions.shape[0] if positions.ndim == 3 else 1
-        need = self.bias_bytes(batch, positions.shape[-2], num_prefix, num_keys)
-        if need is None or need <= budget:
+        need = self.bias_bytes(batch or 1, num_queries, num_prefix, num_keys)
+        if need is None:
             return
-        rows = positions.shape[-2] + (num_prefix if num_keys is None else 0)
-        cols = (positions.shape[-2] if num_keys is None else num_keys) + num_prefix
-        where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{positions.shape[-2]} positions"
-        shape = (batch, self.heads, rows, cols) if positions.ndim == 3 else (self.heads, rows, cols)
-        raise MemoryError(f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor: "
-                          f"~{need / 2**30:.2f} GiB with intermediates, over the {budget / 2**30:.2f} GiB budget; "
-                          "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md), "
-                          "or raise the budget with ndpe.set_bias_budget(bytes)")
+        rows = num_queries + (num_prefix if num_keys is None else 0)
+        cols = (num_queries if num_keys is None else num_keys) + num_prefix
+        where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{num_queries} positions"
+        shape = (self.heads, rows, cols) if batch is None else (batch, self.heads, rows, cols)
+        check_memory(need, f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor",
+                     "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md)",
+                     detail="with intermediates")
 
     def _cacheable(self) -> bool:
         # inference-mode tensors cannot be saved for a later backward: never cache them (nor serve them)

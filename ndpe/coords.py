@@ -17,6 +17,8 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
+from .memory import check_memory, coords_bytes
+
 COORD_MODES = ("index", "pixel", "centered")
 
 
@@ -53,6 +55,8 @@ def axis_coords(n: int, mode: str = "index", *, device: torch.device | str | Non
     ``index``: 0 .. n-1; ``pixel``: -1 .. 1 inclusive (0 when n = 1);
     ``centered``: pixel centres ``(i + 0.5) / n * 2 - 1``, inside (-1, 1).
     """
+    if not torch.compiler.is_compiling():
+        check_memory(8 * n, f"coordinates of an axis of {n} points (float32)", "use a shorter axis")
     i = torch.arange(n, device=device, dtype=dtype)
     if mode == "index":
         return i
@@ -65,7 +69,14 @@ def axis_coords(n: int, mode: str = "index", *, device: torch.device | str | Non
 
 def grid_coords(grid_shape: Sequence[int], mode: str = "index", *, device: torch.device | str | None = None,
                 dtype: torch.dtype = torch.float32) -> Tensor:
-    """Coordinates of every grid point, ``(N, dims)``, row-major (``ij``: first axis slowest)."""
+    """Coordinates of every grid point, ``(N, dims)``, row-major (``ij``: first axis slowest).
+
+    Their size is checked against the memory budget (:mod:`ndpe.memory`) before anything is allocated.
+    """
+    if not torch.compiler.is_compiling():
+        check_memory(coords_bytes(grid_shape), f"coordinates of grid {tuple(grid_shape)} ({math.prod(grid_shape)} "
+                     f"tokens x {len(grid_shape)} float32)", "encode a smaller grid (or pass positions= for the tokens "
+                     "you need)")
     axes = [axis_coords(n, mode, device=device, dtype=dtype) for n in grid_shape]
     mesh = torch.meshgrid(*axes, indexing="ij")
     return rearrange(torch.stack(mesh), "d ... -> (...) d")

@@ -57,6 +57,7 @@ from ..base import Encoding
 from ..checks import check_bool, check_float_tensor, check_number, check_pairing
 from ..contract import PosOut, TokenTerm
 from ..functional import apply_rotary
+from ..memory import check_tables
 from ..registry import register
 from ..scaling import axial_inv_freq
 from .rope import angle_dtype
@@ -90,6 +91,8 @@ class Complex(Encoding):
         self.freq = nn.Parameter(axial_inv_freq(dim, self.theta).float())
         self.freq_proj: nn.Linear | None = None
         if token_frequencies:
+            check_tables("complex", {"token-frequency map": (dim // 2, dim)}, "use a smaller dim or "
+                         "token_frequencies=False")
             self.freq_proj = nn.Linear(dim, dim // 2, bias=False)
             nn.init.zeros_(self.freq_proj.weight)
 

@@ -35,7 +35,9 @@ calls it, ``tests/test_cope.py``):
   ``talking_heads`` starts at the identity (plain CoPE), where x-transformers keeps ``Conv2d``'s random init.
 - Cost: per attention call, a few ``(B, heads, Nq, Nk)`` tensors (logits, gates, positions, two int64 indices)
   and ``(B, heads, Nq, max_pos)``; float32 whatever q's dtype. The term depends on q and k, so it is built in
-  every layer (nothing to cache per grid).
+  every layer (nothing to cache per grid). Memory (:mod:`ndpe.memory`): the table and the talking-heads matrix
+  are checked against the budget when built, the ``(Nq, Nk)`` visibility mask when encoded, and the term per
+  sample of the batch when called (:meth:`CoPE.term_bytes`), each before it is allocated.
 
 >>> import ndpe, torch
 >>> pe = ndpe.make(dims=1, kind="cope", dim=32, heads=2, max_pos=8)
@@ -56,6 +58,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int
 from ..contract import LogitsTerm, PosOut
+from ..memory import check_memory, check_tables
 from ..registry import register
 
 
@@ -84,6 +87,19 @@ def cope_term(q: Tensor, k: Tensor, table: Tensor, visible: Tensor, head_mix: Te
     w = pos - floor
     term = per_pos.gather(-1, pos.ceil().long()) * w + per_pos.gather(-1, floor.long()) * (1 - w)
     return torch.where(visible, term, 0.0)
+
+
+def _term_bytes(heads: int, max_pos: int, talking_heads: bool, nq: int, nk: int) -> int:
+    """See :meth:`CoPE.term_bytes`."""
+    return 4 * heads * nq * ((15 if talking_heads else 14) * nk + max_pos)
+
+
+def _check_term(heads: int, max_pos: int, talking_heads: bool, nq: int, nk: int) -> None:
+    """Refuse a term of one sample over the memory budget, before :func:`cope_term` builds it."""
+    if not torch.compiler.is_compiling():
+        check_memory(_term_bytes(heads, max_pos, talking_heads, nq, nk), f"cope logits term of one sample ({heads} "
+                     f"heads x {nq} queries x {nk} keys, float32, and q . E over max_pos={max_pos})",
+                     "use shorter sequences", detail="with intermediates")
 
 
 def _visible(positions: Tensor, keys: Tensor) -> Tensor:
@@ -122,6 +138,10 @@ class CoPE(Encoding):
         check_int(max_pos, "max_pos", low=1)
         check_bool(talking_heads, "talking_heads")
         self.max_pos, self.talking_heads = max_pos, talking_heads
+        check_tables("cope", {"position table": (max_pos, self.head_dim)}, "use a smaller max_pos (counted positions "
+                     "beyond it clamp to the last row)")
+        if talking_heads:
+            check_tables("cope", {"talking-heads matrix": (heads, heads)}, "use fewer heads or talking_heads=False")
         self.table = nn.Parameter(torch.zeros(max_pos, self.head_dim))  # the paper's pos_emb, zero-initialized
         self.head_mix = nn.Parameter(torch.eye(heads)) if talking_heads else None
 
@@ -136,16 +156,35 @@ class CoPE(Encoding):
                 raise ValueError(f"cope counts keys in token order: {name} must increase along the sequence, "
                                  f"but token {at + 1} is at {float(row[at + 1])} after {float(row[at])}")
 
+    def term_bytes(self, num_queries: int, num_keys: int) -> int:
+        """Estimated peak bytes of the term for ONE sample of the batch (the budget counts a logits term per sample,
+        as a bias shared by the batch): 14 float32 words per pair and head at the peak of :func:`cope_term` (logits,
+        gates, counted positions, their floor, weight and two int64 indices, the two gathers and their products;
+        measured 13), 15 with talking heads, plus ``q . E`` ``(heads, Nq, max_pos)``."""
+        return _term_bytes(self.heads, self.max_pos, self.talking_heads, num_queries, num_keys)
+
+    def _check_visible(self, positions: Tensor, keys: Tensor) -> None:
+        """Refuse the ``(..., Nq, Nk)`` bool visibility mask over the budget, before it is built."""
+        if torch.compiler.is_compiling():
+            return
+        batch = positions.shape[0] if positions.ndim == 3 else 1
+        nq, nk = positions.shape[-2], keys.shape[-2]
+        check_memory(batch * nq * nk, f"cope visibility mask of {nq} queries x {nk} keys ({batch} x {nq} x {nk} "
+                     "bool)", "use shorter sequences")
+
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         keys = positions if key_positions is None else key_positions
         self._check_order(positions, keys)
+        self._check_visible(positions, keys)
         visible = _visible(positions, keys)  # (..., Nq, Nk)
         table, head_mix = self.table, self.head_mix
+        heads, max_pos, talking = self.heads, self.max_pos, self.talking_heads
 
         def term(q: Tensor, k: Tensor) -> Tensor:
             if q.shape[-2] != visible.shape[-2] or k.shape[-2] != visible.shape[-1]:
                 raise ValueError(f"cope was encoded for {visible.shape[-2]} queries and {visible.shape[-1]} keys "
                                  f"(grid tokens) but got q {tuple(q.shape)} and k {tuple(k.shape)}")
+            _check_term(heads, max_pos, talking, q.shape[-2], k.shape[-2])
             return cope_term(q, k, table, visible, head_mix)
 
         return PosOut(logits=LogitsTerm(fn=term, causal_only=True))
@@ -161,6 +200,8 @@ class CoPE(Encoding):
         if q is None or k is None:
             raise ValueError("cope's term depends on the queries and keys: pass q= and k= (B, heads, N, head_dim)")
         self._check_order(coords, coords)
+        self._check_visible(coords, coords)
+        _check_term(self.heads, self.max_pos, self.talking_heads, q.shape[-2], k.shape[-2])
         visible = _visible(coords, coords)
         term = torch.where(visible, cope_term(q, k, self.table, visible, self.head_mix), float("-inf"))
 

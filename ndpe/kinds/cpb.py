@@ -53,14 +53,16 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from ..base import Encoding, bias_budget
+from ..base import Encoding
 from ..checks import check_bool, check_choice, check_int, per_axis
 from ..contract import PosOut
+from ..memory import check_memory
 from ..pairs import pair_axes
 from ..registry import register
 
 STYLES = ("swin", "dynamic")
 _SWIN_HIDDEN = 512
+_LAYER_BYTES = 4096  # the Python objects of one MLP layer (nn.Linear, its activation), beside its weights
 
 
 def swin_log_coords(offsets: Tensor, divisor: Tensor) -> Tensor:
@@ -131,6 +133,9 @@ class ContinuousBias(Encoding):
                                     else mlp_hidden, "mlp_hidden", low=1)
         self.depth = check_int((1 if swin else 2) if depth is None else depth, "depth", low=1)
         h = self.mlp_hidden
+        weights = dims * h + (self.depth - 1) * h * h + h * heads + self.depth * h * (3 if norm else 1) + heads
+        check_memory(4 * weights + _LAYER_BYTES * self.depth, f"cpb MLP ({self.depth} hidden layers of mlp_hidden={h}: "
+                     f"{weights} floats)", "use a smaller mlp_hidden or depth")
         layers: list[nn.Module] = []
         for layer in range(self.depth):
             layers.append(nn.Linear(dims if layer == 0 else h, h))
@@ -191,6 +196,11 @@ class ContinuousBias(Encoding):
 
     def _table(self, extent: tuple[int, ...], divisor: Tensor | None, device) -> Tensor:
         """The bias of every offset in the box: ``(rows, heads)``, or ``(B, rows, heads)`` for a per-sample divisor."""
+        if not torch.compiler.is_compiling():
+            rows = math.prod(2 * e + 1 for e in extent) * (divisor.shape[0] if divisor is not None and divisor.ndim == 2
+                                                            else 1)
+            check_memory(self._mlp_bytes(rows), f"cpb evaluates its MLP on the table of distinct offsets: {rows} rows "
+                         f"x {self.mlp_hidden} hidden units", "pass positions spanning fewer offsets")
         offsets = offset_grid(extent, device=device)  # (rows, dims)
         if divisor is not None and divisor.ndim == 2:
             return self.offset_bias(offsets, divisor[:, None, :])
@@ -213,14 +223,14 @@ class ContinuousBias(Encoding):
         the gather ``(N, N, heads)`` next to it (the table of distinct offsets is ``O(N)``, not counted)."""
         return max(8, 2 + self.heads)
 
+    def _mlp_bytes(self, inputs: int) -> int:
+        """Peak bytes of the MLP on ``inputs`` offsets: their features, each layer's activations, the output."""
+        return 4 * inputs * (2 * self.dims + 2 * self.depth * self.mlp_hidden + 2 * self.heads)
+
     def _check_pairs(self, pairs: int) -> None:
-        budget = bias_budget()
-        need = 4 * pairs * (2 * self.dims + 2 * self.depth * self.mlp_hidden + 2 * self.heads)
-        if budget is not None and need > budget:
-            raise MemoryError(f"cpb evaluates its MLP per pair for fractional positions: {pairs} pairs x "
-                              f"{self.mlp_hidden} hidden units is ~{need / 2**30:.2f} GiB, over the "
-                              f"{budget / 2**30:.2f} GiB budget; pass integer (index) positions, which share one "
-                              "table of offsets, or raise the budget with ndpe.set_bias_budget(bytes)")
+        check_memory(self._mlp_bytes(pairs), f"cpb evaluates its MLP per pair for fractional positions: {pairs} pairs "
+                     f"x {self.mlp_hidden} hidden units", "pass integer (index) positions, which share one table of "
+                     "offsets")
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if key_positions is not None and self.style == "swin" and self.train_shape is None:

@@ -51,6 +51,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int, check_number
 from ..contract import PosOut
+from ..memory import check_tables
 from ..pairs import euclidean, pair_axes, token_axes
 from ..registry import register
 
@@ -85,6 +86,7 @@ class FIRE(Encoding):
         self.causal, self.mlp_width = causal, mlp_width
         self.init_c = check_number(init_c, "init_c", low=0.0, inclusive=False)
         self.init_L = check_number(init_L, "init_L", low=0.0, inclusive=False)
+        check_tables("fire", {"MLP": (mlp_width, 3 + heads)}, "use a smaller mlp_width")  # two layers, their biases
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, heads))
         self.c = nn.Parameter(torch.tensor(self.init_c))
         self.L_multiplier = nn.Parameter(torch.tensor(1.0))

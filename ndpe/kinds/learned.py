@@ -39,6 +39,7 @@ from ..base import Encoding
 from ..checks import check_bool, check_choice
 from ..contract import PosOut
 from ..coords import check_grid_shape
+from ..memory import check_tables
 from ..registry import register
 
 RESIZE_MODES = {1: ("linear",), 2: ("bilinear", "bicubic"), 3: ("trilinear",)}
@@ -98,8 +99,12 @@ class Learned(Encoding):
         if factorized and combine == "concat" and dim % dims:
             raise ValueError(f"factorized combine='concat' splits dim across {dims} axes; dim={dim} is not divisible by {dims}")
         self.factorized, self.combine, self.resize = factorized, combine, resize
+        axis_dim = dim // dims if factorized and combine == "concat" else dim
+        shapes = ({f"axis-{a} table": (n, axis_dim) for a, n in enumerate(self.table_shape)} if factorized
+                  else {"table": (*self.table_shape, dim)})
+        check_tables("learned", shapes, "build it with a smaller grid_shape (resize= interpolates a small table to "
+                     "larger grids) or factorized=True (one table per axis)")
         if factorized:
-            axis_dim = dim // dims if combine == "concat" else dim
             self.axis_tables = nn.ParameterList([nn.Parameter(torch.empty(n, axis_dim)) for n in self.table_shape])
         else:
             self.table = nn.Parameter(torch.empty(*self.table_shape, dim))  # (*grid_shape, dim)

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from ..base import Encoding, TensorCache
 from ..checks import check_bool, check_choice, per_axis
 from ..contract import PosOut
+from ..memory import check_tables
 from ..pairs import pair_axes, token_axes
 from ..registry import register
 
@@ -132,6 +133,8 @@ class RelativeBias(Encoding):
                                               "max_distance", low=0, integer=True)
             self.num_buckets = size = _T5_BUCKETS if num_buckets is None else num_buckets
             self._check_buckets()
+        check_tables("relative", {"table": (size, heads)}, "use a smaller max_distance (offsets beyond it share the "
+                     "edge rows)" if mode == "clip" else "use fewer num_buckets")
         self.table = nn.Parameter(torch.empty(size, heads))  # (entries, heads)
         nn.init.trunc_normal_(self.table, std=0.02)
         self._index_cache = TensorCache()  # the integer index per grid; the table gather runs every forward

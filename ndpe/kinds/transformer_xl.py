@@ -32,6 +32,9 @@ against a per-pair loop of the four terms):
   ``(B, heads, 1, Nk)``. Integer positions with gaps (eager only) project their distinct offsets instead.
   Under torch.compile the offsets count must be static: positions there must be contiguous integers (a grid,
   a shifted grid, decoding), checked by an assert in the graph.
+- Memory (:mod:`ndpe.memory`), each checked against the budget before it is allocated: ``W_R`` when built, the
+  ``(Nq, Nk)`` offsets, index and mask (``PAIR_BYTES`` a pair) and the projected offsets when encoded, and the
+  term per sample of the batch when called (:meth:`TransformerXL.term_bytes`).
 - Positions: integer (index) units; fractional ones raise (offsets index the projected table). KV-cache
   decoding (``pe((n,), past=p)``): queries ``p .. p + n - 1`` against keys ``0 .. p + n - 1``, equal to the full
   sequence's rows. Prefix tokens (``num_prefix``) get term 0 (no ``u . k`` on prefix keys either).
@@ -58,10 +61,14 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int
 from ..contract import LogitsTerm, PosOut
+from ..memory import check_memory, check_tables
 from ..registry import register
 from .rope import angle_dtype
 
 INIT_STD = 0.02  # the original train.py's init_std
+PAIR_BYTES = 32  # at the peak of offset_table: float32 offsets and their shift, the int64 index, bool tests (unique:
+# a sorted copy, the inverse and its permutation), then the index and the causal mask
+OFFSET_WORDS = 8  # float32 words per channel of one offset while projected: float64 angles, sin, cos, their concat
 
 
 def xl_sinusoid(offsets: Tensor, dim: int) -> Tensor:
@@ -118,6 +125,19 @@ def xl_pair_term(qr: Tensor, uk: Tensor, scale: float, future: Tensor | None) ->
     return out if future is None else torch.where(future, 0.0, out)
 
 
+def _term_bytes(heads: int, nq: int, nk: int, offsets: int) -> int:
+    """See :meth:`TransformerXL.term_bytes`."""
+    return 4 * heads * nq * (5 * nk + offsets)
+
+
+def _check_term(heads: int, nq: int, nk: int, offsets: int) -> None:
+    """Refuse a term of one sample over the memory budget, before it is built."""
+    if not torch.compiler.is_compiling():
+        check_memory(_term_bytes(heads, nq, nk, offsets), f"transformer-xl logits term of one sample ({heads} heads x "
+                     f"{nq} queries x {nk} keys, float32, and (q + v) . W_R R over {offsets} offsets)",
+                     "use shorter sequences", detail="with intermediates")
+
+
 @register("transformer-xl", dims=(1,))
 class TransformerXL(Encoding):
     """Transformer-XL relative attention terms ``q.W_R R + u.k + v.W_R R``; see the module docstring.
@@ -143,6 +163,7 @@ class TransformerXL(Encoding):
         if dim % 2:
             raise ValueError(f"transformer-xl needs an even dim (sin and cos halves of R), got dim={dim}")
         self.causal, self.clamp_len = causal, clamp_len
+        check_tables("transformer-xl", {"W_R": (dim, dim)}, "use a smaller dim")
         self.w_r = nn.Parameter(torch.empty(dim, dim))  # W_R: R (dim) -> heads * head_dim
         self.u = nn.Parameter(torch.empty(heads, self.head_dim))  # r_w_bias: with the keys
         self.v = nn.Parameter(torch.empty(heads, self.head_dim))  # r_r_bias: with the relative encodings
@@ -151,6 +172,11 @@ class TransformerXL(Encoding):
 
     def projected(self, table: Tensor) -> Tensor:
         """``W_R R(o)`` per head, ``(..., heads, head_dim, S)``, for offsets ``(..., S)``."""
+        if not torch.compiler.is_compiling():
+            count = table.numel()
+            check_memory(4 * OFFSET_WORDS * count * self.dim, f"transformer-xl projected offsets ({count} offsets x "
+                         f"dim={self.dim}, float32)", "use positions with fewer distinct offsets (contiguous integers "
+                         "have Nq + Nk - 1)", detail="with intermediates")
         if self.clamp_len is not None:
             table = table.clamp(-self.clamp_len, self.clamp_len)
         r = xl_sinusoid(table, self.dim) @ self.w_r.float().t()  # (..., S, heads * head_dim), float32 math
@@ -163,10 +189,22 @@ class TransformerXL(Encoding):
                 if not bool((p == p.round()).all()):
                     raise ValueError(f"transformer-xl looks integer offsets up in a table but got fractional {name}; "
                                      "pass integer (index) positions or round them yourself")
+            batch, nq, nk = positions.shape[0] if positions.ndim == 3 else 1, positions.shape[-2], keys.shape[-2]
+            check_memory(PAIR_BYTES * batch * nq * nk, f"transformer-xl offsets of {nq} queries x {nk} keys ({batch} "
+                         f"x {nq} x {nk} pairs: offsets, index and mask)", "use shorter sequences",
+                         detail="with intermediates")
         table, index = offset_table(positions[..., 0], keys[..., 0])
         future = keys[..., None, :, 0] > positions[..., :, None, 0]
         index = index[:, None] if index.ndim == 3 else index[None, None]
         return self.projected(table), index, future[:, None] if future.ndim == 3 else future
+
+    def term_bytes(self, num_queries: int, num_keys: int, num_offsets: int | None = None) -> int:
+        """Estimated peak bytes of the term for ONE sample of the batch (the budget counts a logits term per sample,
+        as a bias shared by the batch): ``(q + v) . W_R R`` ``(heads, Nq, S)`` and 5 float32 words per pair and head
+        (the gathered ``qr``, the sum, its scaled copy, the causal ``where`` and the prefix padding).
+        ``num_offsets`` S: default ``Nq + Nk - 1`` (contiguous integer positions)."""
+        offsets = num_queries + num_keys - 1 if num_offsets is None else num_offsets
+        return _term_bytes(self.heads, num_queries, num_keys, offsets)
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         keys = positions if key_positions is None else key_positions
@@ -179,6 +217,7 @@ class TransformerXL(Encoding):
             if q.shape[-3:] != (heads, nq, head_dim) or k.shape[-3:] != (heads, nk, head_dim):
                 raise ValueError(f"transformer-xl was encoded for {heads} heads of {head_dim} channels, {nq} queries "
                                  f"and {nk} keys (grid tokens), but got q {tuple(q.shape)} and k {tuple(k.shape)}")
+            _check_term(heads, nq, nk, projected.shape[-1])
             by_offset, uk = xl_token_terms(q, k, projected, u, v)  # (B, H, Nq, S), (B, H, Nk)
             shape = torch.broadcast_shapes(by_offset.shape[:-1], index.shape[:-1]) + (nk,)
             qr = by_offset.expand(*shape[:-1], by_offset.shape[-1]).gather(-1, index.expand(shape))  # _rel_shift
@@ -196,6 +235,7 @@ class TransformerXL(Encoding):
                              "(B, heads, N, head_dim)")
         projected, index4, future = self._tables(coords, coords)
         index = index4[0, 0]  # (N, N): each pair's offset column
+        _check_term(self.heads, q.shape[-2], k.shape[-2], projected.shape[-1])
         by_offset, uk = xl_token_terms(q, k, projected, self.u, self.v)  # (B, H, N, S), (B, H, N)
         scale, causal = q.shape[-1] ** -0.5, self.causal
         return lambda b, h, i, j: xl_pair_term(by_offset[b, h, i, index[i, j]], uk[b, h, j], scale,
