@@ -126,8 +126,9 @@ class RandomPositions(nn.Module):
     def sample(self, batch: int, n: int, max_len: int, device=None) -> Tensor:
         """``(batch, n)`` sorted distinct integers (float32) drawn uniformly from ``[0, max_len)``."""
         if not torch.compiler.is_compiling():
-            check_memory(8 * batch * max_len, f"random positions draw {batch} x {max_len} float32 keys (max_len="
-                         f"{max_len})", "use a smaller max_len")
+            check_memory(8 * batch * max_len,
+                         lambda: f"random positions draw {batch} x {max_len} float32 keys (max_len={max_len})",
+                         "use a smaller max_len")
         keys = torch.rand(batch, max_len, generator=self.generator, device=device)
         return keys.topk(n, dim=-1).indices.sort(dim=-1).values.float()
 

@@ -341,13 +341,18 @@ class Encoding(nn.Module):
         need = self.bias_bytes(batch or 1, num_queries, num_prefix, num_keys)
         if need is None:
             return
+        check_memory(need, lambda: self._bias_text(batch, num_queries, grid_shape, num_prefix, num_keys),
+                     "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md)",
+                     detail="with intermediates")
+
+    def _bias_text(self, batch: int | None, num_queries: int, grid_shape, num_prefix: int,
+                   num_keys: int | None) -> str:
+        """What a refused bias is, for the message of :meth:`_check_bias_size`."""
         rows = num_queries + (num_prefix if num_keys is None else 0)
         cols = (num_queries if num_keys is None else num_keys) + num_prefix
         where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{num_queries} positions"
         shape = (self.heads, rows, cols) if batch is None else (batch, self.heads, rows, cols)
-        check_memory(need, f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor",
-                     "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md)",
-                     detail="with intermediates")
+        return f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor"
 
     def _cacheable(self) -> bool:
         # inference-mode tensors cannot be saved for a later backward: never cache them (nor serve them)

@@ -56,7 +56,7 @@ def axis_coords(n: int, mode: str = "index", *, device: torch.device | str | Non
     ``centered``: pixel centres ``(i + 0.5) / n * 2 - 1``, inside (-1, 1).
     """
     if not torch.compiler.is_compiling():
-        check_memory(8 * n, f"coordinates of an axis of {n} points (float32)", "use a shorter axis")
+        check_memory(8 * n, lambda: f"coordinates of an axis of {n} points (float32)", "use a shorter axis")
     i = torch.arange(n, device=device, dtype=dtype)
     if mode == "index":
         return i
@@ -74,9 +74,10 @@ def grid_coords(grid_shape: Sequence[int], mode: str = "index", *, device: torch
     Their size is checked against the memory budget (:mod:`ndpe.memory`) before anything is allocated.
     """
     if not torch.compiler.is_compiling():
-        check_memory(coords_bytes(grid_shape), f"coordinates of grid {tuple(grid_shape)} ({math.prod(grid_shape)} "
-                     f"tokens x {len(grid_shape)} float32)", "encode a smaller grid (or pass positions= for the tokens "
-                     "you need)")
+        check_memory(coords_bytes(grid_shape),
+                     lambda: f"coordinates of grid {tuple(grid_shape)} ({math.prod(grid_shape)} tokens x "
+                             f"{len(grid_shape)} float32)",
+                     "encode a smaller grid (or pass positions= for the tokens you need)")
     axes = [axis_coords(n, mode, device=device, dtype=dtype) for n in grid_shape]
     mesh = torch.meshgrid(*axes, indexing="ij")
     return rearrange(torch.stack(mesh), "d ... -> (...) d")

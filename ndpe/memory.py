@@ -40,7 +40,7 @@ True
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -97,12 +97,15 @@ def floats(shape: Iterable[int]) -> str:
     return "x".join(str(int(n)) for n in shape)
 
 
-def check_memory(nbytes: int, what: str, way_out: str, detail: str = "") -> None:
+def check_memory(nbytes: int, what: str | Callable[[], str], way_out: str, detail: str = "") -> None:
     """Refuse ``what``, estimated at ``nbytes``, over the budget: a one-line :class:`MemoryError` with the size, what
-    it is, ``way_out`` (the smaller option or other path) and how to raise the budget. Call it before allocating."""
+    it is, ``way_out`` (the smaller option or other path) and how to raise the budget. Call it before allocating.
+    ``what`` may be a function returning the text, so that checks on every forward pass format nothing unless
+    they refuse."""
     budget = _BUDGET[0]
     if budget is None or torch.compiler.is_compiling() or nbytes <= budget:
         return
+    what = what() if callable(what) else what
     raise MemoryError(f"{what}: ~{gib(nbytes)} GiB{' ' + detail if detail else ''}, over the {gib(budget)} GiB "
                       f"budget; {way_out}, or raise the budget with ndpe.set_memory_budget(bytes) (None: no limit)")
 

@@ -97,8 +97,9 @@ def _term_bytes(heads: int, max_pos: int, talking_heads: bool, nq: int, nk: int)
 def _check_term(heads: int, max_pos: int, talking_heads: bool, nq: int, nk: int) -> None:
     """Refuse a term of one sample over the memory budget, before :func:`cope_term` builds it."""
     if not torch.compiler.is_compiling():
-        check_memory(_term_bytes(heads, max_pos, talking_heads, nq, nk), f"cope logits term of one sample ({heads} "
-                     f"heads x {nq} queries x {nk} keys, float32, and q . E over max_pos={max_pos})",
+        check_memory(_term_bytes(heads, max_pos, talking_heads, nq, nk),
+                     lambda: f"cope logits term of one sample ({heads} heads x {nq} queries x {nk} keys, float32, "
+                             f"and q . E over max_pos={max_pos})",
                      "use shorter sequences", detail="with intermediates")
 
 
@@ -169,8 +170,9 @@ class CoPE(Encoding):
             return
         batch = positions.shape[0] if positions.ndim == 3 else 1
         nq, nk = positions.shape[-2], keys.shape[-2]
-        check_memory(batch * nq * nk, f"cope visibility mask of {nq} queries x {nk} keys ({batch} x {nq} x {nk} "
-                     "bool)", "use shorter sequences")
+        check_memory(batch * nq * nk,
+                     lambda: f"cope visibility mask of {nq} queries x {nk} keys ({batch} x {nq} x {nk} bool)",
+                     "use shorter sequences")
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         keys = positions if key_positions is None else key_positions

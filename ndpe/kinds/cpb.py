@@ -199,8 +199,10 @@ class ContinuousBias(Encoding):
         if not torch.compiler.is_compiling():
             rows = math.prod(2 * e + 1 for e in extent) * (divisor.shape[0] if divisor is not None and divisor.ndim == 2
                                                             else 1)
-            check_memory(self._mlp_bytes(rows), f"cpb evaluates its MLP on the table of distinct offsets: {rows} rows "
-                         f"x {self.mlp_hidden} hidden units", "pass positions spanning fewer offsets")
+            check_memory(self._mlp_bytes(rows),
+                         lambda: f"cpb evaluates its MLP on the table of distinct offsets: {rows} rows x "
+                                 f"{self.mlp_hidden} hidden units",
+                         "pass positions spanning fewer offsets")
         offsets = offset_grid(extent, device=device)  # (rows, dims)
         if divisor is not None and divisor.ndim == 2:
             return self.offset_bias(offsets, divisor[:, None, :])

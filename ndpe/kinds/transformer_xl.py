@@ -133,8 +133,9 @@ def _term_bytes(heads: int, nq: int, nk: int, offsets: int) -> int:
 def _check_term(heads: int, nq: int, nk: int, offsets: int) -> None:
     """Refuse a term of one sample over the memory budget, before it is built."""
     if not torch.compiler.is_compiling():
-        check_memory(_term_bytes(heads, nq, nk, offsets), f"transformer-xl logits term of one sample ({heads} heads x "
-                     f"{nq} queries x {nk} keys, float32, and (q + v) . W_R R over {offsets} offsets)",
+        check_memory(_term_bytes(heads, nq, nk, offsets),
+                     lambda: f"transformer-xl logits term of one sample ({heads} heads x {nq} queries x {nk} keys, "
+                             f"float32, and (q + v) . W_R R over {offsets} offsets)",
                      "use shorter sequences", detail="with intermediates")
 
 
@@ -174,9 +175,10 @@ class TransformerXL(Encoding):
         """``W_R R(o)`` per head, ``(..., heads, head_dim, S)``, for offsets ``(..., S)``."""
         if not torch.compiler.is_compiling():
             count = table.numel()
-            check_memory(4 * OFFSET_WORDS * count * self.dim, f"transformer-xl projected offsets ({count} offsets x "
-                         f"dim={self.dim}, float32)", "use positions with fewer distinct offsets (contiguous integers "
-                         "have Nq + Nk - 1)", detail="with intermediates")
+            check_memory(4 * OFFSET_WORDS * count * self.dim,
+                         lambda: f"transformer-xl projected offsets ({count} offsets x dim={self.dim}, float32)",
+                         "use positions with fewer distinct offsets (contiguous integers have Nq + Nk - 1)",
+                         detail="with intermediates")
         if self.clamp_len is not None:
             table = table.clamp(-self.clamp_len, self.clamp_len)
         r = xl_sinusoid(table, self.dim) @ self.w_r.float().t()  # (..., S, heads * head_dim), float32 math
@@ -190,9 +192,10 @@ class TransformerXL(Encoding):
                     raise ValueError(f"transformer-xl looks integer offsets up in a table but got fractional {name}; "
                                      "pass integer (index) positions or round them yourself")
             batch, nq, nk = positions.shape[0] if positions.ndim == 3 else 1, positions.shape[-2], keys.shape[-2]
-            check_memory(PAIR_BYTES * batch * nq * nk, f"transformer-xl offsets of {nq} queries x {nk} keys ({batch} "
-                         f"x {nq} x {nk} pairs: offsets, index and mask)", "use shorter sequences",
-                         detail="with intermediates")
+            check_memory(PAIR_BYTES * batch * nq * nk,
+                         lambda: f"transformer-xl offsets of {nq} queries x {nk} keys ({batch} x {nq} x {nk} pairs: "
+                                 "offsets, index and mask)",
+                         "use shorter sequences", detail="with intermediates")
         table, index = offset_table(positions[..., 0], keys[..., 0])
         future = keys[..., None, :, 0] > positions[..., :, None, 0]
         index = index[:, None] if index.ndim == 3 else index[None, None]
