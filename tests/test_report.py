@@ -246,3 +246,9 @@ def test_grid_edge_is_flagged_only_when_it_wins():
     tied = {(0.001, 0.05): 1.0, (0.002, 0.05): 1.0, (0.004, 0.05): 1.0}
     assert not on_edge(tied, (0.001, 0.05), higher=True), "a tie at the edge says nothing about the grid"
     assert on_edge({(0.001, 0.0): 5.0, (0.002, 0.0): 6.0}, (0.001, 0.0), higher=False)
+
+
+def test_two_decimals_never_print_a_negative_zero():
+    from train.report import two
+
+    assert (two(-0.0001), two(-0.004), two(-0.5), two(0.456)) == ("0.00", "0.00", "-0.50", "0.46")
