@@ -89,6 +89,10 @@ class TextTransformer(nn.Module):
             raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
         if prompt.dim() != 2 or prompt.dtype != torch.long or prompt.shape[1] == 0:
             raise ValueError(f"prompt must be (B, L >= 1) token ids of dtype long, got {tuple(prompt.shape)} {prompt.dtype}")
+        vocab = self.tok_embed.num_embeddings
+        low, high = int(prompt.min()), int(prompt.max())
+        if low < 0 or high >= vocab:
+            raise ValueError(f"prompt holds token id {low if low < 0 else high} outside the vocabulary 0..{vocab - 1}")
         out, caches = prompt, (self.new_caches() if use_cache else None)
         step = prompt
         for _ in range(max_new_tokens):

@@ -7,7 +7,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from .checks import check_bool, check_int, check_number
-from .contract import PosOut, attn_bias
+from .contract import PosOut, attn_bias, check_pos
 from .functional import apply_qk
 
 
@@ -45,6 +45,7 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: Tensor, pos: PosOut | None = None, cache: "KVCache | None" = None) -> Tensor:
+        check_cache(pos, cache)
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         q, k = apply_qk(q, k, pos)
         if cache is not None:
@@ -68,6 +69,28 @@ class Attention(nn.Module):
         return self.proj_drop(self.proj(rearrange(out, "b h t d -> b t (h d)")))
 
 
+def check_cache(pos: PosOut | None, cache: "KVCache | None") -> None:
+    """Refuse an encoding built for another KV-cache length than ``cache`` holds (``pos.past``).
+
+    Without this, a forgotten ``past=`` rotates the new tokens as if they came first: outputs off by the
+    whole cache, no error. ``pos=None`` (no encoding) decodes with any cache.
+    """
+    if pos is None:
+        return
+    check_pos(pos)
+    if cache is None:
+        if pos.past:
+            raise ValueError(f"the encoding was built for decoding after {pos.past} cached tokens (past=) but no "
+                             "KVCache was given: pass the cache the earlier tokens filled")
+        return
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be an ndpe.KVCache or None, got {type(cache).__name__}")
+    if pos.past != cache.length:
+        raise ValueError(f"the encoding was built for {pos.past} cached tokens but the KVCache holds {cache.length}: "
+                         "encode the new tokens with pe((n,), past=cache.length) (past=cache.length - num_prefix "
+                         "with num_prefix= when the prefix is cached)")
+
+
 class KVCache:
     """Keys and values of one attention layer for decoding, as the attention used them (rotated keys).
 
@@ -89,14 +112,21 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[-2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if k.shape[:-1] != v.shape[:-1]:
-            raise ValueError(f"keys {tuple(k.shape)} and values {tuple(v.shape)} must have the same batch, heads and tokens")
+        for t, name in ((k, "keys"), (v, "values")):
+            if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
+                raise ValueError(f"{name} must be a floating (B, heads, T, head_dim) tensor, got "
+                                 f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+        if k.shape[:-1] != v.shape[:-1] or k.device != v.device or k.dtype != v.dtype:
+            raise ValueError(f"keys {tuple(k.shape)} {k.dtype} on {k.device} and values {tuple(v.shape)} {v.dtype} on "
+                             f"{v.device} must have the same batch, heads, tokens, dtype and device")
         if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
-            if k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1] or k.dtype != self.k.dtype:
-                raise ValueError(f"new keys {tuple(k.shape)} {k.dtype} do not extend the cached {tuple(self.k.shape)} "
-                                 f"{self.k.dtype} (batch, heads, T, head_dim; one dtype)")
+            if (k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1] or v.shape[-1] != self.v.shape[-1]
+                    or k.dtype != self.k.dtype or k.device != self.k.device):
+                raise ValueError(f"new keys {tuple(k.shape)} / values {tuple(v.shape)} {k.dtype} on {k.device} do not "
+                                 f"extend the cached {tuple(self.k.shape)} / {tuple(self.v.shape)} {self.k.dtype} on "
+                                 f"{self.k.device} (batch, heads, T, head_dim; one dtype and device)")
             self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
         return self.k, self.v
 

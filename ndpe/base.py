@@ -312,7 +312,7 @@ class Encoding(nn.Module):
             if out.bias is not None or out.logits is not None:
                 raise TypeError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
                                 "= True (encode taking key_positions=), so it cannot decode with a KV cache")
-        out = pad_prefix(out, 0, k_prefix=num_prefix)
+        out = dataclasses.replace(pad_prefix(out, 0, k_prefix=num_prefix), past=num_prefix + past)
         return out if dtype is None else out.to(dtype)
 
     def pair_words(self) -> int | None:
@@ -416,4 +416,4 @@ def pad_prefix(out: PosOut, num_prefix: int, k_prefix: int | None = None) -> Pos
     logits = None if out.logits is None else dataclasses.replace(out.logits, q_prefix=p, k_prefix=pk)
     tokens = None if out.tokens is None else dataclasses.replace(out.tokens, num_prefix=p)
     return PosOut(add=tok(out.add), cat=tok(out.cat), rot=rot(out.rot), bias=bias, pairing=out.pairing, num_prefix=p,
-                  rot_k=rot(out.rot_k), logits=logits, tokens=tokens)
+                  rot_k=rot(out.rot_k), logits=logits, tokens=tokens, past=out.past)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import Tensor
 
-from .checks import check_float_dtype, check_float_tensor, check_pairing
+from .checks import check_float_dtype, check_float_tensor, check_int, check_pairing
 
 
 
@@ -87,6 +87,10 @@ class PosOut:
             inversely); shapes as ``rot``.
         logits: :class:`LogitsTerm`, a term of the logits computed from q and k (``attn_bias(pos, q=q, k=k)``).
         tokens: :class:`TokenTerm`, a function of the token embeddings (``apply_tokens`` calls it first).
+        past: the number of keys a KV cache must hold before these tokens: ``P + p`` for
+            ``pe((n,), num_prefix=P, past=p)`` (the prefix is cached first), 0 outside decoding.
+            :class:`ndpe.Attention` refuses a cache of another length, so a forgotten or stale
+            ``past=`` is an error rather than positions silently off by the cache length.
 
     Pairwise fields (``bias``, ``logits``) cover queries x keys; in KV-cache decoding
     (``pe((n,), past=p)``) those are ``n`` new queries against ``p + n`` keys, while the per-token fields
@@ -102,9 +106,11 @@ class PosOut:
     rot_k: tuple[Tensor, Tensor] | None = None
     logits: LogitsTerm | None = None
     tokens: TokenTerm | None = None
+    past: int = 0
 
     def __post_init__(self) -> None:
         check_pairing(self.pairing)
+        check_int(self.past, "PosOut.past", low=0)
         if self.rot_k is not None and self.rot is None:
             raise ValueError("PosOut.rot_k (the keys' rotation) needs rot (the queries' rotation)")
 
@@ -128,14 +134,14 @@ _TENSOR_FIELDS = ("add", "cat", "rot", "bias", "rot_k")
 
 
 def _flatten(out: PosOut):
-    return [getattr(out, f) for f in _TENSOR_FIELDS], (out.pairing, out.num_prefix, out.logits, out.tokens)
+    return [getattr(out, f) for f in _TENSOR_FIELDS], (out.pairing, out.num_prefix, out.logits, out.tokens, out.past)
 
 
 def _unflatten(children, context) -> PosOut:
     add, cat, rot, bias, rot_k = children
     return PosOut(add=add, cat=cat, rot=None if rot is None else tuple(rot), bias=bias, pairing=context[0],
                   num_prefix=context[1], rot_k=None if rot_k is None else tuple(rot_k), logits=context[2],
-                  tokens=context[3])
+                  tokens=context[3], past=context[4])
 
 
 # A pytree node, so PosOut can cross torch.compile / torch.export boundaries (the functions of content-dependent
@@ -144,6 +150,10 @@ pytree.register_pytree_node(PosOut, _flatten, _unflatten, serialized_type_name="
                             flatten_with_keys_fn=lambda o: ([(pytree.GetAttrKey(k), v) for k, v in
                                                              zip(_TENSOR_FIELDS, _flatten(o)[0])],
                                                             _flatten(o)[1]))
+
+
+def _has_tensors(out: PosOut) -> bool:
+    return any(getattr(out, f) is not None for f in _TENSOR_FIELDS)
 
 
 def _cast(value, dtype):
@@ -163,9 +173,19 @@ def merge(*outs: PosOut) -> PosOut:
     """
     if not outs:
         raise ValueError("merge() needs at least one PosOut")
+    for o in outs:
+        check_pos(o)
     prefixes = {o.num_prefix for o in outs}
     if len(prefixes) != 1:
         raise ValueError(f"cannot merge PosOuts with different num_prefix {sorted(prefixes)}")
+    pasts = {o.past for o in outs}
+    if len(pasts) != 1:
+        raise ValueError(f"cannot merge PosOuts built for different KV-cache lengths past={sorted(pasts)}: "
+                         "encode every part with the same past=")
+    tokens = {o.num_tokens for o in outs if _has_tensors(o)}
+    if len(tokens) > 1:
+        raise ValueError(f"cannot merge PosOuts covering different token counts {sorted(tokens)}: "
+                         "encode every part for the same grid and num_prefix")
     rots = [o for o in outs if o.rot is not None]
     if len(rots) > 1:
         raise ValueError("cannot merge two rotary encodings: rotate q and k with one of them")
@@ -175,11 +195,23 @@ def merge(*outs: PosOut) -> PosOut:
 
     def total(name):
         ts = [getattr(o, name) for o in outs if getattr(o, name) is not None]
-        return None if not ts else sum(ts[1:], ts[0])
+        if not ts:
+            return None
+        try:
+            torch.broadcast_shapes(*(t.shape for t in ts))
+        except RuntimeError:
+            what = " (heads, queries, keys)" if name == "bias" else " (tokens, channels)"
+            raise ValueError(f"cannot merge the {name} fields of shapes {[tuple(t.shape) for t in ts]}: they do not "
+                             f"broadcast{what}; build every encoding with the same dim and heads") from None
+        return sum(ts[1:], ts[0])
 
     cats = [o.cat for o in outs if o.cat is not None]
     if cats:  # batched and unbatched outputs: broadcast the leading dims, as add and bias do
-        lead = torch.broadcast_shapes(*(c.shape[:-1] for c in cats))
+        try:
+            lead = torch.broadcast_shapes(*(c.shape[:-1] for c in cats))
+        except RuntimeError:
+            raise ValueError(f"cannot merge the cat fields of shapes {[tuple(c.shape) for c in cats]}: their leading "
+                             "(batch, tokens) dims do not broadcast") from None
         cats = [c.expand(*lead, c.shape[-1]) for c in cats]
     return PosOut(
         add=total("add"),
@@ -191,6 +223,7 @@ def merge(*outs: PosOut) -> PosOut:
         rot_k=rots[0].rot_k if rots else None,
         logits=next((o.logits for o in outs if o.logits is not None), None),
         tokens=next((o.tokens for o in outs if o.tokens is not None), None),
+        past=pasts.pop(),
     )
 
 
@@ -248,7 +281,22 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
         term = pos.logits(q, k)
         bias = term if bias is None else bias + term
     assert bias is not None  # a bias or a logits term, checked above
+    if q is not None:
+        check_leading(bias.shape[:-2], q, "bias")
     return bias if dtype is None else bias.to(dtype)
+
+
+def check_leading(lead: tuple[int, ...], x: Tensor, field: str) -> None:
+    """Refuse an encoding field whose leading dims would broadcast ``x`` ``(B, heads, T, head_dim)`` to a larger
+    batch or more heads (per-sample positions of another batch size, another ``heads=``)."""
+    have = tuple(x.shape[:-2])
+    lead = tuple(lead)
+    if len(have) == 2 and len(lead) >= 1 and lead[-1] not in (1, have[-1]):
+        raise ValueError(f"the encoding's {field} has {lead[-1]} heads but the attention has heads={have[-1]}; "
+                         f"build the encoding with heads={have[-1]}")
+    if len(lead) > len(have) or any(a != 1 and a != b for a, b in zip(reversed(lead), reversed(have))):
+        raise ValueError(f"the encoding's {field} has leading dims {lead} (batch, heads) but the attention's tensors "
+                         f"are {have} (batch, heads): per-sample positions of another batch size?")
 
 
 def check_pos(pos) -> None:

@@ -28,6 +28,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from .checks import check_bool, check_float_tensor, check_int
+
 
 
 def flex_available() -> tuple[bool, str]:
@@ -47,6 +49,8 @@ def score_mod(pe, grid_shape: Sequence[int], *, num_prefix: int = 0, causal: boo
     coordinates); ``q``, ``k`` ``(B, heads, num_prefix + N, head_dim)`` are required by logits kinds. This
     module knows no kind: a new kind works here by implementing ``score_bias``.
     """
+    check_int(num_prefix, "num_prefix", low=0)
+    check_bool(causal, "causal")
     if not causal and pe.causal_only:
         raise ValueError(f"kind {pe.kind!r} is defined for causal attention only; call score_mod / attention with causal=True")
     p = num_prefix
@@ -81,6 +85,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shape: Sequence[int], *,
     ok, why = flex_available()
     if not ok:
         raise RuntimeError(why)
+    check_int(num_prefix, "num_prefix", low=0)
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        check_float_tensor(t, name)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be (B, heads, T, head_dim), got shape {tuple(t.shape)}")
+    if k.shape[:-1] != v.shape[:-1] or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match: one batch, k and v "
+                         "one token count, q and k one head_dim")
     if q.shape[1] != pe.heads:
         raise ValueError(f"q has {q.shape[1]} heads but the encoding was built with heads={pe.heads}")
     n = num_prefix + int(torch.Size(grid_shape).numel())

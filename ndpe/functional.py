@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_float_tensor, check_pairing
-from .contract import PosOut, check_pos
+from .contract import PosOut, check_leading, check_pos
 from .kernels import compile as compile_kernel
 from .kernels import eager
 from .kernels.autograd import Rotary
@@ -144,7 +144,10 @@ def rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, pairing: str = "half")
 
 
 def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
-    """Rotate queries and keys ``(B, heads, T, head_dim)`` by the encoding's rotation, if any.
+    """Rotate queries and keys ``(B, heads, T, head_dim)`` (or ``(B, T, head_dim)``) by the encoding's rotation, if any.
+
+    The rotation's leading dims must broadcast to q's and k's without growing them (per-sample positions of
+    another batch size, or another ``heads=``, are refused).
 
     Keys use ``pos.rot_k`` when set (xPos), else the queries' ``rot``.
     New tensors are returned (q and k are not modified). q and k are rotated in one call:
@@ -164,7 +167,14 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
         return q, k
     check_float_tensor(q, "q")
     check_float_tensor(k, "k")
+    if q.dim() not in (3, 4) or k.dim() != q.dim():
+        raise ValueError(f"apply_qk takes q and k of shape (B, heads, T, head_dim) (or (B, T, head_dim), one head); "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q has batch {q.shape[0]} but k has batch {k.shape[0]}")
     cos, sin = pos.rot
+    check_leading(cos.shape[:-2], q, "rotation")
+    check_leading((pos.rot_k or pos.rot)[0].shape[:-2], k, "rotation")
     if q.shape[-2] != cos.shape[-2]:
         raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
     if k.shape[-2] != cos.shape[-2]:

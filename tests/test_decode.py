@@ -149,7 +149,7 @@ def test_kv_cache_refuses_mismatched_updates():
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
     with pytest.raises(ValueError, match="one dtype"):
         cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16), torch.zeros(1, 2, 1, 4, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="same batch, heads and tokens"):
+    with pytest.raises(ValueError, match="same batch, heads, tokens"):
         cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 4))
 
 
