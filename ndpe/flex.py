@@ -82,9 +82,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shape: Sequence[int], *,
     ``pos = pe(grid_shape, num_prefix=P)`` (plus the causal triangle) without building the ``(heads, T, T)``
     bias. ``q``, ``k`` are the tensors attention uses (rotate them first with ``apply_qk`` for a rotary kind).
     """
-    ok, why = flex_available()
-    if not ok:
-        raise RuntimeError(why)
     check_int(num_prefix, "num_prefix", low=0)
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         check_float_tensor(t, name)
@@ -93,6 +90,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shape: Sequence[int], *,
     if k.shape[:-1] != v.shape[:-1] or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match: one batch, k and v "
                          "one token count, q and k one head_dim")
+    ok, why = flex_available()
+    if not ok:
+        raise RuntimeError(why)
     if q.shape[1] != pe.heads:
         raise ValueError(f"q has {q.shape[1]} heads but the encoding was built with heads={pe.heads}")
     n = num_prefix + int(torch.Size(grid_shape).numel())
