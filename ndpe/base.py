@@ -277,6 +277,7 @@ class Encoding(nn.Module):
             positions = cast(nn.Module, self.augment)(positions, grid_shape)
         self._check_bias_size(positions.shape[0] if positions.ndim == 3 else None, positions.shape[-2], grid_shape,
                               num_prefix)
+        self.check_range(positions, dtype or torch.float32)
         out = pad_prefix(self.encode(positions, grid_shape), num_prefix)
         if dtype is not None:
             out = out.to(dtype)
@@ -305,15 +306,22 @@ class Encoding(nn.Module):
                              f"tokens ({past + n} float32 key coordinates)", "decode with a shorter past (a KV cache "
                              "that long also holds past + n keys per layer)")
             keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
+            self.check_range(keys, dtype or torch.float32)
             out = self.encode(keys[past:], (past + n,), key_positions=keys)  # type: ignore[call-arg]
         else:  # per-token fields: the n new positions past .. past + n - 1 only
             new = torch.arange(past, past + n, device=self.device).to(torch.float32)[:, None]
+            self.check_range(new, dtype or torch.float32)
             out = self.encode(new, (past + n,))
             if out.bias is not None or out.logits is not None:
                 raise TypeError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
                                 "= True (encode taking key_positions=), so it cannot decode with a KV cache")
         out = dataclasses.replace(pad_prefix(out, 0, k_prefix=num_prefix), past=num_prefix + past)
         return out if dtype is None else out.to(dtype)
+
+    def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
+        """Refuse (``ValueError``, one line) positions ``(..., N, dims)`` whose output would overflow ``dtype``, the
+        dtype it is returned in (float32 by default). Called before :meth:`encode` with the queries' (or, decoding,
+        the keys') coordinates. Default: nothing to check; a kind whose values grow with the position overrides it."""
 
     def pair_words(self) -> int | None:
         """Float32 words per query-key pair alive at the peak of building the kind's materialized bias (its heads

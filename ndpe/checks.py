@@ -75,13 +75,21 @@ def _range_error(value, name: str, low, inclusive: bool, high, what: str | None,
 
 
 def check_number(value, name: str, *, low: float | None = None, inclusive: bool = True,
-                 high: float | None = None, what: str | None = None) -> float:
+                 high: float | None = None, what: str | None = None, dtype: torch.dtype | None = None) -> float:
     """A finite real number (int or float, not a bool) in ``[low, high]`` (``(low, high]`` when not
-    ``inclusive``); returned as float. ``what`` replaces the condition in the message."""
+    ``inclusive``); returned as float. ``what`` replaces the condition in the message. With ``dtype`` (the dtype
+    the value is used in, such as a float32 parameter) the checks apply to the value cast to it, so ``1e39``
+    (inf in float32) and a positive ``1e-50`` (0 in float32) are refused too."""
     if not _is_number(value):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
     if not math.isfinite(value) or _out_of_range(value, low, inclusive, high):
         raise _range_error(value, name, low, inclusive, high, what, math.isfinite(value))
+    if dtype is not None:
+        cast = float(torch.tensor(float(value), dtype=torch.float64).to(dtype))
+        if not math.isfinite(cast) or _out_of_range(cast, low, inclusive, high) or (cast == 0) != (value == 0):
+            info = torch.finfo(dtype)
+            raise ValueError(f"{name} must be representable in {dtype} (magnitude {info.smallest_normal:.3g} to "
+                             f"{info.max:.3g}), got {value!r}, which is {cast!r} there")
     return float(value)
 
 

@@ -41,17 +41,50 @@ from .kinds.rope import RoPE
 from .registry import make
 from .scaling import RopeScaling
 
+def _config_dict(config: Any, name: str) -> dict | None:
+    value = getattr(config, name, None)
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"config.{name} must be a dict of rope parameters or None, got {type(value).__name__}")
+    return value
+
+
 def _rope_parameters(config: Any) -> dict:
-    params = getattr(config, "rope_parameters", None)
-    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+    """The config's one rope parameter dict, standardized as Hugging Face's ``RotaryEmbeddingConfigMixin`` does
+    (transformers 5.23 ``convert_rope_params_to_dict`` + ``standardize_rope_params``): ``rope_scaling`` (the older
+    name) or ``rope_parameters``; a missing ``rope_theta`` is ``config.rope_theta`` (else ``config.default_theta``,
+    10000), a missing ``partial_rotary_factor`` ``config.partial_rotary_factor``, a missing ``rope_type`` its older
+    name ``type`` (else ``config.default_rope_type``, ``"default"``); for ``llama3``, ``yarn`` and ``longrope``
+    ``original_max_position_embeddings`` is ``config.original_max_position_embeddings`` where the config has one
+    (it wins, as HF), else ``max_position_embeddings``."""
+    params = dict(_config_dict(config, "rope_scaling") or _config_dict(config, "rope_parameters") or {})
+    layer_types = set(getattr(config, "layer_types", None) or ()) | set(getattr(config, "_rope_type_labels", None) or ())
+    nested = sorted(k for k, v in params.items() if isinstance(v, dict) or k in layer_types)
+    if nested:
         raise ValueError("per-layer-type rope_parameters (e.g. Gemma's sliding / full attention) hold several "
-                         f"ropes: pass one of them as config.rope_parameters, got keys {sorted(params)}")
-    if not isinstance(params, dict):  # transformers < 5: rope_scaling + rope_theta
-        params = dict(getattr(config, "rope_scaling", None) or {})
-        params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
-    params = dict(params)
+                         f"ropes: pass one of them as config.rope_parameters, got keys {nested}")
+    theta = getattr(config, "rope_theta", None)
+    params.setdefault("rope_theta", theta if theta is not None else getattr(config, "default_theta", 10000.0))
+    if getattr(config, "partial_rotary_factor", None) is not None:
+        params.setdefault("partial_rotary_factor", config.partial_rotary_factor)
     params.setdefault("rope_type", params.get("type", "default"))  # the oldest configs say "type"
+    default_type = getattr(config, "default_rope_type", "default")
+    if params["rope_type"] == "default" and isinstance(default_type, str) and default_type != "default":
+        params["rope_type"] = default_type
+    if params["rope_type"] in ("llama3", "yarn", "longrope"):
+        if getattr(config, "original_max_position_embeddings", None) is not None:
+            params["original_max_position_embeddings"] = config.original_max_position_embeddings
+        else:
+            params.setdefault("original_max_position_embeddings", getattr(config, "max_position_embeddings", None))
     return params
+
+
+def _number(params: dict, key: str, *, integer: bool = False) -> Any:
+    """``rope_parameters[key]`` as a float (or int), refused in one line naming the key."""
+    value = params[key]
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        raise ValueError(f"rope_parameters[{key!r}] must be {'an int' if integer else 'a number'}, got {value!r}")
+    return value if integer else float(value)
 
 
 def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None, **overrides: Any) -> RoPE:
@@ -63,16 +96,31 @@ def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = Non
     p = _rope_parameters(config)
     max_pos = getattr(config, "max_position_embeddings", None)
     scaling = RopeScaling.from_hf(p, max_pos)  # checks rope_type first
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    partial = p.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)) or 1.0
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim is None:
+        hidden, heads_ = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+        if not isinstance(hidden, int) or not isinstance(heads_, int) or heads_ < 1:
+            raise ValueError("the config needs head_dim, or hidden_size and num_attention_heads (ints), got "
+                             f"hidden_size={hidden!r}, num_attention_heads={heads_!r}")
+        head_dim = hidden // heads_
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 2:
+        raise ValueError(f"config.head_dim must be an int >= 2, got {head_dim!r}")
+    partial = _number(p, "partial_rotary_factor") if p.get("partial_rotary_factor") is not None else 1.0
+    if not 0.0 < partial <= 1.0:
+        raise ValueError(f"rope_parameters['partial_rotary_factor'] must be in (0, 1], got {partial!r}")
     rot_dim = int(head_dim * partial)
     rot_dim -= rot_dim % 2
-    opts: dict[str, Any] = {"theta": float(p.get("rope_theta", 10000.0)), "scaling": scaling}
+    opts: dict[str, Any] = {"theta": _number(p, "rope_theta"), "scaling": scaling}
     dims = 1
     if p.get("mrope_section") is not None:
-        dims = len(p["mrope_section"])
+        section = p["mrope_section"]
+        if not isinstance(section, (list, tuple)) or not all(isinstance(n, int) and not isinstance(n, bool)
+                                                              for n in section):
+            raise ValueError(f"rope_parameters['mrope_section'] must be a list of ints (rotary pairs per axis), "
+                             f"got {section!r}")
+        dims = len(section)
         interleaved = p.get("mrope_interleaved", str(getattr(config, "model_type", "")).startswith("qwen3_vl"))
-        opts.update(mrope_section=tuple(int(n) for n in p["mrope_section"]), mrope_interleaved=bool(interleaved))
+        opts.update(mrope_section=tuple(section), mrope_interleaved=bool(interleaved))
     else:
         opts["axis_dims"] = (rot_dim,)
     opts.update(overrides)

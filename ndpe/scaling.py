@@ -304,30 +304,52 @@ class RopeScaling:
         trained length is ``max_position_embeddings``.
         """
         rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type not in HF_TYPES:
-            raise ValueError(f"rope_type {rope_type!r} has no ndpe equivalent; supported: {sorted(HF_TYPES)}")
+        if not isinstance(rope_type, str) or rope_type not in HF_TYPES:
+            raise ValueError(f"rope_parameters['rope_type'] {rope_type!r} has no ndpe equivalent; supported: "
+                             f"{sorted(HF_TYPES)}")
         kind = HF_TYPES[rope_type]
         if kind is None:
             return None
-        original = params.get("original_max_position_embeddings")
-        factor = params.get("factor")
-        if factor is None and original and max_position_embeddings:
+
+        def number(key: str, default: Any = None, required: bool = False) -> Any:
+            value = params.get(key)
+            if value is None:
+                if required:
+                    raise ValueError(f"rope_type {rope_type!r} needs rope_parameters[{key!r}] (a number), which the "
+                                     "config lacks")
+                return default
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"rope_parameters[{key!r}] must be a number, got {value!r}")
+            return float(value)
+
+        original = number("original_max_position_embeddings")
+        if original is None and kind in ("yarn", "llama3", "longrope"):
+            original = max_position_embeddings  # HF's default (standardize_rope_params)
+        factor = number("factor")
+        if factor is None and kind in ("yarn", "longrope") and original and max_position_embeddings:
             factor = max_position_embeddings / original  # yarn / longrope, as HF
         if factor is None:
-            raise ValueError(f"rope_type {rope_type!r} needs a factor in the config's rope parameters")
+            number("factor", required=True)
         opts: dict[str, Any] = {}
         if kind == "yarn":
-            opts.update(beta_fast=float(params.get("beta_fast") or BETA_FAST),
-                        beta_slow=float(params.get("beta_slow") or BETA_SLOW), mscale=params.get("mscale"),
-                        mscale_all_dim=params.get("mscale_all_dim"), truncate=bool(params.get("truncate", True)))
+            opts.update(beta_fast=number("beta_fast") or BETA_FAST, beta_slow=number("beta_slow") or BETA_SLOW,
+                        mscale=number("mscale"), mscale_all_dim=number("mscale_all_dim"),
+                        truncate=bool(params.get("truncate", True)))
         if kind == "llama3":
-            opts.update(low_freq_factor=float(params["low_freq_factor"]),
-                        high_freq_factor=float(params["high_freq_factor"]))
+            opts.update(low_freq_factor=number("low_freq_factor", required=True),
+                        high_freq_factor=number("high_freq_factor", required=True))
         if kind == "longrope":
+            for key in ("short_factor", "long_factor"):
+                if not isinstance(params.get(key), (list, tuple)):
+                    raise ValueError(f"rope_type 'longrope' needs rope_parameters[{key!r}] (a list of numbers, one "
+                                     f"per rotary pair), got {params.get(key)!r}")
             opts.update(short_factor=params["short_factor"], long_factor=params["long_factor"])
         if kind in ("yarn", "longrope") and params.get("attention_factor") is not None:
-            opts["attention_factor"] = float(params["attention_factor"])
+            opts["attention_factor"] = number("attention_factor")
         train = {"linear": None, "dynamic-ntk": max_position_embeddings}.get(kind, original)
+        if kind in ("dynamic-ntk", "yarn", "llama3", "longrope") and train is None:
+            raise ValueError(f"rope_type {rope_type!r} needs config.max_position_embeddings (or "
+                             "rope_parameters['original_max_position_embeddings']): the trained length")
         return cls(kind, scale=float(factor), train_shape=train, **opts)
 
     def axis_inv_freq(self, axis: int, dim: int, theta: float, short_factor: Sequence[float] | None = None, *,

@@ -39,7 +39,7 @@ def test_bad_yaml_names_the_key_and_the_type(tmp_path, yaml_text, match):
     ("train.resume=runs/a/checkpoint.pt", ("train", "resume"), "runs/a/checkpoint.pt"),
     ("model.patch_size=[4,8]", ("model", "patch_size"), [4, 8]),
     ("model.patch_size=4", ("model", "patch_size"), 4),
-    ("data.name=123", ("data", "name"), "123"),  # a str field keeps digits as text
+    ("train.out_dir=123", ("train", "out_dir"), "123"),  # a str field keeps digits as text
 ])
 def test_overrides_are_typed_by_the_field(override, key, value):
     cfg = load_config(None, [override])

@@ -167,5 +167,5 @@ def test_scaling_from_hf_parameters():
     assert RS.from_hf({"rope_type": "dynamic", "factor": 2.0}, 4096) == RS("dynamic-ntk", scale=2.0, train_shape=4096)
     yarn = RS.from_hf({"rope_type": "yarn", "original_max_position_embeddings": 1024}, 4096)
     assert (yarn.type, yarn.scale, yarn.train_shape, yarn.beta_fast) == ("yarn", 4.0, 1024.0, 32.0)
-    with pytest.raises(ValueError, match="rope_type 'su' has no ndpe equivalent"):
+    with pytest.raises(ValueError, match=r"rope_parameters\['rope_type'\] 'su' has no ndpe equivalent"):
         RS.from_hf({"rope_type": "su"})

@@ -145,14 +145,15 @@ def test_trained_model_evaluates_at_other_sizes(tmp_path):
 def test_command_line_runs_a_config_with_overrides(tmp_path):
     from train.main import cli, get_args_parser
 
-    (tmp_path / "x.yaml").write_text("data: {name: 'tests.test_train:fake', allow_import: true, options: {kind: text}}\n"
+    (tmp_path / "x.yaml").write_text("data: {name: 'tests.test_train:fake', options: {kind: text}}\n"
                                      "model: {name: text}\n")
     args = get_args_parser().parse_args(["--config", "c.yaml", "model.dim=32", "train.steps=2"])
     assert args.config == "c.yaml" and args.overrides == ["model.dim=32", "train.steps=2"]
-    result = cli(["--config", str(tmp_path / "x.yaml"), "model.dim=32", "model.depth=1", "train.steps=2",
+    result = cli(["--config", str(tmp_path / "x.yaml"), "data.allow_import=true", "model.dim=32", "model.depth=1", "train.steps=2",
                   "train.batch_size=8", f"train.out_dir={tmp_path / 'run'}"])
     assert result["step"] == 2 and set(result["eval"]) == {"loss", "acc", "seq_acc"}
-    assert load_config(tmp_path / "run" / "config.yaml").model.num_classes == 10  # resolved from the data
+    saved = load_config(tmp_path / "run" / "config.yaml", ["data.allow_import=true"])  # never read from a file
+    assert saved.model.num_classes == 10  # resolved from the data
 
 
 def test_model_must_fit_the_data_domain(tmp_path):

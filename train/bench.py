@@ -40,11 +40,12 @@ import torch
 import yaml
 
 import ndpe
+from ndpe.augment import AUGMENTS
 
 from .config import Config, ConfigError, apply_override, from_dict, load_yaml
 from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
-from .results import FLOOR, SEARCH, Row, append_rows, cell_key, read_rows
+from .results import FLOOR, SEARCH, ResultsError, Row, append_rows, cell_key, read_rows
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "bench"
 SCALINGS = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
@@ -110,11 +111,37 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
         if isinstance(kinds, str) and kinds != ALL:
             raise ConfigError(f"kinds must be a list of kinds or {ALL!r} (every kind), got {kinds!r}")
     for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in expand_kinds(kinds)}:
-        base = kind.split("+")[0]
-        if base not in ndpe.available():
+        base, plus, augment = kind.partition("+")
+        if base not in ndpe.available() or (plus and augment not in AUGMENTS):
             raise ConfigError(f"unknown kind {kind!r}; expected {ALL!r} or a name from {sorted(ndpe.available())}, "
-                              "optionally with '+cape' or '+random' augmentation")
+                              f"optionally with augmentation {' or '.join('+' + a for a in AUGMENTS)}")
+    check_numbers(cfg)
     return cfg
+
+
+def check_numbers(cfg: BenchConfig) -> None:
+    """Sizes, step counts, rates and the model shape every cell uses (ConfigError at load, not in every cell)."""
+    for key, low in (("dim", 1), ("depth", 1), ("heads", 1), ("default_steps", 1), ("batch_size", 1),
+                     ("train_items", 0), ("test_items", 0)):  # items: 0 where only real datasets (read whole) run
+        if type(getattr(cfg, key)) is not int or getattr(cfg, key) < low:
+            raise ConfigError(f"config key {key} must be an int >= {low}, got {getattr(cfg, key)!r}")
+    built_in = [t for t in cfg.tasks if TASKS[t].dataset not in REAL]
+    if built_in and (cfg.test_items < 1 or any(int(cfg.items.get(t, cfg.train_items)) < 1 for t in built_in)):
+        raise ConfigError(f"train_items, items and test_items must be >= 1 for the built-in tasks {built_in}, got "
+                          f"train_items={cfg.train_items}, test_items={cfg.test_items}")
+    if cfg.warmup_steps < 0:
+        raise ConfigError(f"config key warmup_steps must be >= 0, got {cfg.warmup_steps!r}")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ConfigError(f"config key lr must be a finite number > 0, got {cfg.lr!r}")
+    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+        raise ConfigError(f"config key weight_decay must be a finite number >= 0, got {cfg.weight_decay!r}")
+    if cfg.device not in ("cpu", "cuda", "auto") and not cfg.device.startswith("cuda:"):
+        raise ConfigError(f"config key device must be cpu, cuda, cuda:N or auto, got {cfg.device!r}")
+    for task in cfg.tasks:
+        shape = {"dim": cfg.dim, "heads": cfg.heads, **cfg.models.get(task, {})}
+        if shape["dim"] % shape["heads"]:
+            where = f"models[{task!r}]" if task in cfg.models else "dim / heads"
+            raise ConfigError(f"{where}: dim={shape['dim']} is not divisible by heads={shape['heads']} (task {task})")
 
 
 def check_per_task(cfg: BenchConfig) -> None:
@@ -341,7 +368,8 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
         "optim": {"lr": lr, "warmup_steps": min(cfg.warmup_steps, steps // 5),
                   "weight_decay": cell.weight_decay if cell.lr else cfg.weight_decay},
         "train": {"steps": steps, "batch_size": cfg.batch_size, "seed": cell.seed, "device": cfg.device,
-                  "out_dir": str(cell_dir(run_dir, cell)), "log_every": 10 ** 9, "save_every": 10 ** 9},
+                  "out_dir": str(cell_dir(run_dir, cell)), "log_every": 10 ** 9, "save_every": 10 ** 9,
+                  "overwrite": True},  # a cell not in results.csv is unfinished: trained again from the start
     }
     return from_dict(Config, raw)
 
@@ -731,7 +759,7 @@ def main(argv: list[str] | None = None) -> Path:
                             select=lambda rows: selected_rows(cfg, rows))
     try:
         return run(cfg, command)
-    except ConfigError as e:  # e.g. a run directory trained under other settings: one line, no traceback
+    except (ConfigError, ResultsError) as e:  # a run directory trained under other settings, a damaged results.csv
         parser.error(str(e))
 
 

@@ -38,7 +38,8 @@ class ConfigError(ValueError):
 
 
 MAX_YAML_BYTES = 1 << 20  # a config file or override value larger than this is refused
-MAX_YAML_NODES = 100_000  # nodes of the document once every alias is expanded (alias bombs)
+MAX_YAML_NODES = 10_000  # nodes of the document, also once every alias is expanded (alias bombs); presets hold < 500
+MAX_INT_DIGITS = 64  # characters of one YAML integer
 # ``data.name`` factories that need no opt-in: the benchmark's own data factory.
 TRUSTED_FACTORIES = frozenset({"train.bench:bench_dataset"})
 ALLOW_IMPORT_ENV = "NDPE_ALLOW_DATA_IMPORT"
@@ -116,6 +117,7 @@ class TrainConfig:
     eval_every: int = 1  # epochs between evaluations (the last epoch is always evaluated)
     save_every: int = 1  # epochs between checkpoints (the last step is always saved)
     tensorboard: bool = False  # also write the log's scalars to <out_dir>/tb (needs: pip install tensorboard)
+    overwrite: bool = False  # start afresh in an out_dir that holds a run (its checkpoint and log are replaced)
 
 
 @dataclass
@@ -293,8 +295,15 @@ def _accepts(tp: Any, cls: type) -> bool:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config (or start from the defaults), apply ``key=value`` overrides and :func:`validate`."""
+    """Read a YAML config (or start from the defaults), apply ``key=value`` overrides and :func:`validate`.
+
+    ``data.allow_import`` is not read from the file: a file cannot vouch for the code it would import (pass
+    ``data.allow_import=true`` as an override, or set ``NDPE_ALLOW_DATA_IMPORT=1``)."""
     data = load_yaml(path) if path else {}
+    if isinstance(data, dict) and isinstance(data.get("data"), dict) and data["data"].get("allow_import") is True:
+        raise ConfigError(f"config {path}: data.allow_import is not read from a config file (the file would vouch "
+                          f"for its own imports): pass data.allow_import=true on the command line or set "
+                          f"{ALLOW_IMPORT_ENV}=1")
     cfg = from_dict(Config, data)
     for item in overrides:
         apply_override(cfg, item)
@@ -334,9 +343,9 @@ def load_yaml_text(text: str, source: str = "YAML") -> Any:
     """``yaml.safe_load(text)`` with the size and alias-expansion limits; errors are one-line ConfigErrors."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError(f"{source} is larger than {MAX_YAML_BYTES} characters")
-    loader = yaml.SafeLoader(text)
+    loader = _BoundedLoader(text, source)
     try:
-        node = loader.get_single_node()
+        node = loader.get_single_node()  # refused as soon as it composes MAX_YAML_NODES nodes
         if node is None:
             return None
         _check_expanded_size(node, source)
@@ -347,6 +356,31 @@ def load_yaml_text(text: str, source: str = "YAML") -> Any:
         raise ConfigError(f"{source} nests too deeply") from None
     finally:
         loader.dispose()
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that stops composing after ``MAX_YAML_NODES`` nodes (before the cost of a huge document
+    is spent) and refuses integers longer than ``MAX_INT_DIGITS`` characters (Python's int() limit, a raw
+    ValueError, is far beyond any config value)."""
+
+    def __init__(self, text: str, source: str):
+        super().__init__(text)
+        self.source, self.composed = source, 0
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        self.composed += 1
+        if self.composed > MAX_YAML_NODES:
+            raise ConfigError(f"{self.source} has more than {MAX_YAML_NODES} nodes; refused")
+        return super().compose_node(parent, index)
+
+    def construct_yaml_int(self, node):  # type: ignore[override]
+        if len(node.value) > MAX_INT_DIGITS:
+            raise ConfigError(f"{self.source}: an integer of {len(node.value)} characters at line "
+                              f"{node.start_mark.line + 1}; at most {MAX_INT_DIGITS} are read")
+        return super().construct_yaml_int(node)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
 
 def _check_expanded_size(root: yaml.Node, source: str) -> None:
@@ -431,11 +465,53 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
             raise ConfigError(f"config key train.device must be auto, cpu, cuda or cuda:N, got {t.device!r}") from None
     if m.name not in DOMAINS:
         raise ConfigError(f"unknown model.name {m.name!r}; expected one of {sorted(DOMAINS)}")
+    if m.pool is not None and m.pool not in ("cls", "mean"):
+        raise ConfigError(f"config key model.pool must be cls or mean, got {m.pool!r}")
+    check_pe(m.pe)
+    check_optimizer(o.opt)
     check_data_name(d)
+    if ":" not in d.name:
+        from .data import DATASETS, SPLITS
+
+        if d.name not in DATASETS:
+            raise ConfigError(f"unknown dataset data.name={d.name!r}; expected one of {sorted(DATASETS)} or "
+                              "'package.module:factory'")
+        for key in ("train_split", "eval_split"):
+            if getattr(d, key) not in SPLITS:
+                raise ConfigError(f"config key data.{key} must be one of {list(SPLITS)}, got {getattr(d, key)!r}")
+        unknown = sorted(str(k) for k in d.options if k not in DATASETS[d.name].options)
+        if unknown:
+            raise ConfigError(f"unknown data.options {unknown} for dataset {d.name!r}; valid options: "
+                              f"{sorted(DATASETS[d.name].options)}")
     if warn and t.steps > 0 and o.warmup_steps > t.steps:
         warnings.warn(f"optim.warmup_steps={o.warmup_steps} exceeds train.steps={t.steps}: the run ends inside the "
                       "warmup (the learning rate never reaches optim.lr)", UserWarning, stacklevel=2)
     return cfg
+
+
+def check_pe(pe: PEConfig) -> None:
+    """``model.pe``: a registered kind, option names that kind takes, a known augmentation (values are checked by
+    the kind itself when the model is built)."""
+    import ndpe
+    from ndpe.augment import AUGMENTS
+
+    if pe.kind not in ndpe.available():
+        raise ConfigError(f"unknown model.pe.kind {pe.kind!r}; expected one of {sorted(ndpe.available())}")
+    known = ndpe.options(pe.kind)
+    unknown = sorted(str(k) for k in pe.options if k not in known)
+    if unknown:
+        raise ConfigError(f"model.pe.options: {pe.kind} has no option(s) {unknown}; it takes {sorted(known)}")
+    if pe.augment is not None and pe.augment not in AUGMENTS:
+        raise ConfigError(f"config key model.pe.augment must be null or one of {sorted(AUGMENTS)}, got {pe.augment!r}")
+
+
+def check_optimizer(opt: str) -> None:
+    """``optim.opt``: a timm ``create_optimizer_v2`` name (``lookahead_`` prefix allowed, as timm)."""
+    from timm.optim import list_optimizers
+
+    if opt.lower().split("_")[-1] not in list_optimizers():
+        raise ConfigError(f"unknown optim.opt {opt!r}; expected a timm optimizer name such as adamw, sgd, lamb "
+                          "(timm.optim.list_optimizers())")
 
 
 def check_data_name(d: DataConfig) -> None:
@@ -461,7 +537,9 @@ def save_config(cfg: Config, path: str | Path) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        data = to_dict(cfg)
+        data["data"]["allow_import"] = False  # read from the command line or the environment only (load_config)
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

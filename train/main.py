@@ -160,13 +160,24 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
     rank, world = dist.init_distributed(device)
     t = cfg.train
     out_dir = Path(t.out_dir)
+    check_out_dir(out_dir, t)  # before anything is built, so a refused run leaves no trace
+    if t.overwrite and not t.resume and dist.is_main():
+        (out_dir / "log.jsonl").unlink(missing_ok=True)  # a fresh start begins a fresh log
     log = JsonlLogger(out_dir / "log.jsonl", tensorboard=t.tensorboard)
 
-    train_set = build_data(cfg, cfg.data.train_split)
-    eval_set = build_data(cfg, cfg.data.eval_split)
+    try:
+        train_set = build_data(cfg, cfg.data.train_split)
+        eval_set = build_data(cfg, cfg.data.eval_split)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:  # an option value the dataset refuses
+        raise ConfigError(f"data: {' '.join(str(e).split())}") from e
     resolve_model_config(cfg, train_set)
     seed_everything(t.seed)  # same initial weights on every rank
-    model = build_model(cfg.model).to(device)
+    try:
+        model = build_model(cfg.model).to(device)
+    except (TypeError, ValueError) as e:  # an option value the encoding or the model refuses
+        raise ConfigError(f"model: {' '.join(str(e).split())}") from e
     seed_everything(t.seed + rank)  # rank-specific dropout / drop-path
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
@@ -213,6 +224,21 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
             save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch)
     log.close()
     return model, result
+
+
+RUN_FILES = ("checkpoint.pt", "log.jsonl")  # what a started run leaves in its out_dir
+
+
+def check_out_dir(out_dir: Path, t) -> None:
+    """Refuse (ConfigError) to start a new run where one already is: an ``out_dir`` holding a checkpoint or a log is
+    only continued (``train.resume``) or replaced on request (``train.overwrite=true``)."""
+    if t.resume or t.overwrite:
+        return
+    found = [name for name in RUN_FILES if (out_dir / name).exists()]
+    if found:
+        raise ConfigError(f"train.out_dir={str(out_dir)!r} already holds a run ({', '.join(found)}): continue it with "
+                          f"train.resume={str(out_dir / 'checkpoint.pt')!r}, pick another train.out_dir, or replace it "
+                          "with train.overwrite=true")
 
 
 def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int, steps_per_epoch: int) -> None:
@@ -338,7 +364,7 @@ def cli(argv: list[str] | None = None) -> dict[str, Any]:
     args = get_args_parser().parse_args(argv)
     try:
         return main(load_config(args.config, args.overrides))
-    except (ConfigError, CheckpointError) as e:
+    except (ConfigError, CheckpointError, FileNotFoundError) as e:  # FileNotFoundError: a dataset not downloaded
         print(f"train.main: error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     finally:

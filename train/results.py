@@ -138,7 +138,11 @@ def read_rows(path: Path) -> list[Row]:
     """
     if not path.exists():
         return []
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ResultsError(f"{path} is not a results CSV (byte {e.start} is not UTF-8 text); move the file away "
+                           "(the benchmark then starts a new one)") from None
     lines = text.splitlines()
     if not lines or (len(lines) == 1 and not text.endswith("\n")):
         return []  # nothing, or a header cut before its end: no rows were ever complete

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import Encoding
-from ..checks import check_bool
+from ..checks import check_bool, check_float_tensor
 from ..contract import PosOut
 from ..coords import axis_coords
 from ..registry import register
@@ -78,6 +78,7 @@ class AddCoords(nn.Module):
         self.dims, self.with_r = dims, check_bool(with_r, "with_r")
 
     def forward(self, x: Tensor) -> Tensor:
+        check_float_tensor(x, "AddCoords input")  # coordinates in [-1, 1] cast to an integer dtype would be -1, 0, 1
         if x.ndim != self.dims + 2:
             raise ValueError(f"AddCoords(dims={self.dims}) expects (B, C, {', '.join('*' * self.dims)}) "
                              f"= {self.dims + 2}-D input, got shape {tuple(x.shape)}")

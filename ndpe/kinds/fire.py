@@ -84,8 +84,8 @@ class FIRE(Encoding):
                              "use the bidirectional N-D form (causal=False)")
         check_int(mlp_width, "mlp_width", low=1)
         self.causal, self.mlp_width = causal, mlp_width
-        self.init_c = check_number(init_c, "init_c", low=0.0, inclusive=False)
-        self.init_L = check_number(init_L, "init_L", low=0.0, inclusive=False)
+        self.init_c = check_number(init_c, "init_c", low=0.0, inclusive=False, dtype=torch.float32)
+        self.init_L = check_number(init_L, "init_L", low=0.0, inclusive=False, dtype=torch.float32)
         check_tables("fire", {"MLP": (mlp_width, 3 + heads)}, "use a smaller mlp_width")  # two layers, their biases
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, heads))
         self.c = nn.Parameter(torch.tensor(self.init_c))

@@ -52,7 +52,7 @@ class Fourier(Encoding):
         super().__init__(dims=dims, dim=dim, heads=heads)
         if dim % 2:
             raise ValueError(f"fourier features need an even dim (a cos and a sin per frequency), got dim={dim}")
-        check_number(sigma, "sigma", low=0.0, inclusive=False)
+        check_number(sigma, "sigma", low=0.0, inclusive=False, dtype=torch.float32)
         check_bool(learnable, "learnable")
         if seed is not None:
             check_int(seed, "seed", low=0)

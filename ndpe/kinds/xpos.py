@@ -21,9 +21,11 @@ against):
   the absolute position alone. (The reference's ``rotate_queries_with_cached_keys`` centers q on ``q_len // 2``
   and k on ``k_len // 2``, which breaks the offset-only decay; we do not copy that.)
 - Range. ``zeta_0 = 0.4 / 1.4``: ``1 / s`` overflows float32 once ``|p - center| > ~70.8 * scale_base``
-  (~36k tokens for 512), and ``s`` underflows to 0 there, as in the reference; ``center`` near the middle of
-  the longest sequence and a larger ``scale_base`` push that out. In float16 (``dtype=torch.float16``) the limit is
-  ~8.8 * scale_base (~4.5k tokens for 512): use bfloat16 or float32 there.
+  (~36k tokens for 512), and ``s`` underflows to 0 there (the reference returns inf there); ``center`` near the
+  middle of the longest sequence and a larger ``scale_base`` push that out. In float16 (``dtype=torch.float16``) the
+  limit is ~8.8 * scale_base (~4.5k tokens for 512): use bfloat16 or float32 there. Each call checks its positions
+  against the limit of the dtype it returns and refuses beyond it (:meth:`XPos.check_range`) rather than return
+  inf or NaN.
 - Coordinates are ``index`` units; fractional or augmented positions are fine. Angles and scales are computed
   in float64 (float32 on MPS) and returned in float32. Parameter-free: the base caches per grid. Output
   ``rot`` / ``rot_k`` of shape ``(1, N, rot_dim / 2)`` (heads axis of size 1), ``(B, 1, N, rot_dim / 2)`` for
@@ -40,6 +42,7 @@ against):
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -137,6 +140,21 @@ class XPos(Encoding):
     def example_options(cls, dims: int) -> dict[str, Any]:
         """A small scale base, so a short test grid sees the scale move away from 1."""
         return {"scale_base": 8.0}
+
+    def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
+        """Refuse positions whose scale ``zeta_0 ** (|p - center| / scale_base)`` or its inverse overflows ``dtype``:
+        ``|p - center| * ln(1 / zeta_0) / scale_base`` must stay below ``ln(finfo(dtype).max)``."""
+        if positions.numel() == 0 or torch.compiler.is_compiling():
+            return
+        center = positions.shape[-2] // 2 if self.center is None else self.center
+        lo, hi = float(positions.amin()), float(positions.amax())
+        reach = max(abs(hi - center), abs(lo - center))
+        limit = math.log(torch.finfo(dtype).max) / math.log((1.0 + GAMMA) / GAMMA) * self.scale_base
+        if not reach < limit:
+            raise ValueError(f"xpos scale overflows {dtype}: positions {lo:g}..{hi:g} reach {reach:g} from center "
+                             f"{center} but {dtype} holds the scale only within {limit:.6g} "
+                             f"(~{limit / self.scale_base:.3g} * scale_base={self.scale_base:g}); use a larger "
+                             "scale_base, a center nearer the middle, shorter sequences or a wider dtype")
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if key_positions is not None and self.center is None:

@@ -249,6 +249,7 @@ def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...]
     content = content_of(pe, grid)
     with torch.no_grad():
         pos = pe(grid)
+        check_finite(pos, name, grid)
         if figure == "table":
             return _table_figure(pos, name, grid, content)
         if figure == "similarity":
@@ -258,10 +259,25 @@ def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...]
         if figure == "grow":
             if grow is None or len(grow) != len(grid):
                 raise ValueError(f"the grow figure needs grow= with one size per axis of grid {grid}, got {grow}")
+            check_finite(pe(tuple(grow)), name, tuple(grow))
             return _grow_figure(pe, pos, name, grid, tuple(grow))
         if figure == "heads":
             return _heads_figure(pos, name, grid, kind, content)
     raise ValueError(f"figure must be one of {FIGURES}, got {figure!r}")
+
+
+class NonFinite(ValueError):
+    """The encoding gave inf or NaN: a picture of it would show nothing true (``ndpe viz`` fails on it)."""
+
+
+def check_finite(pos: PosOut, name: str, grid: tuple[int, ...]) -> None:
+    """Refuse (:class:`NonFinite`, one line) an output with an inf or NaN value in any field."""
+    for field in FIELD_ORDER:
+        value = getattr(pos, field)
+        for t in value if isinstance(value, tuple) else (value,):
+            if isinstance(t, Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise NonFinite(f"{name}: the encoding's {field} has inf or NaN values on grid {grid}; no figure "
+                                "drawn (an option out of its working range?)")
 
 
 def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir: Path = Path("figures"),
@@ -286,6 +302,7 @@ def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir
     try:
         with torch.no_grad():
             pos = pe(grid)
+        check_finite(pos, name, grid)
         if all(getattr(pos, f) is None for f in FIELD_ORDER):
             print(f"{name}: the encoding outputs nothing; no figures")
             return []
@@ -295,6 +312,8 @@ def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir
         for figure in wanted:
             try:
                 fig = make_figure(figure, pe, grid, grow=grow, name=name)
+            except NonFinite:
+                raise
             except ValueError as err:  # the encoding refuses a larger grid
                 print(f"{name}: skipped the {figure} figure: {err}")
                 continue

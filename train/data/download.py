@@ -38,6 +38,9 @@ MARKER = ".ndpe-complete"
 # Limits sized for Speech Commands v2 (105,829 clips of <= 1 s 16-bit 16 kHz PCM, i.e. <= 3.4 GB, in 2.4 GB of .tar.gz).
 MAX_MEMBERS = 110_000
 MAX_BYTES = 4_000_000_000
+MAX_DEPTH = 64  # folders in one member's path (the datasets use 3)
+MAX_NAME_BYTES = 255  # one path component (NAME_MAX of ext4, APFS, NTFS)
+MAX_PATH_BYTES = 4000  # one member's whole path (below PATH_MAX, 4096)
 _CHUNK = 1 << 20
 
 
@@ -140,7 +143,38 @@ def _parts(member: tarfile.TarInfo) -> tuple[str, ...]:
         raise ValueError(f"unsafe tar member {name!r}: '..' in the path (expected a path inside the archive's folder)")
     if not parts and not member.isdir():
         raise ValueError(f"unsafe tar member {name!r}: a file without a name (expected a relative path)")
+    if len(parts) > MAX_DEPTH:
+        raise ValueError(f"unsafe tar member {name[:80]!r}...: {len(parts)} folders deep (at most {MAX_DEPTH})")
+    long = next((p for p in parts if len(os.fsencode(p)) > MAX_NAME_BYTES), None)
+    if long is not None:
+        raise ValueError(f"unsafe tar member {name[:80]!r}: a name of {len(os.fsencode(long))} bytes (at most "
+                         f"{MAX_NAME_BYTES}, the file systems' limit)")
+    if len(os.fsencode(name)) > MAX_PATH_BYTES:
+        raise ValueError(f"unsafe tar member {name[:80]!r}...: a path of {len(os.fsencode(name))} bytes (at most "
+                         f"{MAX_PATH_BYTES})")
     return parts
+
+
+def _check_layout(member: tarfile.TarInfo, parts: tuple[str, ...], seen: dict, target: Path) -> None:
+    """First-pass check that ``member`` fits the members before it and the target: no path that is both a file and
+    a folder, no file twice, no file over one already in ``target``. ``seen`` maps the paths so far to is-folder."""
+    for i in range(1, len(parts)):
+        if seen.setdefault(parts[:i], True) is False:
+            raise ValueError(f"unsafe tar member {member.name!r}: {'/'.join(parts[:i])!r} is a file earlier in the "
+                             "archive (a path cannot be a file and a folder)")
+    before = seen.get(parts)
+    if member.isdir():
+        if before is False:
+            raise ValueError(f"unsafe tar member {member.name!r}: a folder where the archive has a file")
+        seen[parts] = True
+        return
+    if before is not None:
+        what = "a second member with this path" if before is False else "a file where the archive has a folder"
+        raise ValueError(f"unsafe tar member {member.name!r}: {what} (expected each path once)")
+    seen[parts] = False
+    if os.path.lexists(os.path.join(target, *parts)):
+        raise ValueError(f"tar member {member.name!r}: {os.path.join(target, *parts)} already exists (extract into a "
+                         "fresh folder)")
 
 
 def _members(archive: Path, max_members: int, max_bytes: int):
@@ -200,8 +234,10 @@ def safe_extract(
     (:func:`extract_complete` does) when completeness matters.
     """
     archive, target = Path(archive), Path(target)
-    for _ in _members(archive, max_members, max_bytes):
-        pass
+    seen: dict[tuple[str, ...], bool] = {}
+    for _, member, parts in _members(archive, max_members, max_bytes):
+        _check_layout(member, parts, seen, target)
+    del seen
     target.mkdir(parents=True, exist_ok=True)
     root = os.path.realpath(target)
     for tar, member, parts in _members(archive, max_members, max_bytes):
