@@ -107,3 +107,13 @@ def test_fixture_fails_the_official_checksums(cifar_root):
     root, _, _ = cifar_root
     with pytest.raises(FileNotFoundError, match="corrupted"):
         build_dataset("cifar10", "test", root=str(root))
+
+
+def test_default_root_is_the_data_folder(fixture_loader, monkeypatch, tmp_path):
+    root, batches = fixture_loader
+    monkeypatch.setenv("NDPE_DATA", str(root))  # <data folder>/cifar-10-batches-py, as torchvision lays it out
+    assert len(build_dataset("cifar10", "test")) == TEST_SIZE
+    monkeypatch.setenv("NDPE_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"Fetch it with python -m train\.bench --config configs/bench/real\.yaml "
+                                                r"download=true"):
+        build_dataset("cifar10", "test")

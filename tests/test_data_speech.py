@@ -74,7 +74,7 @@ def test_twelve_classes_unknown_and_silence(tree):
 
 def test_items_are_log_mel_of_padded_clips(tree):
     root, _ = tree
-    data = build_dataset("speech_commands", "val", root=str(root))
+    data = build_dataset("speech_commands", "val", root=str(root), eval_noise=False)
     mel, label = data[0]
     assert mel.shape == (1, 64, 101) and mel.dtype == torch.float32 and label == CLASSES_12.index(data.items[0][0].split("/")[0])
     rel = data.items[0][0]
@@ -82,9 +82,51 @@ def test_items_are_log_mel_of_padded_clips(tree):
     reference = scipy.io.wavfile.read(root / rel)[1] / 32768.0
     np.testing.assert_allclose(wave[: len(reference)], reference, atol=1e-7)  # no augmentation off the train split
     assert (wave[len(reference) :] == 0).all() and len(wave) == SR  # zero-padded at the end to 1 s
-    longer = build_dataset("speech_commands", "val", root=str(root), duration=2.0)
+    longer = build_dataset("speech_commands", "val", root=str(root), duration=2.0, eval_noise=False)
     assert longer[0][0].shape == (1, 64, 201)
     assert torch.equal(data[0][0], data[0][0])  # val items are fixed
+
+
+@pytest.mark.parametrize("duration", [1.0, 2.0])
+def test_eval_clips_hold_the_keyword_at_a_random_offset_in_background_noise(tree, duration):
+    """Longer audio holds more audio: each val/test clip is the word, whole, at one offset, plus a background cut at
+    volume <= 0.1 (the training range) everywhere else; offsets differ between items; items are fixed."""
+    root, _ = tree
+    data = build_dataset("speech_commands", "test", root=str(root), duration=duration, silence_percent=0)
+    noises = [scipy.io.wavfile.read(p)[1] / 32768.0 for p in sorted((root / "_background_noise_").glob("*.wav"))]
+    peak = max(np.abs(n).max() for n in noises) * 0.1 + 1e-6  # the loudest background at the largest volume
+    starts = []
+    for i, (rel, _) in enumerate(data.items):
+        wave, word = data.waveform(i), scipy.io.wavfile.read(root / rel)[1] / 32768.0
+        assert len(wave) == int(duration * SR) and np.array_equal(wave, data.waveform(i))
+        fits = [s for s in range(len(wave) - len(word) + 1) if np.abs(wave[s:s + len(word)] - word).max() <= peak]
+        assert len(fits) == 1, (rel, fits[:5])  # the word is there once, whole, under noise at most `peak`
+        starts.append(fits[0])
+        outside = np.concatenate([wave[:fits[0]], wave[fits[0] + len(word):]])
+        assert np.abs(outside).max() <= peak and (outside.size == 0 or np.abs(outside).max() > 0)  # noise, not silence
+    assert len(set(starts)) > 1
+
+
+def test_eval_noise_needs_background_files(tmp_path):
+    write_tree(tmp_path / "sc")
+    for wav in (tmp_path / "sc" / "_background_noise_").glob("*.wav"):
+        wav.unlink()
+    with pytest.raises(FileNotFoundError, match="evaluation clips are placed in its noise"):
+        build_dataset("speech_commands", "val", root=str(tmp_path / "sc"), silence_percent=0)
+    assert len(build_dataset("speech_commands", "val", root=str(tmp_path / "sc"), silence_percent=0, eval_noise=False))
+
+
+def test_one_data_folder_holds_the_dataset_in_its_subfolder(tmp_path, monkeypatch):
+    write_tree(tmp_path / "data" / "speech_commands_v0.02")
+    direct = build_dataset("speech_commands", "test", root=str(tmp_path / "data" / "speech_commands_v0.02"), classes=35)
+    assert [r for r, _ in build_dataset("speech_commands", "test", root=str(tmp_path / "data"), classes=35).items] == \
+        [r for r, _ in direct.items]
+    monkeypatch.setenv("NDPE_DATA", str(tmp_path / "data"))  # the default data folder
+    assert len(build_dataset("speech_commands", "test", classes=35)) == len(direct)
+    monkeypatch.setenv("NDPE_DATA", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match=r"empty/speech_commands_v0\.02 .* fetch it with python -m train\.bench "
+                                                r"--config configs/bench/real\.yaml download=true"):
+        build_dataset("speech_commands", "test")
 
 
 def test_silence_is_background_noise_and_fixed_off_train(tree):

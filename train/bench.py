@@ -73,7 +73,8 @@ class BenchConfig:
     ray_address: str | None = None  # executor=ray: "auto", "ray://head:10001", ...; null starts a local Ray instance
     gpus_per_cell: float = 0.0  # executor=ray: GPUs each cell's task asks for (0: it sees none; 0.5: two per GPU)
     device: str = "cpu"  # cpu | cuda | auto
-    data_root: str | None = None  # where real datasets live
+    data_root: str | None = None  # the data folder of real datasets (each in its subfolder); null: $NDPE_DATA or ~/.cache/ndpe/data
+    download: bool = False  # fetch the real datasets the tasks need into data_root first (once, before any cell)
     train_items: int = 2048  # built-in datasets: items per training split
     items: dict = field(default_factory=dict)  # task -> training items (train_items otherwise)
     test_items: int = 256  # built-in datasets: items per test split and size
@@ -386,6 +387,18 @@ def data_jobs(cfg: BenchConfig) -> list[tuple]:
     return jobs
 
 
+def fetch_real(cfg: BenchConfig) -> None:
+    """Open (with ``download``: fetch) every real dataset the tasks read, in the driver before any cell, so that a
+    missing one is one error (with the command that fetches it) and the cells never download concurrently. With
+    the Ray executor on several machines, ``data_root`` must be a folder every worker sees."""
+    from .data import build_dataset
+
+    for name in dict.fromkeys(TASKS[t].dataset for t in cfg.tasks if TASKS[t].dataset in REAL):
+        print(f"{name}: {'fetching if missing' if cfg.download else 'checking'} in {cfg.data_root or 'the default data folder'}",
+              flush=True)
+        build_dataset(name, "test", root=cfg.data_root, download=cfg.download)
+
+
 def run_data_job(args: tuple) -> None:
     cfg, task_name, split, size, data_seed = args
     torch.set_num_threads(1)
@@ -532,7 +545,7 @@ def fmt_time(seconds: float) -> str:
 
 # what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
 SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "workers", "out_root", "executor", "ray_address",
-             "gpus_per_cell", "task_kinds", "why")
+             "gpus_per_cell", "task_kinds", "why", "download")
 
 
 def fingerprint(cfg: BenchConfig) -> str:
@@ -634,6 +647,8 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
             print(f"{progress} {what}: {rows[0].metric} {at} ({seconds:.0f} s) | {eta}", flush=True)
 
     try:
+        if todo:
+            fetch_real(cfg)
         data = data_jobs(cfg_w) if todo else []
         print(f"generating {len(data)} built-in datasets (cached in {executor.where_data(run_dir_w / 'data')})",
               flush=True)
@@ -759,8 +774,8 @@ def main(argv: list[str] | None = None) -> Path:
                             select=lambda rows: selected_rows(cfg, rows))
     try:
         return run(cfg, command)
-    except (ConfigError, ResultsError) as e:  # a run directory trained under other settings, a damaged results.csv
-        parser.error(str(e))
+    except (ConfigError, ResultsError, FileNotFoundError) as e:  # other settings, a damaged results.csv, no dataset
+        parser.error(" ".join(str(e).split()))
 
 
 if __name__ == "__main__":

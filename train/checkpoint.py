@@ -154,7 +154,7 @@ def _comparable(section: Any, name: str) -> Any:
     return section
 
 
-IGNORED = {"data": ("allow_import",)}
+IGNORED = {"data": ("allow_import", "download", "root")}
 
 
 def _diff(a: Any, b: Any, key: str):

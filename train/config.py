@@ -49,7 +49,8 @@ SEED_LIMIT = 2 ** 63  # seeds in [0, 2**63): torch, numpy and python all accept 
 @dataclass
 class DataConfig:
     name: str = "shapes"  # a name train.data.build_dataset knows
-    root: str | None = None  # where real datasets live (downloaded there)
+    root: str | None = None  # the data folder of on-disk datasets (each in its subfolder); null: $NDPE_DATA or ~/.cache/ndpe/data
+    download: bool = False  # fetch an on-disk dataset (CIFAR-10, Speech Commands) missing from root
     seed: int = 0  # seed of the built-in synthetic datasets
     train_split: str = "train"  # split trained on
     eval_split: str = "val"  # split evaluated on

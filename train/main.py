@@ -65,6 +65,8 @@ def build_data(cfg: Config, split: str, **opts) -> Dataset:
     if unknown:
         raise ConfigError(f"unknown data.options {unknown} for dataset {name!r}; valid options: "
                           f"{sorted(DATASETS[name].options)}")
+    if d.download and "download" in DATASETS[name].options:
+        opts.setdefault("download", True)
     return build_dataset(name, split, seed=d.seed, root=d.root, **opts)
 
 

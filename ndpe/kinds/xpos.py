@@ -142,10 +142,13 @@ class XPos(Encoding):
         return {"scale_base": 8.0}
 
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
-        """Refuse positions whose scale ``zeta_0 ** (|p - center| / scale_base)`` or its inverse overflows ``dtype``:
-        ``|p - center| * ln(1 / zeta_0) / scale_base`` must stay below ``ln(finfo(dtype).max)``."""
+        """Refuse positions whose scale ``zeta_0 ** (|p - center| / scale_base)`` or its inverse overflows ``dtype`` (or
+        float32, which the scales pass through): ``|p - center| * ln(1 / zeta_0) / scale_base`` must stay below
+        ``ln(finfo(dtype).max)``."""
         if positions.numel() == 0 or torch.compiler.is_compiling():
             return
+        if torch.finfo(dtype).max >= torch.finfo(torch.float32).max:
+            dtype = torch.float32  # the scales are returned in float32 first (a float64 output too)
         center = positions.shape[-2] // 2 if self.center is None else self.center
         lo, hi = float(positions.amin()), float(positions.amax())
         reach = max(abs(hi - center), abs(lo - center))

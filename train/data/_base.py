@@ -10,6 +10,9 @@ import torch
 from torch.utils.data import Dataset
 
 SPLITS = ("train", "val", "test")
+# how a user fetches the on-disk datasets (CIFAR-10, Speech Commands) into the data folder, named by their errors
+FETCH = ("python -m train.bench --config configs/bench/real.yaml download=true (the benchmark), or "
+         "python -m train.main ... data.download=true (one training run)")
 DEFAULT_SIZE = {"train": 8192, "val": 1024, "test": 1024}
 
 

@@ -33,7 +33,7 @@ import torchvision
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from ._base import check_min, check_split, default_root
+from ._base import FETCH, check_min, check_split, default_root
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 TorchvisionCIFAR10 = torchvision.datasets.CIFAR10  # looked up at call time (tests swap in a subclass with fixture md5s)
@@ -50,7 +50,8 @@ def transforms(*, augment: bool, image_size: int = 32) -> v2.Compose:
 
 
 class CIFAR10(Dataset):
-    """Items ``(float (3, S, S), int)``; ``root`` holds (or receives) ``cifar-10-batches-py/``.
+    """Items ``(float (3, S, S), int)``; ``root``, the data folder of every dataset (default ``$NDPE_DATA`` or
+    ``~/.cache/ndpe/data``), holds (or receives) ``cifar-10-batches-py/``.
 
     >>> transforms(augment=False)(np.zeros((32, 32, 3), np.uint8)).shape
     torch.Size([3, 32, 32])
@@ -64,15 +65,15 @@ class CIFAR10(Dataset):
     ):
         self.split, self.seed = check_split(split), int(seed)
         check_min("image_size", image_size, 8)
-        root = Path(root) if root is not None else default_root() / "cifar10"
+        root = Path(root) if root is not None else default_root()  # the data folder: <root>/cifar-10-batches-py
         base_class = globals()["TorchvisionCIFAR10"]
         try:
             self.base = base_class(str(root), train=split != "test", download=download)
         except RuntimeError as err:
             raise FileNotFoundError(
                 f"CIFAR-10 not found or corrupted under {root / base_class.base_folder}: expected the python version's files "
-                f"data_batch_1..5, test_batch and batches.meta (md5-checked). Pass download=True to fetch {base_class.url} "
-                f"(md5 {base_class.tgz_md5}), or extract that archive into {root}. ({err})"
+                f"data_batch_1..5, test_batch and batches.meta (md5-checked). Fetch it with {FETCH}; download=True fetches "
+                f"{base_class.url} (md5 {base_class.tgz_md5}); or extract that archive into {root}. ({err})"
             ) from err
         self.classes = tuple(self.base.classes)
         self.indices = np.arange(len(self.base))

@@ -1,6 +1,8 @@
 """Speech Commands v2 (Warden 2018) from its official layout, read without torchaudio.
 
-Layout under ``root`` (the archive's top level)::
+``root`` is the data folder that holds every dataset (default ``$NDPE_DATA`` or ``~/.cache/ndpe/data``); the
+archive is extracted into ``<root>/speech_commands_v0.02`` (:data:`FOLDER`). A ``root`` that is itself a complete
+extraction (it holds the marker below) is used as it is. Layout of that folder (the archive's top level)::
 
     <word>/<speaker>_nohash_<n>.wav    16 kHz mono 16-bit PCM, <= 1 s
     validation_list.txt                "<word>/<file>.wav" per line -> split "val"
@@ -15,11 +17,16 @@ the command count, as TensorFlow's ``input_data.py``) and ``_silence_`` (``silen
 of the command count, a random 1 s cut of a background file at volume U(0, 1)). As in
 TensorFlow's recipe, the background files are shared by all splits.
 
-Clips are padded with zeros at the end or cut to ``duration`` seconds. Training items
-(``augment``, default on for "train") shift the clip by up to +-100 ms and, with probability
-0.8, add a background cut at volume U(0, 0.1) (TensorFlow's defaults); this randomness comes
-from torch's RNG (so ``torch.manual_seed`` and DataLoader worker seeding make it
-reproducible), while val/test items are fixed by ``(seed, split, index)``. Item:
+Training items (``augment``, default on for "train") are padded with zeros at the end or cut to
+``duration`` seconds, shifted by up to +-100 ms and, with probability 0.8, mixed with a background cut
+at volume U(0, 0.1) (TensorFlow's recipe); this randomness comes from torch's RNG (so
+``torch.manual_seed`` and DataLoader worker seeding make it reproducible). Evaluation items (augment
+off: val, test) place the keyword at a random offset in a clip of ``duration`` seconds filled with a
+background cut of the dataset's own ``_background_noise_`` recordings at volume U(0, 0.1), the
+training range (``eval_noise=True``, default): so a longer clip holds more audio (more noise around the
+same keyword), not digital silence. ``eval_noise=False`` keeps the plain zero-padded clip. Both are
+fixed by ``(seed, split, index)``; the offset and the noise are drawn after the clip is chosen, so a
+clip's draws do not depend on ``duration`` beyond the offset range. Item:
 ``(float (1, 64, 1 + 100 * duration), int)``, the :class:`LogMel` of the clip standardised
 with the constants of ``train.data.tones`` (measured on synthetic tones; close enough to
 centre the inputs, re-measure for careful work).
@@ -36,7 +43,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ._base import check_choice, check_split, default_root
+from ._base import FETCH, check_choice, check_split, default_root
 from .audio_features import LogMel
 from .download import MARKER, MAX_BYTES, MAX_MEMBERS, download, extract_complete, file_lock, is_complete
 from .tones import LOG_MEL_MEAN, LOG_MEL_STD
@@ -54,6 +61,14 @@ WORDS_35 = (
     "sheila", "six", "stop", "three", "tree", "two", "up", "visual", "wow", "yes", "zero",
 )  # fmt: skip
 SHIFT_S, BACKGROUND_P, BACKGROUND_VOLUME = 0.1, 0.8, 0.1
+FOLDER = "speech_commands_v0.02"  # the dataset's folder inside the data folder
+
+
+def dataset_folder(root: str | Path | None) -> Path:
+    """Where the extraction lives for data folder ``root``: ``root`` itself if it is a complete extraction (it holds
+    the marker), else ``<root>/speech_commands_v0.02``; ``root=None`` is :func:`default_root`."""
+    base = Path(root) if root is not None else default_root()
+    return base if is_complete(base) else base / FOLDER
 
 
 def read_wav(path: str | Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
@@ -124,23 +139,31 @@ class SpeechCommands(Dataset):
     def __init__(
         self, split: str, *, seed: int = 0, root: str | None = None, classes: int = 12, duration: float = 1.0,
         download: bool = False, augment: bool | None = None, silence_percent: float = 10.0, unknown_percent: float = 10.0,
+        eval_noise: bool = True,
     ):
         check_choice("classes", classes, (12, 35))
         self.split, self.seed, self.duration = check_split(split), int(seed), float(duration)
-        self.root = Path(root) if root is not None else default_root() / "speech_commands_v0.02"
+        if not self.duration > 0:
+            raise ValueError(f"duration must be > 0 seconds, got {duration!r}")
+        self.root = dataset_folder(root)
         if not is_complete(self.root):
             if not download:
                 raise FileNotFoundError(
                     f"Speech Commands v2 not found complete under {self.root} (no {MARKER}, which is written only after a "
-                    f"verified extraction). Pass download=True to fetch {URL} (2.4 GB, sha256 {SHA256}), or, after extracting "
-                    f"that archive there yourself so that {self.root}/yes/*.wav, {self.root}/validation_list.txt and "
-                    f"{self.root}/testing_list.txt exist, create the empty file {self.root / MARKER}."
+                    f"verified extraction): fetch it with {FETCH}; download=True fetches {URL} (2.4 GB, sha256 "
+                    f"{SHA256}); or, after extracting that archive there yourself so that {self.root}/yes/*.wav, "
+                    f"{self.root}/validation_list.txt and {self.root}/testing_list.txt exist, create the empty file "
+                    f"{self.root / MARKER}."
                 )
-            download_speech_commands(self.root)
+            download_speech_commands(self.root, url=URL, sha256=SHA256)
+        self.eval_noise = bool(eval_noise)
         self.classes = self.classes_for(classes)
         self.num_classes = len(self.classes)
         self.augment = split == "train" if augment is None else bool(augment)
         self.items = self.index(silence_percent, unknown_percent)  # [(relpath | None, label)]
+        if not self.augment and self.eval_noise and not load_background(str(self.root)):
+            raise FileNotFoundError(f"{self.root / BACKGROUND} has no .wav files; evaluation clips are placed in its "
+                                    "noise (pass eval_noise=False for zero-padded clips)")
         self.featurizer = LogMel(sample_rate=SAMPLE_RATE)
 
     @staticmethod
@@ -196,6 +219,12 @@ class SpeechCommands(Dataset):
             rng = np.random.default_rng([zlib.crc32(b"speech_commands"), self.seed, index])
         if rel is None:  # _silence_
             return (rng.uniform(0, 1) * self.background(rng, num_samples)).astype(np.float32)
+        if not self.augment and self.eval_noise:  # the keyword at a random offset in a clip of background noise
+            word = read_wav(self.root / rel)[:num_samples]
+            start = int(rng.integers(0, num_samples - len(word) + 1))
+            clip = rng.uniform(0, BACKGROUND_VOLUME) * self.background(rng, num_samples)
+            clip[start:start + len(word)] += word
+            return np.clip(clip, -1, 1).astype(np.float32)
         clip = fit(read_wav(self.root / rel), num_samples)
         if self.augment:
             shift = int(rng.integers(-int(SHIFT_S * SAMPLE_RATE), int(SHIFT_S * SAMPLE_RATE) + 1))
