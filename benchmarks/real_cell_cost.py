@@ -21,23 +21,29 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from models import build_model
-from train.bench import CellSpec, load_bench_config, pe_config, train_config
-from train.main import build_optimizer
-from train.protocol import TASKS
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # reference models live in a checkout
+from models import build_model  # noqa: E402
+from train.bench import CellSpec, load_bench_config, train_config  # noqa: E402
+from train.main import build_optimizer  # noqa: E402
+from train.protocol import TASKS  # noqa: E402
 
 PRESET = Path(__file__).resolve().parents[1] / "configs" / "bench" / "real.yaml"
 ITEM = {"image/cifar10": (3, 32, 32), "audio/speech_commands": (1, 64, 101)}  # at the training size
 EVAL_ITEMS = {"image/cifar10": (5_000, 10_000), "audio/speech_commands": (4_360, 4_810)}  # (val, test per size)
 NUM_CLASSES = {"image/cifar10": 10, "audio/speech_commands": 12}
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA's H100 SXM datasheet (dense bf16)
-MFU = (0.40, 0.10)  # the model FLOPs utilisation assumed for the GPU estimate: a good and a poor case
+# Assumptions of the GPU estimate (no GPU was measured): the model FLOPs utilisation a 192-wide, 6-block model reaches
+# (small matmuls: far below a large model's 40 %), and the per-step floor of ~500 kernel launches (forward, backward,
+# AdamW) at ~10 us each; data is made by the cell's one process (data.num_workers=0), at the speed measured here.
+GPU_MFU, GPU_STEP_FLOOR_S = 0.10, 0.005
+DATA_WORKERS = (0, 8)  # the preset's data_workers: 0 (its default) and 8 (what a GPU user sets)
 
 
 def item_shape(task: str, size) -> tuple[int, ...]:
@@ -129,13 +135,62 @@ def data_seconds_per_item(task: str, n: int = 64) -> float:
     return (time.perf_counter() - start) / n
 
 
+def passes_total(task: str, kind: str, cfg) -> int:
+    """Items evaluated by one cell: val at the training size, test at every size (rope: its variants beyond it)."""
+    t, (val_n, test_n) = TASKS[task], EVAL_ITEMS[task]
+    variants = 1 + (len(cfg.rope_variants) if kind == "rope" else 0)
+    return val_n + sum(test_n * (variants if float(size) > float(t.train_size) else 1) for size in t.test_sizes)
+
+
+def estimate(measured: dict) -> dict:
+    """Hours per cell and for the whole preset: on the CPU measured, on one H100 (the assumptions above), and on a Ray
+    cluster of G GPUs (cells are independent: the preset's GPU hours / G, never less than one cell)."""
+    p = measured["preset"]
+    out = {}
+    for task, per_task in measured["tasks"].items():
+        data_s = per_task["data_s_per_item"]
+        for kind, m in per_task.items():
+            if kind == "data_s_per_item":
+                continue
+            items = p["steps"] * p["batch_size"] + m["eval_passes"]
+            cpu_h = (p["steps"] * m["step_s"] + m["eval_s"] + items * data_s) / 3600
+            gpu_step = max(m["step_gflops"] * 1e9 / (H100_BF16_DENSE * GPU_MFU), GPU_STEP_FLOOR_S)
+            compute_s = p["steps"] * gpu_step + m["eval_pflops"] * 1e15 / (H100_BF16_DENSE * GPU_MFU)
+            # data_workers=0: the cell's process makes each batch, then computes; w workers: both overlap
+            gpu_h = {w: (compute_s + items * data_s if w == 0 else max(compute_s, items * data_s / w)) / 3600
+                     for w in DATA_WORKERS}
+            out[f"{task} {kind}"] = {"cpu_h": round(cpu_h, 1), "gpu_compute_h": round(compute_s / 3600, 2),
+                                     **{f"gpu_h_data_workers_{w}": round(h, 2) for w, h in gpu_h.items()}}
+    cells, tasks = p["cells_per_task"], list(measured["tasks"])
+
+    def total(key: str) -> float:  # every cell of a task costs what its most expensive measured kind costs
+        return sum(max(v[key] for k, v in out.items() if k.startswith(t)) * cells for t in tasks)
+
+    preset = {"cells": cells * len(tasks), "cpu_h": round(total("cpu_h")), "ray_64_cpus_h": round(total("cpu_h") / 64, 1)}
+    for w in DATA_WORKERS:
+        key = f"gpu_h_data_workers_{w}"
+        longest = max(v[key] for v in out.values())
+        preset[f"one_h100_{key}"] = round(total(key), 1)
+        preset[f"ray_8_h100s_{key}"] = round(max(total(key) / 8, longest), 1)
+    out["preset"] = preset
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=12, help="timed optimizer steps per cell (after 2 warm-up)")
     parser.add_argument("--kinds", nargs="+", default=["none", "rope"])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--estimate", type=Path, default=None,
+                        help="recompute the estimates of a measurement JSON (written back into it), measuring nothing")
     args = parser.parse_args(argv)
+    if args.estimate:
+        measured = json.loads(args.estimate.read_text())
+        measured["estimate"] = estimate(measured)
+        print(json.dumps(measured["estimate"], indent=1))
+        args.estimate.write_text(json.dumps(measured, indent=1) + "\n")  # the measurement with today's estimate
+        return measured
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_bench_config(PRESET, [])
@@ -160,18 +215,13 @@ def main(argv=None) -> dict:
                 passes = test_n * (variants if float(size) > float(t.train_size) else 1)
                 passes += val_n if size == t.train_size else 0
                 eval_s, eval_flops = eval_s + s * passes, eval_flops + f * passes
-            train_items = cfg.default_steps * cfg.batch_size
-            cpu_s = cfg.default_steps * step_s + eval_s + train_items * per_task["data_s_per_item"]
-            total_flops = cfg.default_steps * step_flops + eval_flops
-            per_task[kind] = {
-                "step_s": round(step_s, 4), "step_gflops": round(step_flops / 1e9, 2),
-                "eval_s": round(eval_s, 1), "cell_cpu_h": round(cpu_s / 3600, 2),
-                "cell_pflops": round(total_flops / 1e15, 3),
-                "cell_gpu_min": [round(total_flops / (H100_BF16_DENSE * m) / 60, 2) for m in MFU]}
-            print(f"{task} {kind}: {step_s * 1e3:.0f} ms/step ({step_flops / 1e9:.1f} GFLOP), eval {eval_s:.0f} s, "
-                  f"one cell {cpu_s / 3600:.1f} h on this CPU; {total_flops / 1e15:.2f} PFLOP = "
-                  f"{total_flops / (H100_BF16_DENSE * MFU[0]) / 60:.1f}-{total_flops / (H100_BF16_DENSE * MFU[1]) / 60:.1f}"
-                  " GPU-min on an H100 at 40-10 % MFU", flush=True)
+            per_task[kind] = {"step_s": round(step_s, 4), "step_gflops": round(step_flops / 1e9, 2),
+                              "eval_s": round(eval_s, 1), "eval_passes": passes_total(task, kind, cfg),
+                              "eval_pflops": round(eval_flops / 1e15, 4)}
+            print(f"{task} {kind}: {step_s * 1e3:.0f} ms/step ({step_flops / 1e9:.1f} GFLOP), eval {eval_s:.0f} s "
+                  f"({eval_flops / 1e12:.0f} TFLOP)", flush=True)
+    out["estimate"] = estimate(out)
+    print(json.dumps(out["estimate"], indent=1))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return out

@@ -75,6 +75,7 @@ class BenchConfig:
     device: str = "cpu"  # cpu | cuda | auto
     data_root: str | None = None  # the data folder of real datasets (each in its subfolder); null: $NDPE_DATA or ~/.cache/ndpe/data
     download: bool = False  # fetch the real datasets the tasks need into data_root first (once, before any cell)
+    data_workers: int = 0  # DataLoader worker processes per cell (real datasets on a GPU: 4-8, else data-bound)
     train_items: int = 2048  # built-in datasets: items per training split
     items: dict = field(default_factory=dict)  # task -> training items (train_items otherwise)
     test_items: int = 256  # built-in datasets: items per test split and size
@@ -130,6 +131,8 @@ def check_numbers(cfg: BenchConfig) -> None:
     if built_in and (cfg.test_items < 1 or any(int(cfg.items.get(t, cfg.train_items)) < 1 for t in built_in)):
         raise ConfigError(f"train_items, items and test_items must be >= 1 for the built-in tasks {built_in}, got "
                           f"train_items={cfg.train_items}, test_items={cfg.test_items}")
+    if cfg.data_workers < 0:
+        raise ConfigError(f"config key data_workers must be >= 0, got {cfg.data_workers!r}")
     if cfg.warmup_steps < 0:
         raise ConfigError(f"config key warmup_steps must be >= 0, got {cfg.warmup_steps!r}")
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
@@ -364,6 +367,7 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
     lr = cell.lr or float(cfg.lrs.get(task.name, cfg.lr))
     raw = {
         "data": {"name": "train.bench:bench_dataset", "root": cfg.data_root, "seed": cell.data_seed,
+                 "num_workers": cfg.data_workers,
                  "options": data_options(cfg, task, run_dir), "eval_split": "val"},
         "model": model,
         "optim": {"lr": lr, "warmup_steps": min(cfg.warmup_steps, steps // 5),
@@ -550,6 +554,8 @@ SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "workers", "out_ro
 
 def fingerprint(cfg: BenchConfig) -> str:
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
+    if not fields["data_workers"]:  # the key is newer than the committed runs: its default leaves them as they were
+        del fields["data_workers"]
     if cfg.lr_file:  # the choices it holds, not only its path: a rewritten file is other settings
         fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items() if t in cfg.tasks)
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

@@ -342,7 +342,7 @@ def evaluate_model(model: nn.Module, cfg: Config, *, split: str | None = None, b
     """Metrics of ``model`` on ``cfg``'s dataset rebuilt with ``data_opts`` (e.g. ``image_size=64``)."""
     dataset = build_data(cfg, split or cfg.data.eval_split, **data_opts)
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    loader = eval_loader(dataset, batch_size or cfg.train.eval_batch_size or cfg.train.batch_size)
+    loader = eval_loader(dataset, batch_size or cfg.train.eval_batch_size or cfg.train.batch_size, cfg.data.num_workers)
     return evaluate(model.to(device), loader, task=dataset.task, device=device, amp=cfg.train.amp,
                     regress_loss=cfg.train.loss)
 
