@@ -154,6 +154,17 @@ def test_a_task_model_overrides_the_preset_model(tmp_path):
     assert (model.dim, model.depth, model.heads) == (64, 3, cfg.heads)
 
 
+def test_data_workers_reach_the_cells_loaders_and_only_change_the_fingerprint_when_set(tmp_path):
+    from train.protocol import TASKS
+
+    cell = bench.CellSpec(task="text/copy", kind="rope", seed=0, data_seed=0)
+    plain, workers = tiny(tmp_path), tiny(tmp_path, "data_workers=3")
+    assert bench.train_config(workers, TASKS["text/copy"], cell, tmp_path).data.num_workers == 3
+    assert bench.train_config(plain, TASKS["text/copy"], cell, tmp_path).data.num_workers == 0
+    assert bench.fingerprint(workers) != bench.fingerprint(plain)
+    assert bench.fingerprint(tiny(tmp_path, "download=true")) == bench.fingerprint(plain)  # how to run, not what
+
+
 def test_the_header_gives_each_kinds_option_values_for_the_run_grids(tmp_path):
     """CoPE's max_pos covers the largest test sequence of this run (3 x 8 tokens at 2L), shown as a value."""
     cfg = tiny(tmp_path, "kinds=[cope]")
