@@ -263,10 +263,21 @@ def test_second_run_into_a_finished_out_dir_is_refused_and_the_first_kept(finish
     assert _files(run) == before  # the first run's checkpoint, log and config, byte for byte
 
 
-def test_overwrite_starts_afresh_with_a_fresh_log(finished):
+def test_overwrite_starts_afresh_with_a_fresh_log(finished, monkeypatch):
     import json
 
+    import train.main as tm
+
     run, before = finished
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as m:  # killed before its first checkpoint: nothing of the replaced run is left to mix in
+        m.setattr(tm, "train_one_epoch", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            train_main(load_config(None, [*RUN, f"train.out_dir={run}", "train.overwrite=true"]))
+    assert not (run / "checkpoint.pt").exists() and not (run / "log.jsonl").exists()
     train_main(load_config(None, [*RUN, f"train.out_dir={run}", "train.overwrite=true", "model.dim=32"]))
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r.get("phase") == "epoch"] == [2]  # one run's records, not two

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,10 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
     t = cfg.train
     out_dir = Path(t.out_dir)
     check_out_dir(out_dir, t)  # before anything is built, so a refused run leaves no trace
-    if t.overwrite and not t.resume and dist.is_main():
-        (out_dir / "log.jsonl").unlink(missing_ok=True)  # a fresh start begins a fresh log
+    if t.overwrite and not t.resume and dist.is_main():  # a fresh start: nothing of the replaced run is mixed in
+        for name in RUN_FILES:
+            (out_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(out_dir / "tb", ignore_errors=True)
     log = JsonlLogger(out_dir / "log.jsonl", tensorboard=t.tensorboard)
 
     try:
