@@ -106,6 +106,60 @@ def test_recipe_eva_with_ndpe_rope(img_size, rotate_half):
     assert (unscaled - ref).abs().max() > 100 * (out - ref).abs().max()  # ~1e-4 apart: the test can tell
 
 
+# ---- timm's grid_indexing="xy" (its vit_*_rope_* models) ------------------------------------------------------------
+
+@pytest.mark.parametrize("grid", [(3, 5), (4, 4), (7, 2), (1, 6)], ids=str)
+@pytest.mark.parametrize("grid_type", ["index", "pixel", "centered"])
+@pytest.mark.parametrize("rotate_half", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_grid_indexing_xy_equals_timm(grid, grid_type, rotate_half, dtype):
+    from timm.layers import RotaryEmbeddingCat
+
+    if grid_type == "pixel" and 1 in grid:
+        pytest.skip("a 1-long axis: ndpe's pixel coordinate is 0 there, timm's linspace(-1, 1, 1) gives -1")
+    peer = RotaryEmbeddingCat(dim=32, temperature=100.0, in_pixels=False, grid_indexing="xy", grid_type=grid_type,
+                              rotate_half=rotate_half)
+    pe = ndpe.make(dims=2, kind="rope", dim=32, theta=100.0, coords=grid_type, grid_indexing="xy",
+                   pairing="half" if rotate_half else "interleaved")
+    ref = peer.get_embed(shape=list(grid)).to(dtype)
+    ours = NdpeEvaRope(pe).get_embed(grid).to(dtype)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=2e-6 if dtype == torch.float32 else 2 ** -8)  # bf16: 1 ulp
+    ij = NdpeEvaRope(ndpe.make(dims=2, kind="rope", dim=32, theta=100.0, coords=grid_type, pairing=pe.pairing))
+    if grid[0] > 1:  # ij rotates other channels by the rows: the test can tell the two layouts apart
+        assert not torch.allclose(ij.get_embed(grid).to(dtype), ref, atol=1e-3)
+
+
+def test_grid_indexing_xy_3d_swaps_only_the_first_two_blocks():
+    xy = ndpe.make(dims=3, kind="rope", dim=36, axis_dims=(4, 8, 6), grid_indexing="xy")((2, 3, 4)).rot[0][0]
+    ij = ndpe.make(dims=3, kind="rope", dim=36, axis_dims=(4, 8, 6))((2, 3, 4)).rot[0][0]  # blocks 2 | 4 | 3 freqs
+    torch.testing.assert_close(xy, torch.cat([ij[:, 2:6], ij[:, :2], ij[:, 6:]], -1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kwargs, match", [({"dims": 1}, "needs dims >= 2"), ({"grid_indexing": "yx"}, "one of"),
+                                           ({"mrope_section": (4, 6, 6), "dims": 3}, "no mrope_section")])
+def test_grid_indexing_refusals(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ndpe.make(kind="rope", dim=64, **{"dims": 2, "grid_indexing": "xy", **kwargs})
+
+
+@pytest.mark.parametrize("img_size", [64, 96])
+def test_vit_rope_model_with_ndpe_rope(img_size):
+    """timm's vit_small_patch16_rope_224 (RoPE-ViT, xy indexing, temperature 100) with its rope swapped for ndpe's."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_small_patch16_rope_224", pretrained=False, img_size=img_size, depth=2,
+                              num_classes=10).eval()
+    pe = ndpe.make(dims=2, kind="rope", dim=384, heads=6, theta=100.0, pairing="interleaved", grid_indexing="xy")
+    x = torch.randn(2, 3, img_size, img_size)
+    with torch.no_grad():
+        ref = model(x)
+        model.rope = NdpeEvaRope(pe)
+        out = model(x)
+        model.rope = NdpeEvaRope(ndpe.make(dims=2, kind="rope", dim=384, heads=6, theta=100.0, pairing="interleaved"))
+        ij = model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    assert (ij - ref).abs().max() > 100 * (out - ref).abs().max()
+
+
 # ---- recipe (b): timm VisionTransformer with ndpe's rope or alibi (docs/integrations.md) ---------------------------
 
 class NdpeAttention(Attention):

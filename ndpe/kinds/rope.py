@@ -7,7 +7,11 @@ Conventions:
   3 x 20 channels and leaves 4 unrotated.
 - Axis order ``ij``: axis 0 = rows (frames in 3D) owns the first ``axis_dims[0] / 2`` frequencies
   of the ``rot_dim / 2``, then axis 1, ... Frequency ``j`` of axis ``a`` is
-  ``theta_a ** (-2j / d_a)`` and its angle is ``coord_a * freq``.
+  ``theta_a ** (-2j / d_a)`` and its angle is ``coord_a * freq``. ``grid_indexing="xy"`` (timm's
+  ``RotaryEmbeddingCat(grid_indexing="xy")``, which its ``vit_*_rope_*`` models use) swaps the channel
+  blocks of the first two axes: axis 1 (columns) owns the first frequencies, then axis 0, then axis 2.
+  Grids, coordinates, ``axis_dims``, ``theta`` and scaling stay in ``ij`` order (per grid axis);
+  only which channels each axis rotates changes (timm: "only the coordinate channel order changes").
 - Pairing. ``"half"`` (default; HF / GPT-NeoX ``rotate_half``, timm ``rotate_half=True``):
   frequency ``i`` rotates channels ``(i, i + rot_dim / 2)``. ``"interleaved"`` (RoFormer,
   rotary-embedding-torch, timm's default): it rotates ``(2i, 2i + 1)``. Same rotation up to a
@@ -60,7 +64,7 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_bool, check_pairing, per_axis
+from ..checks import check_bool, check_choice, check_pairing, per_axis
 from ..contract import PosOut
 from ..registry import register
 from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, RopeScaling, axial_inv_freq,
@@ -112,6 +116,7 @@ class RoPE(Encoding):
             short_factor, long_factor: the type's Hugging Face options, see :class:`ndpe.RopeScaling`.
         mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
         mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
+        grid_indexing: ``"ij"`` (default: axis 0's channels first) or ``"xy"`` (timm's: axis 1's first).
     """
 
     takes_key_positions = True  # refuses options that cannot decode
@@ -128,8 +133,15 @@ class RoPE(Encoding):
                  attention_factor: float | None = None, truncate: bool = True,
                  low_freq_factor: float = LOW_FREQ_FACTOR, high_freq_factor: float = HIGH_FREQ_FACTOR,
                  short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None,
-                 mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False):
+                 mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False,
+                 grid_indexing: str = "ij"):
         super().__init__(dims=dims, dim=dim, heads=heads)
+        self.grid_indexing = check_choice(grid_indexing, "grid_indexing", ("ij", "xy"))
+        if grid_indexing == "xy" and (dims < 2 or mrope_section is not None):
+            raise ValueError("grid_indexing='xy' swaps the channel blocks of the first two axes: it needs dims >= 2 "
+                             f"and no mrope_section, got dims={dims}, mrope_section={mrope_section!r}")
+        # the axis whose frequencies fill each channel block, in channel order
+        self.block_axes = (1, 0, *range(2, dims)) if grid_indexing == "xy" else tuple(range(dims))
         self.mrope_section, self.mrope_interleaved = self._check_mrope(mrope_section, mrope_interleaved, axis_dims)
         if self.mrope_section is not None:
             axis_dims = tuple(2 * n for n in self.mrope_section)
@@ -264,6 +276,6 @@ class RoPE(Encoding):
             m = self.attn_factor[a]
             cos_axes.append(angle.cos() * m if m != 1.0 else angle.cos())
             sin_axes.append(angle.sin() * m if m != 1.0 else angle.sin())
-        cos = torch.cat(cos_axes, dim=-1).float()  # (..., N, rot_dim / 2)
-        sin = torch.cat(sin_axes, dim=-1).float()
+        cos = torch.cat([cos_axes[a] for a in self.block_axes], dim=-1).float()  # (..., N, rot_dim / 2)
+        sin = torch.cat([sin_axes[a] for a in self.block_axes], dim=-1).float()
         return PosOut(rot=(rearrange(cos, pattern), rearrange(sin, pattern)), pairing=self.pairing)
