@@ -60,6 +60,7 @@ def test_ray_rows_equal_the_local_pool(ray_instance, tmp_path, capsys):
     assert bench.fingerprint(cfg) == bench.fingerprint(tiny(tmp_path / "local"))
 
 
+@pytest.mark.slow  # 42 s alone, but up to 10 minutes beside the other test worker: Ray notices the dead worker late
 def test_a_killed_worker_is_retried_and_its_cell_written_once(ray_instance, tmp_path):
     marker = tmp_path / "killed-once"
 
