@@ -66,6 +66,21 @@ def axial_inv_freq(dim: int, theta: float | Tensor, *, device=None, dtype=torch.
     return theta ** (-exponent)
 
 
+def pixel_inv_freq(dim: int, max_res: float, *, linear: bool = False, device=None, dtype=torch.float64) -> Tensor:
+    """Pixel bands for coordinates in ``[-1, 1]``, shape ``(dim // 2,)``: ``pi * 2 ** linspace(0, log2(max_res) - 1)``
+    (timm's ``pixel_freq_bands``, its default log spacing) or, with ``linear``, ``pi * linspace(1, max_res / 2)``
+    (timm ``linear_bands=True``; rotary-embedding-torch ``freqs_for="pixel"``, ``max_freq=max_res``). The fastest
+    band turns ``max_res / 2`` half-turns over the unit: the Nyquist rate of a ``max_res``-pixel image.
+
+    >>> [round(f / math.pi, 3) for f in pixel_inv_freq(6, 16.0).tolist()]   # 2 ** (0, 1.5, 3)
+    [1.0, 2.828, 8.0]
+    """
+    n = dim // 2
+    if linear:
+        return torch.linspace(1.0, max_res / 2, n, device=device, dtype=dtype) * math.pi
+    return 2 ** torch.linspace(0.0, math.log2(max_res) - 1, n, device=device, dtype=dtype) * math.pi
+
+
 def ntk_exponent(dim: int) -> float:
     """``d / (d - 2)``: the power of the scale that NTK-aware scaling puts on the base."""
     if dim <= 2:

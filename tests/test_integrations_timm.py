@@ -129,6 +129,26 @@ def test_grid_indexing_xy_equals_timm(grid, grid_type, rotate_half, dtype):
         assert not torch.allclose(ij.get_embed(grid).to(dtype), ref, atol=1e-3)
 
 
+@pytest.mark.parametrize("grid", [(3, 5), (4, 4), (6, 2)], ids=str)
+@pytest.mark.parametrize("linear_bands", [False, True])
+@pytest.mark.parametrize("max_res", [224, 32])
+@pytest.mark.parametrize("grid_indexing", ["ij", "xy"])
+def test_pixel_bands_equal_timm_in_pixels(grid, linear_bands, max_res, grid_indexing):
+    """timm's in_pixels=True (its default): pixel bands on a pixel grid; angles reach pi * max_res / 2 at the edges."""
+    from timm.layers import RotaryEmbeddingCat
+
+    peer = RotaryEmbeddingCat(dim=32, in_pixels=True, max_res=max_res, linear_bands=linear_bands,
+                              grid_indexing=grid_indexing)
+    pe = ndpe.make(dims=2, kind="rope", dim=32, coords="pixel", max_res=max_res, linear_bands=linear_bands,
+                   grid_indexing=grid_indexing, pairing="interleaved")
+    ref = peer.get_embed(shape=list(grid))
+    ours = NdpeEvaRope(pe).get_embed(grid)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=2e-4)  # timm's bands and angles in float32 (up to ~350 rad)
+    other = NdpeEvaRope(ndpe.make(dims=2, kind="rope", dim=32, coords="pixel", max_res=max_res,
+                                  linear_bands=not linear_bands, grid_indexing=grid_indexing, pairing="interleaved"))
+    assert (other.get_embed(grid) - ref).abs().max() > 0.1  # the other spacing is visibly different
+
+
 def test_grid_indexing_xy_3d_swaps_only_the_first_two_blocks():
     xy = ndpe.make(dims=3, kind="rope", dim=36, axis_dims=(4, 8, 6), grid_indexing="xy")((2, 3, 4)).rot[0][0]
     ij = ndpe.make(dims=3, kind="rope", dim=36, axis_dims=(4, 8, 6))((2, 3, 4)).rot[0][0]  # blocks 2 | 4 | 3 freqs

@@ -6,19 +6,19 @@ timm ``RotaryEmbeddingCat(dim=D, in_pixels=False, temperature=T, grid_type=G, ro
     ``temperature=T``                    == ``theta=T``
     ``grid_type`` index / pixel / centered == ``coords`` of the same name (pixel: we give 0, timm -1 when n = 1)
     ``rotate_half=True`` / ``False``       == ``pairing="half"`` / ``"interleaved"``
-    ``grid_indexing="ij"``                 == our only axis order (timm's ``"xy"`` swaps the first two axes)
+    ``grid_indexing="ij"`` / ``"xy"``      == ``grid_indexing=`` of the same name (tests/test_integrations_timm.py)
     ``ref_feat_shape=R`` (EVA resize)      == ``scaling="linear", scale=feat_shape / R`` per axis
     timm rotates every channel of ``x``: we compare on the first ``rot_dim`` channels.
-    Not expressible: ``in_pixels=True`` (linear/log "pixel" bands ``linspace(1, max_res / 2) * pi``
-    instead of a geometric ``theta`` series).
+    ``in_pixels=True, max_res=R, linear_bands=L`` == ``max_res=R, linear_bands=L`` (pixel bands).
 rotary-embedding-torch ``RotaryEmbedding(dim=d, theta=T)``:
     ``rotate_queries_or_keys(q)`` (1D)    == ``dims=1, axis_dims=(d,), theta=T, pairing="interleaved"``
                                             (their ``start_index=0``: the first d channels rotate, as ours)
     ``get_axial_freqs(*grid)`` + ``apply_rotary_emb`` == ``axis_dims=(d,) * dims`` (one d for every axis)
     ``interpolate_factor=s``              == ``scaling="linear", scale=s``
     ``theta_rescale_factor=s``            == ``scaling="ntk", scale=s`` (``theta * s ** (d / (d - 2))``)
-    Not expressible: ``freqs_for="pixel"`` (linear bands times pi; its axial grid is ``linspace(-1, 1)``
-    like our ``coords="pixel"``), ``freqs_for="constant"``, ``use_xpos`` (xPos decay), learned freqs.
+    ``freqs_for="pixel", max_freq=R``     == ``coords="pixel", max_res=R, linear_bands=True`` (its axial grid is
+                                            ``linspace(-1, 1)``, our ``coords="pixel"``)
+    Not expressible: ``freqs_for="constant"``, learned freqs (``use_xpos`` is the ``xpos`` kind).
     Their positions are built in the input's dtype: the equality is pinned in float32.
 """
 from __future__ import annotations
@@ -91,6 +91,29 @@ def test_equals_rotary_embedding_torch_1d(d, head_dim, interpolate, rescale, sca
     scale = interpolate if scaling == "linear" else rescale if scaling == "ntk" else None
     mine = ours(q, (40,), axis_dims=(d,), theta=500.0, pairing="interleaved", scaling=scaling, scale=scale)
     torch.testing.assert_close(mine, peer.rotate_queries_or_keys(q), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("grid", [(4, 6), (6, 4), (2, 3, 5)])
+@pytest.mark.parametrize("max_freq", [10, 64])
+def test_pixel_bands_equal_rotary_embedding_torch(grid, max_freq):
+    d = 8
+    peer = RotaryEmbedding(dim=d, freqs_for="pixel", max_freq=max_freq)
+    freqs = peer.get_axial_freqs(*grid).reshape(math.prod(grid), -1)
+    q = torch.randn(2, 3, math.prod(grid), d * len(grid) + 4)
+    ref = apply_rotary_emb(freqs, q)
+    mine = ours(q, grid, axis_dims=(d,) * len(grid), pairing="interleaved", coords="pixel", max_res=float(max_freq),
+                linear_bands=True)
+    torch.testing.assert_close(mine, ref, rtol=0, atol=1e-4)  # its angles in float32, up to pi * 32 rad
+    theta = ours(q, grid, axis_dims=(d,) * len(grid), pairing="interleaved", coords="pixel")
+    assert (theta - ref).abs().max() > 0.1  # theta's series is another encoding: the test can tell
+
+
+@pytest.mark.parametrize("opts, match", [({"linear_bands": True}, "needs max_res"), ({"max_res": 0.5}, "max_res must be"),
+                                         ({"max_res": 64, "theta": 100.0}, "takes no theta"),
+                                         ({"max_res": 64, "scaling": "linear", "scale": 2.0}, "takes no theta, scaling")])
+def test_pixel_band_refusals(opts, match):
+    with pytest.raises(ValueError, match=match):
+        ndpe.make(dims=2, kind="rope", dim=32, **opts)
 
 
 @pytest.mark.parametrize("grid", [(4, 6), (6, 4), (2, 3, 4)])

@@ -12,6 +12,10 @@ Conventions:
   blocks of the first two axes: axis 1 (columns) owns the first frequencies, then axis 0, then axis 2.
   Grids, coordinates, ``axis_dims``, ``theta`` and scaling stay in ``ij`` order (per grid axis);
   only which channels each axis rotates changes (timm: "only the coordinate channel order changes").
+- Pixel bands (``max_res=R``, timm's ``in_pixels=True``): for coordinates in ``[-1, 1]``
+  (``coords="pixel"``) the frequencies of every axis are ``pi * 2 ** linspace(0, log2(R) - 1, d_a / 2)``
+  (``linear_bands=True``: ``pi * linspace(1, R / 2, d_a / 2)``, rotary-embedding-torch's
+  ``freqs_for="pixel"``) instead of ``theta_a ** (-2j / d_a)``.
 - Pairing. ``"half"`` (default; HF / GPT-NeoX ``rotate_half``, timm ``rotate_half=True``):
   frequency ``i`` rotates channels ``(i, i + rot_dim / 2)``. ``"interleaved"`` (RoFormer,
   rotary-embedding-torch, timm's default): it rotates ``(2i, 2i + 1)``. Same rotation up to a
@@ -64,11 +68,11 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice, check_pairing, per_axis
+from ..checks import check_bool, check_choice, check_number, check_pairing, per_axis
 from ..contract import PosOut
 from ..registry import register
 from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, RopeScaling, axial_inv_freq,
-                       dynamic_ntk_theta, longrope_inv_freq, rope_scaling)
+                       dynamic_ntk_theta, longrope_inv_freq, pixel_inv_freq, rope_scaling)
 
 def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None) -> tuple[int, ...]:
     """Rotary channels per axis: checked ``axis_dims`` or the default equal even split of ``head_dim``."""
@@ -117,6 +121,10 @@ class RoPE(Encoding):
         mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
         mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
         grid_indexing: ``"ij"`` (default: axis 0's channels first) or ``"xy"`` (timm's: axis 1's first).
+        max_res: pixel bands instead of theta's series (timm ``in_pixels=True, max_res=``; for ``coords="pixel"``):
+            :func:`ndpe.scaling.pixel_inv_freq`, log-spaced up to ``pi * max_res / 2`` on every axis.
+        linear_bands: linearly spaced pixel bands (timm ``linear_bands=True``; rotary-embedding-torch
+            ``freqs_for="pixel"``); needs ``max_res``.
     """
 
     takes_key_positions = True  # refuses options that cannot decode
@@ -134,8 +142,16 @@ class RoPE(Encoding):
                  low_freq_factor: float = LOW_FREQ_FACTOR, high_freq_factor: float = HIGH_FREQ_FACTOR,
                  short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None,
                  mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False,
-                 grid_indexing: str = "ij"):
+                 grid_indexing: str = "ij", max_res: float | None = None, linear_bands: bool = False):
         super().__init__(dims=dims, dim=dim, heads=heads)
+        self.max_res = None if max_res is None else check_number(max_res, "max_res", low=1.0, inclusive=False)
+        self.linear_bands = check_bool(linear_bands, "linear_bands")
+        if linear_bands and max_res is None:
+            raise ValueError("linear_bands=True spaces pixel bands: it needs max_res= (e.g. max_res=224)")
+        if max_res is not None and (mrope_section is not None or scaling is not None or theta != 10000.0):
+            raise ValueError("max_res= sets pixel bands (timm in_pixels=True) in place of theta's series: it takes no "
+                             f"theta, scaling or mrope_section, got theta={theta!r}, scaling={scaling!r}, "
+                             f"mrope_section={mrope_section!r}")
         self.grid_indexing = check_choice(grid_indexing, "grid_indexing", ("ij", "xy"))
         if grid_indexing == "xy" and (dims < 2 or mrope_section is not None):
             raise ValueError("grid_indexing='xy' swaps the channel blocks of the first two axes: it needs dims >= 2 "
@@ -214,6 +230,9 @@ class RoPE(Encoding):
             freq_axis = self._mrope_freq_axis()
             self.freq_axis = freq_axis.to(device)
             return axial_inv_freq(self.rot_dim, self.theta[0], device=device).to(angle_dtype(device)), (1.0,) * self.dims
+        if self.max_res is not None:  # timm's in_pixels=True bands, the same on every axis
+            freqs = [pixel_inv_freq(d, self.max_res, linear=self.linear_bands, device=device) for d in self.axis_dims]
+            return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
         if self.rope_scaling is None:
             freqs = [axial_inv_freq(d, self.theta[a], device=device) for a, d in enumerate(self.axis_dims)]
             return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
