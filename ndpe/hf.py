@@ -11,7 +11,10 @@ transformers is not a dependency: these functions only read a config's attribute
   ``dynamic`` -> ``"dynamic-ntk"`` (``train_shape = max_position_embeddings``), ``yarn``, ``llama3``,
   ``longrope`` (``train_shape = original_max_position_embeddings``; a missing ``factor`` is
   ``max_position_embeddings / original_max_position_embeddings``, as HF): one :class:`ndpe.RopeScaling`
-  (:meth:`ndpe.RopeScaling.from_hf`), the encoding's ``rope_scaling``.
+  (:meth:`ndpe.RopeScaling.from_hf`), the encoding's ``rope_scaling``. Missing values are filled as transformers
+  5.23 fills them (``rope_theta`` from the config, the original length from ``max_position_embeddings``, ...);
+  every error names the ``rope_parameters`` key. Per-layer-type parameters (Gemma 3's ``sliding_attention`` and
+  ``full_attention``) give ``{layer_type: rope}``.
 - :func:`hf_cos_sin` returns ``(cos, sin)`` of shape ``(B, T, rot_dim)`` as HF's rotary embedding
   module does (``emb = cat(freqs, freqs)``, times the attention factor), for ``position_ids``
   ``(B, T)`` (or ``(3, B, T)`` for M-RoPE, HF's layout), ready for ``apply_rotary_pos_emb`` or a
@@ -48,20 +51,29 @@ def _config_dict(config: Any, name: str) -> dict | None:
     return value
 
 
-def _rope_parameters(config: Any) -> dict:
-    """The config's one rope parameter dict, standardized as Hugging Face's ``RotaryEmbeddingConfigMixin`` does
-    (transformers 5.23 ``convert_rope_params_to_dict`` + ``standardize_rope_params``): ``rope_scaling`` (the older
-    name) or ``rope_parameters``; a missing ``rope_theta`` is ``config.rope_theta`` (else ``config.default_theta``,
-    10000), a missing ``partial_rotary_factor`` ``config.partial_rotary_factor``, a missing ``rope_type`` its older
-    name ``type`` (else ``config.default_rope_type``, ``"default"``); for ``llama3``, ``yarn`` and ``longrope``
-    ``original_max_position_embeddings`` is ``config.original_max_position_embeddings`` where the config has one
-    (it wins, as HF), else ``max_position_embeddings``."""
+def _rope_parameters(config: Any) -> dict[str | None, dict]:
+    """The config's rope parameter dicts, standardized as Hugging Face's ``RotaryEmbeddingConfigMixin`` does
+    (transformers 5.23 ``convert_rope_params_to_dict`` + ``standardize_rope_params``): ``{None: params}`` for one
+    rope, ``{layer_type: params}`` for per-layer-type ones (Gemma 3's ``sliding_attention`` / ``full_attention``;
+    a ``None`` entry, a layer type without rope, is left out). ``rope_scaling`` (the older name) or
+    ``rope_parameters``; a missing ``rope_theta`` is ``config.rope_theta`` (else ``config.default_theta``, 10000),
+    a missing ``partial_rotary_factor`` ``config.partial_rotary_factor``, a missing ``rope_type`` its older name
+    ``type`` (else ``config.default_rope_type``, ``"default"``); for ``llama3``, ``yarn`` and ``longrope``
+    ``original_max_position_embeddings`` is ``config.original_max_position_embeddings`` where a one-rope config
+    has one (it wins, as HF), else ``max_position_embeddings``."""
     params = dict(_config_dict(config, "rope_scaling") or _config_dict(config, "rope_parameters") or {})
-    layer_types = set(getattr(config, "layer_types", None) or ()) | set(getattr(config, "_rope_type_labels", None) or ())
-    nested = sorted(k for k, v in params.items() if isinstance(v, dict) or k in layer_types)
-    if nested:
-        raise ValueError("per-layer-type rope_parameters (e.g. Gemma's sliding / full attention) hold several "
-                         f"ropes: pass one of them as config.rope_parameters, got keys {nested}")
+    labels = set(getattr(config, "layer_types", None) or ()) | set(getattr(config, "_rope_type_labels", None) or ())
+    nested = sorted(k for k, v in params.items() if isinstance(v, dict) or (k in labels and v is None))
+    if not nested:
+        return {None: _standardize(params, config, nested=False)}
+    flat = sorted(k for k in params if k not in nested)
+    if flat:
+        raise ValueError(f"rope_parameters mixes per-layer-type dicts {nested} with flat keys {flat}; expected one "
+                         "or the other")
+    return {k: _standardize(dict(params[k]), config, nested=True) for k in nested if params[k] is not None}
+
+
+def _standardize(params: dict, config: Any, *, nested: bool) -> dict:
     theta = getattr(config, "rope_theta", None)
     params.setdefault("rope_theta", theta if theta is not None else getattr(config, "default_theta", 10000.0))
     if getattr(config, "partial_rotary_factor", None) is not None:
@@ -71,7 +83,7 @@ def _rope_parameters(config: Any) -> dict:
     if params["rope_type"] == "default" and isinstance(default_type, str) and default_type != "default":
         params["rope_type"] = default_type
     if params["rope_type"] in ("llama3", "yarn", "longrope"):
-        if getattr(config, "original_max_position_embeddings", None) is not None:
+        if not nested and getattr(config, "original_max_position_embeddings", None) is not None:
             params["original_max_position_embeddings"] = config.original_max_position_embeddings
         else:
             params.setdefault("original_max_position_embeddings", getattr(config, "max_position_embeddings", None))
@@ -87,13 +99,21 @@ def _number(params: dict, key: str, *, integer: bool = False) -> Any:
     return value if integer else float(value)
 
 
-def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None, **overrides: Any) -> RoPE:
-    """The ``rope`` encoding equal to the rotary embedding of the HF ``config`` (see the module doc).
+def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None,
+                 **overrides: Any) -> RoPE | dict[str, RoPE]:
+    """The ``rope`` encoding equal to the rotary embedding of the HF ``config`` (see the module doc); for a config
+    with per-layer-type rope parameters (Gemma 3: ``sliding_attention`` theta 10k, ``full_attention`` theta 1M with
+    linear x8), ``{layer_type: rope}``, one per type that has a rope.
 
     ``dim`` / ``heads`` default to one head of ``head_dim``; ``overrides`` are passed to
     ``ndpe.make`` over the options read from the config (e.g. ``pairing="interleaved"``).
     """
-    p = _rope_parameters(config)
+    ropes = {k: _from_parameters(p, config, dim, heads, overrides) for k, p in _rope_parameters(config).items()}
+    return ropes[None] if None in ropes else cast("dict[str, RoPE]", ropes)
+
+
+def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, overrides: dict) -> RoPE:
+    """The ``rope`` of one standardized parameter dict."""
     max_pos = getattr(config, "max_position_embeddings", None)
     scaling = RopeScaling.from_hf(p, max_pos)  # checks rope_type first
     head_dim = getattr(config, "head_dim", None)

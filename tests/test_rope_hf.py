@@ -239,3 +239,39 @@ def test_apply_qk_equals_hf_apply_rotary_pos_emb():
     ref = apply_rotary_pos_emb(q, k, *ndpe.hf_cos_sin(pe, pos))
     for a, b in zip(ndpe.apply_qk(q, k, pe((100,))), ref):
         torch.testing.assert_close(a, b)
+
+
+# ---- per-layer-type rope parameters (Gemma 3: sliding layers theta 10k, full layers theta 1M with linear x8) --------
+
+@pytest.mark.parametrize("full", [{"rope_type": "default", "rope_theta": 1e6},
+                                  {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}], ids=["default", "linear8"])
+def test_gemma3_one_rope_per_layer_type(full):
+    from transformers import Gemma3TextConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+
+    cfg = Gemma3TextConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                           num_hidden_layers=6, intermediate_size=64, vocab_size=50,
+                           rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                            "full_attention": dict(full)})
+    ropes = ndpe.from_hf_rope(cfg)
+    assert sorted(ropes) == ["full_attention", "sliding_attention"]
+    assert ropes["sliding_attention"].theta == (1e4,) and ropes["full_attention"].theta == (1e6,)
+    peer = Gemma3RotaryEmbedding(cfg)
+    ids = torch.arange(300)[None]
+    x = torch.zeros(1, 300, 32)
+    for layer_type, pe in ropes.items():
+        cos, sin = peer(x, ids, layer_type)
+        ours = ndpe.hf_cos_sin(pe, ids)
+        close(ours[0], cos, 300)
+        close(ours[1], sin, 300)
+    other = ndpe.hf_cos_sin(ropes["sliding_attention"], ids)[0]
+    assert (other - peer(x, ids, "full_attention")[0]).abs().max() > 0.1  # the two layer types differ visibly
+
+
+def test_a_layer_type_without_rope_is_left_out():
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(head_dim=16, max_position_embeddings=64, layer_types=["rope_layer", "nope_layer"],
+                          rope_parameters={"rope_layer": {"rope_type": "default", "rope_theta": 500.0}, "nope_layer": None})
+    ropes = ndpe.from_hf_rope(cfg)
+    assert list(ropes) == ["rope_layer"] and ropes["rope_layer"].theta == (500.0,)
