@@ -55,7 +55,9 @@ class Encoder(nn.Module):
     """The encoding, ``depth`` blocks and a final LayerNorm.
 
     ``forward(x, grid_shape, num_prefix)``: ``x`` is ``(B, P + N, dim - pe.cat_dim)`` (``P`` prefix tokens,
-    then the ``N = prod(grid_shape)`` grid tokens row-major); returns ``(B, P + N, dim)``.
+    then the ``N = prod(grid_shape)`` grid tokens row-major); returns ``(B, P + N, dim)``. ``nope_every=n``
+    makes every n-th block position-free (Llama 4's iRoPE): it gets no rotation, bias or logits term (what
+    the encoding adds to the tokens, before the first block, stays).
 
     >>> enc = Encoder(make_pe({"kind": "coord"}, dims=2, dim=32, heads=4), dim=32, depth=1, heads=4)
     >>> enc(torch.randn(2, 1 + 12, 32 - enc.pe.cat_dim), (3, 4), num_prefix=1).shape
@@ -63,9 +65,13 @@ class Encoder(nn.Module):
     """
 
     def __init__(self, pe: nn.Module, *, dim: int, depth: int, heads: int, mlp_ratio: float = 4.0,
-                 drop: float = 0.0, drop_path: float = 0.0, causal: bool = False):
+                 drop: float = 0.0, drop_path: float = 0.0, causal: bool = False, nope_every: int = 0):
         super().__init__()
+        if isinstance(nope_every, bool) or not isinstance(nope_every, int) or nope_every < 0:
+            raise ValueError(f"nope_every must be an int >= 0 (0: every block uses the encoding), got {nope_every!r}")
         self.pe = pe
+        # iRoPE (Llama 4's no_rope_layers): every nope_every-th block attends without the attention-level terms
+        self.nope = tuple(nope_every > 0 and (i + 1) % nope_every == 0 for i in range(depth))
         rates = torch.linspace(0, drop_path, depth).tolist()  # stochastic depth grows with depth (timm ViT)
         self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio=mlp_ratio, drop=drop, drop_path=r, causal=causal)
                                     for r in rates)
@@ -88,8 +94,9 @@ class Encoder(nn.Module):
             past = max(caches[0].length - num_prefix, 0)  # cached grid tokens (the prefix is cached first)
         pos = self.pe(tuple(grid_shape), num_prefix=num_prefix, dtype=x.dtype, past=past)  # once per forward
         x = ndpe.apply_tokens(x, pos)  # (B, T, dim)
+        free = ndpe.PosOut(num_prefix=pos.num_prefix, past=pos.past) if any(self.nope) else pos  # no rot, bias, logits
         for i, blk in enumerate(self.blocks):
-            x = blk(x, pos, None if caches is None else caches[i])
+            x = blk(x, free if self.nope[i] else pos, None if caches is None else caches[i])
         return self.norm(x)
 
 

@@ -10,6 +10,7 @@ import torch
 
 import ndpe
 from models import build_model
+from models.text import TextTransformer
 
 torch.manual_seed(0)
 DIM, HEADS = 48, 4  # head_dim 12: splits evenly over 1, 2 and 3 rotary axes
@@ -170,3 +171,39 @@ def test_text_tokens_enter_at_the_scale_of_fixed_encodings():
     pos = m.encoder.pe((16,)).add
     ratio = tokens.pow(2).mean().sqrt() / pos.pow(2).mean().sqrt()
     assert 0.5 < ratio < 2.0, f"token / position RMS ratio {ratio:.3f}"
+
+
+# ---- iRoPE: every n-th block position-free (Llama 4's no_rope_layers) ---------------------------------------------
+
+def _text(kind, nope_every=0, seed=0):
+    torch.manual_seed(seed)
+    return TextTransformer(vocab_size=13, num_classes=13, pe={"kind": kind}, dim=32, depth=4, heads=4, causal=True,
+                           nope_every=nope_every).eval()
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi", "xpos"])
+def test_nope_every_block_equals_no_encoding(kind):
+    tokens = torch.randint(0, 13, (2, 10))
+    free, none = _text(kind, nope_every=1), _text("none")
+    none.load_state_dict(free.state_dict(), strict=False)
+    torch.testing.assert_close(free(tokens), none(tokens), rtol=0, atol=0)
+    assert not torch.allclose(_text(kind)(tokens), none(tokens))
+
+
+def test_nope_every_second_block_gets_no_rotation(monkeypatch):
+    model, seen = _text("rope", nope_every=2), []
+    for blk in model.encoder.blocks:
+        original = blk.forward
+        monkeypatch.setattr(blk, "forward", lambda x, pos, cache, f=original: (seen.append(pos.rot is not None),
+                                                                               f(x, pos, cache))[1])
+    model(torch.randint(0, 13, (1, 6)))
+    assert seen == [True, False, True, False]
+    with pytest.raises(ValueError, match="nope_every must be an int >= 0"):
+        _text("rope", nope_every=-1)
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_nope_layers_decode_with_a_kv_cache(kind):
+    model = _text(kind, nope_every=2)
+    prompt = torch.randint(0, 13, (2, 5))
+    assert torch.equal(model.generate(prompt, 6), model.generate(prompt, 6, use_cache=False))

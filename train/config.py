@@ -82,6 +82,7 @@ class ModelConfig:
     in_chans: int | None = None
     pool: str | None = None  # cls | mean
     causal: bool | None = None
+    nope_every: int | None = None  # text: every n-th block position-free (iRoPE, Llama 4's no_rope_layers)
     tie_weights: bool | None = None
     channels: list[int] | None = None  # conv
     add_coords: bool | None = None  # conv: CoordConv layers
