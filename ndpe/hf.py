@@ -115,6 +115,9 @@ def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = Non
 def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, overrides: dict) -> RoPE:
     """The ``rope`` of one standardized parameter dict."""
     max_pos = getattr(config, "max_position_embeddings", None)
+    proportional = p.get("rope_type") == "proportional"  # p-RoPE: the whole head, its slowest frequencies 0
+    if proportional:  # HF divides the series by `factor`: linear scaling
+        p = {**p, "rope_type": "linear" if p.get("factor", 1.0) not in (None, 1, 1.0) else "default"}
     scaling = RopeScaling.from_hf(p, max_pos)  # checks rope_type first
     head_dim = getattr(config, "head_dim", None)
     if head_dim is None:
@@ -131,6 +134,9 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
     rot_dim = int(head_dim * partial)
     rot_dim -= rot_dim % 2
     opts: dict[str, Any] = {"theta": _number(p, "rope_theta"), "scaling": scaling}
+    if proportional:  # partial_rotary_factor is the share of frequencies kept, over the whole head
+        rot_dim = head_dim - head_dim % 2
+        opts["proportion"] = partial
     dims = 1
     if p.get("mrope_section") is not None:
         section = p["mrope_section"]

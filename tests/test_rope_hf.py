@@ -275,3 +275,34 @@ def test_a_layer_type_without_rope_is_left_out():
                           rope_parameters={"rope_layer": {"rope_type": "default", "rope_theta": 500.0}, "nope_layer": None})
     ropes = ndpe.from_hf_rope(cfg)
     assert list(ropes) == ["rope_layer"] and ropes["rope_layer"].theta == (500.0,)
+
+
+# ---- p-RoPE: HF's `proportional` type (Barbero et al. 2025; Gemma 4) ------------------------------------------------
+
+@pytest.mark.parametrize("partial", [0.25, 0.5, 1.0])
+@pytest.mark.parametrize("factor", [1.0, 8.0])
+@pytest.mark.parametrize("head_dim", [64, 96])
+def test_proportional_matches_hf(partial, factor, head_dim):
+    cfg = hf_config(head_dim, rope_type="proportional", rope_theta=1e6, partial_rotary_factor=partial, factor=factor)
+    pe = ndpe.from_hf_rope(cfg)
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["proportional"](cfg, "cpu")
+    torch.testing.assert_close(pe.inv_freq, inv_freq.double(), rtol=2e-6, atol=0)
+    assert pe.rot_dim == head_dim and attention_factor == 1.0
+    assert int((pe.inv_freq > 0).sum()) == int(partial * head_dim // 2)  # the fastest frequencies only
+    pos = torch.arange(300)[None]
+    for a, b in zip(ndpe.hf_cos_sin(pe, pos), LlamaRotaryEmbedding(cfg)(torch.zeros(1), pos)):
+        close(a, b, 300)
+    q = torch.randn(1, 2, 300, head_dim)  # the whole head with HF's rotate_half: pairs (i, i + head_dim / 2)
+    ref, _ = apply_rotary_pos_emb(q, q, *LlamaRotaryEmbedding(cfg)(q, pos))
+    torch.testing.assert_close(ndpe.apply_qk(q, q, pe(positions=pos[0, :, None].double()))[0], ref, rtol=0, atol=1e-4)
+
+
+def test_proportion_is_not_partial_rotation():
+    """p-RoPE keeps the full series' fastest frequencies in place; axis_dims below head_dim is another series."""
+    p = ndpe.make(dims=1, kind="rope", dim=64, proportion=0.25)
+    partial = ndpe.make(dims=1, kind="rope", dim=64, axis_dims=(16,))
+    assert p.rot_dim == 64 and partial.rot_dim == 16
+    torch.testing.assert_close(p.inv_freq[:8], ndpe.make(dims=1, kind="rope", dim=64).inv_freq[:8], rtol=0, atol=0)
+    assert not torch.allclose(p.inv_freq[:8], partial.inv_freq)
+    with pytest.raises(ValueError, match="proportion must be"):
+        ndpe.make(dims=1, kind="rope", dim=64, proportion=0.0)

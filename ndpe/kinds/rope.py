@@ -12,6 +12,11 @@ Conventions:
   blocks of the first two axes: axis 1 (columns) owns the first frequencies, then axis 0, then axis 2.
   Grids, coordinates, ``axis_dims``, ``theta`` and scaling stay in ``ij`` order (per grid axis);
   only which channels each axis rotates changes (timm: "only the coordinate channel order changes").
+- p-RoPE (``proportion=p < 1``, Barbero et al. 2025, HF's ``proportional`` type): the series keeps its
+  exponents over the axis' channels but its slowest ``1 - p`` share of frequencies is set to 0: those
+  channel pairs are not rotated (semantic channels). Unlike ``axis_dims`` below ``head_dim``, the kept
+  frequencies are the full series' fastest and the rotated pairs keep their places (HF's ``rotate_half``
+  over the whole head).
 - Pixel bands (``max_res=R``, timm's ``in_pixels=True``): for coordinates in ``[-1, 1]``
   (``coords="pixel"``) the frequencies of every axis are ``pi * 2 ** linspace(0, log2(R) - 1, d_a / 2)``
   (``linear_bands=True``: ``pi * linspace(1, R / 2, d_a / 2)``, rotary-embedding-torch's
@@ -125,6 +130,9 @@ class RoPE(Encoding):
             :func:`ndpe.scaling.pixel_inv_freq`, log-spaced up to ``pi * max_res / 2`` on every axis.
         linear_bands: linearly spaced pixel bands (timm ``linear_bands=True``; rotary-embedding-torch
             ``freqs_for="pixel"``); needs ``max_res``.
+        proportion: p-RoPE (Barbero et al. 2025; HF's ``proportional`` rope type, Gemma 4): the fastest
+            ``int(proportion * d_a // 2)`` frequencies of each axis keep their value, the slower ones are 0, so
+            their channels carry no position (default 1: all rotate).
     """
 
     takes_key_positions = True  # refuses options that cannot decode
@@ -142,8 +150,13 @@ class RoPE(Encoding):
                  low_freq_factor: float = LOW_FREQ_FACTOR, high_freq_factor: float = HIGH_FREQ_FACTOR,
                  short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None,
                  mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False,
-                 grid_indexing: str = "ij", max_res: float | None = None, linear_bands: bool = False):
+                 grid_indexing: str = "ij", max_res: float | None = None, linear_bands: bool = False,
+                 proportion: float = 1.0):
         super().__init__(dims=dims, dim=dim, heads=heads)
+        self.proportion = check_number(proportion, "proportion", low=0.0, inclusive=False, high=1.0)
+        if proportion != 1.0 and mrope_section is not None:
+            raise ValueError("proportion= keeps the fastest frequencies of each axis' series; mrope_section shares "
+                             "one series between axes: pass one of them")
         self.max_res = None if max_res is None else check_number(max_res, "max_res", low=1.0, inclusive=False)
         self.linear_bands = check_bool(linear_bands, "linear_bands")
         if linear_bands and max_res is None:
@@ -225,7 +238,15 @@ class RoPE(Encoding):
         return [factors[sum(sizes[:a]):sum(sizes[:a + 1])] for a in range(self.dims)]
 
     def _build_inv_freq(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
-        """Static per-axis frequencies concatenated ``(rot_dim / 2,)`` and the cos/sin factor per axis."""
+        """Static per-axis frequencies concatenated ``(rot_dim / 2,)`` and the cos/sin factor per axis; with
+        ``proportion < 1`` the slowest ones of each axis are 0 (those channels are not rotated)."""
+        freq, factors = self._series(device)
+        if self.proportion == 1.0 or self.mrope_section is not None:
+            return freq, factors
+        keep = torch.cat([torch.arange(d // 2, device=device) < int(self.proportion * d // 2) for d in self.axis_dims])
+        return torch.where(keep, freq, torch.zeros_like(freq)), factors
+
+    def _series(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
         if self.mrope_section is not None:  # one series over rot_dim, shared out by freq_axis
             freq_axis = self._mrope_freq_axis()
             self.freq_axis = freq_axis.to(device)
