@@ -306,3 +306,60 @@ def test_proportion_is_not_partial_rotation():
     assert not torch.allclose(p.inv_freq[:8], partial.inv_freq)
     with pytest.raises(ValueError, match="proportion must be"):
         ndpe.make(dims=1, kind="rope", dim=64, proportion=0.0)
+
+
+# ---- Pixtral's vision rope: one series split between rows (even frequencies) and columns (odd ones) ---------------
+
+def pixtral_rope(head_dim: int, theta: float) -> ndpe.Encoding:
+    """Pixtral's axial rope as ndpe's: rows take frequencies theta ** (-4j / d) (an axial series over d / 2 channels),
+    columns theta ** (-(4j + 2) / d) = the same series at positions divided by theta ** (2 / d) (linear scaling)."""
+    return ndpe.make(dims=2, kind="rope", dim=head_dim, axis_dims=(head_dim // 2, head_dim // 2), theta=theta,
+                     scaling="linear", scale=(1.0, theta ** (2 / head_dim)))
+
+
+def hf_layout(pe, position_ids):
+    """ndpe's (cos, sin) for ``position_ids`` ``(N, 2)`` in Pixtral's ``(N, head_dim)`` rotate_half layout."""
+    cos, sin = (t[0] for t in pe(positions=position_ids.double()).rot)
+    return torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+
+
+@pytest.mark.parametrize("grids", [[(3, 5)], [(4, 4)], [(2, 7), (5, 3)]], ids=["3x5", "4x4", "packed"])
+@pytest.mark.parametrize("head_dim,theta", [(16, 10000.0), (64, 1e4), (32, 100.0)])
+def test_pixtral_rope_equals_hf(grids, head_dim, theta):
+    from transformers import PixtralVisionConfig
+    from transformers.models.pixtral.modeling_pixtral import PixtralVisionRotaryEmbedding
+
+    cfg = PixtralVisionConfig(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim,
+                              rope_parameters={"rope_type": "axial", "rope_theta": theta})
+    ids = torch.cat([torch.stack(torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij"), -1).reshape(-1, 2)
+                     for h, w in grids])  # as PixtralVisionModel builds them, images one after another
+    ref = PixtralVisionRotaryEmbedding(cfg)(torch.zeros(1), ids)
+    ours = hf_layout(pixtral_rope(head_dim, theta), ids)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    plain = hf_layout(ndpe.make(dims=2, kind="rope", dim=head_dim, theta=theta), ids)[0]
+    assert (plain - ref[0]).abs().max() > 1e-2  # without the column scaling the layout differs: the test can tell
+
+
+def test_pixtral_vision_model_with_ndpe_rope():
+    from transformers import PixtralVisionConfig, PixtralVisionModel
+
+    torch.manual_seed(0)
+    cfg = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                              head_dim=16, image_size=64, patch_size=8, rope_parameters={"rope_type": "axial",
+                                                                                         "rope_theta": 10000.0})
+    model = PixtralVisionModel(cfg).eval()
+    pe = pixtral_rope(16, 10000.0)
+    x = torch.randn(2, 3, 64, 64)
+    sizes = torch.tensor([[64, 48], [32, 64]])  # two images of other sizes, packed in one sequence
+    with torch.no_grad():
+        ref = model(x, image_sizes=sizes).last_hidden_state
+        model.patch_positional_embedding.forward = lambda h, position_ids: tuple(
+            t.to(h.dtype) for t in hf_layout(pe, position_ids))
+        out = model(x, image_sizes=sizes).last_hidden_state
+        plain = ndpe.make(dims=2, kind="rope", dim=16, axis_dims=(8, 8), theta=10000.0)
+        model.patch_positional_embedding.forward = lambda h, position_ids: tuple(
+            t.to(h.dtype) for t in hf_layout(plain, position_ids))
+        unscaled = model(x, image_sizes=sizes).last_hidden_state
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert (unscaled - ref).abs().max() > 30 * (out - ref).abs().max()  # the test can tell the column scaling
