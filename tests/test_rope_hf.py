@@ -363,3 +363,30 @@ def test_pixtral_vision_model_with_ndpe_rope():
         unscaled = model(x, image_sizes=sizes).last_hidden_state
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     assert (unscaled - ref).abs().max() > 30 * (out - ref).abs().max()  # the test can tell the column scaling
+
+
+# ---- Llama 4 text: interleaved (complex) rotation, and its no-rope layers ----------------------------------------
+
+@pytest.mark.parametrize("rope_parameters", [
+    {"rope_type": "default", "rope_theta": 5e5},
+    {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 256}], ids=["default", "llama3"])
+def test_llama4_rotation_equals_hf(rope_parameters):
+    from transformers import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4TextRotaryEmbedding, apply_rotary_emb
+
+    cfg = Llama4TextConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                           num_hidden_layers=8, intermediate_size=64, intermediate_size_mlp=64, vocab_size=50,
+                           max_position_embeddings=2048, rope_parameters=dict(rope_parameters))
+    pe = ndpe.from_hf_rope(cfg, pairing="interleaved")  # Llama 4 rotates (x[2i], x[2i+1]) as complex numbers
+    ids = torch.arange(600)[None]
+    q, k = torch.randn(1, 600, 2, 32), torch.randn(1, 600, 2, 32)  # Llama 4's (B, T, heads, head_dim)
+    ref_q, ref_k = apply_rotary_emb(q, k, Llama4TextRotaryEmbedding(cfg)(q, ids))
+    ours_q, ours_k = ndpe.apply_qk(q.transpose(1, 2), k.transpose(1, 2), pe((600,)))
+    torch.testing.assert_close(ours_q.transpose(1, 2), ref_q, rtol=0, atol=2e-4)  # HF's float32 angles up to 600
+    torch.testing.assert_close(ours_k.transpose(1, 2), ref_k, rtol=0, atol=2e-4)
+    # its default no_rope_layers (every 4th layer without rope) is the reference model's nope_every=4
+    from models.block import Encoder
+
+    enc = Encoder(ndpe.make(dims=1, kind="rope", dim=64, heads=2), dim=64, depth=8, heads=2, nope_every=4)
+    assert [int(not n) for n in enc.nope] == list(cfg.no_rope_layers)
