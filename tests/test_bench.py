@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from train import bench
 from train.config import ConfigError
@@ -275,3 +276,14 @@ def test_the_fingerprint_holds_the_choice_files_values(tmp_path):
     first = bench.fingerprint(tiny(tmp_path, f"lr_file={path}"))
     path.write_text("text/copy: {rope: {lr: 0.004, weight_decay: 0.05}}\n")
     assert bench.fingerprint(tiny(tmp_path, f"lr_file={path}")) != first
+
+
+def test_a_nope_label_trains_the_text_model_with_position_free_blocks(tmp_path):
+    """``rope+nope2`` (iRoPE): the cell's model has every 2nd block position-free; tasks of other models skip it."""
+    cfg = tiny(tmp_path, "tasks=[text/copy,video/trajectory]", "kinds=[rope+nope2]", "task_kinds={}", "seeds=[0]")
+    assert bench.kinds_for(cfg, "video/trajectory") == []
+    bench.run(cfg, "test")
+    rows = [r for r in read_rows(tmp_path / "quick" / "results.csv") if r.kind == "rope+nope2"]
+    assert {r.task for r in rows} == {"text/copy"} and {r.split for r in rows} == {"train", "val", "test"}
+    saved = yaml.safe_load(next((tmp_path / "quick" / "cells").glob("text_copy_rope+nope2_*/config.yaml")).read_text())
+    assert saved["model"]["nope_every"] == 2 and saved["model"]["pe"]["kind"] == "rope"

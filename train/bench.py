@@ -113,10 +113,15 @@ def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchCon
         if isinstance(kinds, str) and kinds != ALL:
             raise ConfigError(f"kinds must be a list of kinds or {ALL!r} (every kind), got {kinds!r}")
     for kind in {k for kinds in [cfg.kinds, *cfg.task_kinds.values()] for k in expand_kinds(kinds)}:
-        base, plus, augment = kind.partition("+")
-        if base not in ndpe.available() or (plus and augment not in AUGMENTS):
+        base, augment, model_opts = split_label(kind)
+        if base not in ndpe.available() or (augment is not None and augment not in AUGMENTS):
             raise ConfigError(f"unknown kind {kind!r}; expected {ALL!r} or a name from {sorted(ndpe.available())}, "
-                              f"optionally with augmentation {' or '.join('+' + a for a in AUGMENTS)}")
+                              f"optionally with augmentation {' or '.join('+' + a for a in AUGMENTS)}, or +nope<N> "
+                              "(text: every N-th block position-free)")
+        for task, kinds in cfg.task_kinds.items():  # in `kinds`, a task whose model cannot take it skips it
+            if model_opts and kind in expand_kinds(kinds) and TASKS[task].model != "text":
+                raise ConfigError(f"task_kinds[{task!r}]: {kind!r} makes blocks position-free, which only the text "
+                                  f"model can (task {task} uses {TASKS[task].model!r})")
     check_numbers(cfg)
     return cfg
 
@@ -206,6 +211,19 @@ def expand_kinds(kinds: list[str] | str) -> list[str]:
     return names
 
 
+def split_label(kind: str) -> tuple[str, str | None, dict]:
+    """A kind label -> ``(kind, augmentation, model options)``: ``"rope"``, ``"rope+cape"`` (position augmentation,
+    ``ndpe.augment``) or ``"rope+nope4"`` (every 4th block position-free, iRoPE: the text model's ``nope_every``).
+
+    >>> split_label("rope+nope4"), split_label("sinusoidal+cape")
+    (('rope', None, {'nope_every': 4}), ('sinusoidal', 'cape', {}))
+    """
+    base, _, suffix = kind.partition("+")
+    if suffix.startswith("nope") and suffix[4:].isdigit() and int(suffix[4:]) >= 1:
+        return base, None, {"nope_every": int(suffix[4:])}
+    return base, suffix or None, {}
+
+
 def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
     """The encodings trained on ``task_name``: ``task_kinds[task]`` or ``kinds`` (:func:`expand_kinds`), those that
     apply to its dims (and, for kinds defined for causal attention only, to causal tasks)."""
@@ -215,7 +233,9 @@ def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
     causal = bool(task.model_opts.get("causal"))
 
     def applies(kind: str) -> bool:
-        base = kind.split("+")[0]
+        base, _, model_opts = split_label(kind)
+        if model_opts and task.model != "text":  # +nope<N>: a text model option
+            return False
         return task.dims in ndpe.available()[base] and (causal or not ndpe.registry.kind_class(base).causal_only)
 
     return [k for k in expand_kinds(cfg.task_kinds.get(task_name, cfg.kinds)) if applies(k)]
@@ -309,12 +329,12 @@ def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_gri
     (``Task.kind_options``, train/protocol.py); ``train_grid`` / ``max_grid``: the grids the encoder sees at the
     training and the largest test size.
     """
-    base, _, augment = kind.partition("+")
+    base, augment, _ = split_label(kind)
     options = ndpe.registry.kind_class(base).task_options(
         dims=task.dims, causal=bool(task.model_opts.get("causal")), train_grid=train_grid, max_grid=max_grid)
     if base in task.kind_options:  # the protocol's choices (train/protocol.py, each with its reason)
         options = {**options, **task.kind_options[base].options(tuple(train_grid or ()), tuple(max_grid or ()))}
-    return {"kind": base, "options": options, "augment": augment or None}
+    return {"kind": base, "options": options, "augment": augment}
 
 
 REAL = ("cifar10", "speech_commands")  # read from disk with training augmentation: never cached
@@ -361,7 +381,7 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
         model.update(task.archs.get(cell.kind, {}))
     else:
         model.update({"dim": cfg.dim, "depth": cfg.depth, "heads": cfg.heads, **cfg.models.get(task.name, {}),
-                      "pe": pe_config(cell.kind, task, train_grid, max_grid)})
+                      "pe": pe_config(cell.kind, task, train_grid, max_grid), **split_label(cell.kind)[2]})
     model.update(task.model_opts)
     steps = int(cfg.steps.get(task.name, cfg.default_steps))
     lr = cell.lr or float(cfg.lrs.get(task.name, cfg.lr))
