@@ -87,11 +87,12 @@ def test_pe_config_passes_what_the_kind_says():
 
 def test_kinds_all_is_every_kind_and_keeps_augmented_names():
     cfg = bench.load_bench_config(bench.CONFIG_DIR / "full.yaml", [])
-    assert cfg.kinds == ["all", "rope+cape", "sinusoidal+cape"]
-    assert bench.expand_kinds(cfg.kinds) == [*ndpe.available(), "rope+cape", "sinusoidal+cape"]
+    assert cfg.kinds == ["all", "rope+cape", "sinusoidal+cape", "rope+nope3"]
+    assert bench.expand_kinds(cfg.kinds) == [*ndpe.available(), "rope+cape", "sinusoidal+cape", "rope+nope3"]
     assert bench.expand_kinds(["rope", "all"]) == ["rope", *(k for k in ndpe.available() if k != "rope")]
     one_d = {k for k, dims in ndpe.available().items() if 1 in dims}  # all but rope-mixed
-    assert set(bench.kinds_for(cfg, "text/copy")) == {*one_d, "rope+cape", "sinusoidal+cape"}
+    assert set(bench.kinds_for(cfg, "text/copy")) == {*one_d, "rope+cape", "sinusoidal+cape", "rope+nope3"}
+    assert "rope+nope3" not in bench.kinds_for(cfg, "image/shapes")  # a text-model option
     assert "cope" not in bench.kinds_for(cfg, "image/shapes") and "xpos" not in bench.kinds_for(cfg, "image/shapes")
     assert bench.BenchConfig().kinds == "all"
     per_task = bench.load_bench_config(None, ["kinds=[rope]", "task_kinds={text/copy: all}"])

@@ -3,6 +3,7 @@ LlamaForCausalLM), ndpe.from_hf_rope / ndpe.hf_cos_sin, and the recipes of docs/
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -150,7 +151,7 @@ def test_hf_cos_sin_checks():
     with pytest.raises(TypeError, match="'rope' encoding"):
         ndpe.hf_cos_sin(ndpe.make(dims=1, kind="sinusoidal", dim=32), torch.arange(4)[None])
     with pytest.raises(ValueError, match="has no ndpe equivalent"):
-        ndpe.from_hf_rope(hf_config(32, rope_type="proportional", rope_theta=1e4, partial_rotary_factor=0.5))
+        ndpe.from_hf_rope(SimpleNamespace(head_dim=32, rope_parameters={"rope_type": "su", "rope_theta": 1e4}))
 
 
 # --- a tiny random Llama, end to end ---------------------------------------------------------------------------

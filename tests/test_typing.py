@@ -16,6 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("mypy", reason="mypy comes with the test extra: pip install -e '.[test]'")
+# one worker runs them all: two mypy processes writing the one .mypy_cache at once crash mypy ("INTERNAL ERROR")
+pytestmark = pytest.mark.xdist_group("mypy")
 
 
 def mypy(*args: str) -> subprocess.CompletedProcess:
