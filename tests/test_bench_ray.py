@@ -19,6 +19,7 @@ from test_bench import tiny  # noqa: E402  (tests/ is on sys.path)
 pytestmark = pytest.mark.xdist_group("ray")
 
 
+@pytest.mark.slow  # starting Ray costs 30-60 s on 2 cores: the Ray runs are kept out of the default run (CI budget)
 def test_the_bench_starts_and_stops_its_own_ray_instance(tmp_path):
     """ray_address null: a local instance of ``workers`` CPUs, the code shipped as py_modules, shut down at the end."""
     assert not ray.is_initialized()  # runs before the module's shared instance starts
@@ -43,6 +44,7 @@ def numbers(path):
     return sorted(rows, key=lambda r: (r.task, r.kind, r.seed, r.split, r.variant, r.size_ratio))
 
 
+@pytest.mark.slow  # the module's Ray instance starts only for the slow run
 def test_ray_rows_equal_the_local_pool(ray_instance, tmp_path, capsys):
     bench.run(tiny(tmp_path / "local"), "test")
     local = numbers(tmp_path / "local" / "quick" / "results.csv")
