@@ -135,11 +135,17 @@ def data_seconds_per_item(task: str, n: int = 64) -> float:
     return (time.perf_counter() - start) / n
 
 
-def passes_total(task: str, kind: str, cfg) -> int:
-    """Items evaluated by one cell: val at the training size, test at every size (rope: its variants beyond it)."""
+def passes_at(task: str, kind: str, cfg, size) -> int:
+    """Items one cell evaluates at ``size``: the test split (rope: once per scaling variant beyond the training size),
+    and the val split at the training size."""
     t, (val_n, test_n) = TASKS[task], EVAL_ITEMS[task]
-    variants = 1 + (len(cfg.rope_variants) if kind == "rope" else 0)
-    return val_n + sum(test_n * (variants if float(size) > float(t.train_size) else 1) for size in t.test_sizes)
+    variants = 1 + (len(cfg.rope_variants) if kind == "rope" and float(size) > float(t.train_size) else 0)
+    return test_n * variants + (val_n if size == t.train_size else 0)
+
+
+def passes_total(task: str, kind: str, cfg) -> int:
+    """Items evaluated by one cell, over every test size."""
+    return sum(passes_at(task, kind, cfg, size) for size in TASKS[task].test_sizes)
 
 
 def estimate(measured: dict) -> dict:
@@ -207,13 +213,10 @@ def main(argv=None) -> dict:
             x = torch.randn(cfg.batch_size, *item_shape(task, t.train_size))
             y = torch.randint(0, NUM_CLASSES[task], (cfg.batch_size,))
             step_s, step_flops = time_steps(model, tcfg, x, y, args.steps)
-            val_n, test_n = EVAL_ITEMS[task]
-            variants = 1 + (len(cfg.rope_variants) if kind == "rope" else 0)
             eval_s = eval_flops = 0.0
             for size in t.test_sizes:
                 s, f = time_eval(model, torch.randn(cfg.batch_size, *item_shape(task, size)))
-                passes = test_n * (variants if float(size) > float(t.train_size) else 1)
-                passes += val_n if size == t.train_size else 0
+                passes = passes_at(task, kind, cfg, size)
                 eval_s, eval_flops = eval_s + s * passes, eval_flops + f * passes
             per_task[kind] = {"step_s": round(step_s, 4), "step_gflops": round(step_flops / 1e9, 2),
                               "eval_s": round(eval_s, 1), "eval_passes": passes_total(task, kind, cfg),

@@ -90,13 +90,12 @@ def _standardize(params: dict, config: Any, *, nested: bool) -> dict:
     return params
 
 
-def _number(params: dict, key: str, *, integer: bool = False) -> Any:
-    """``rope_parameters[key]`` as a float (or int), refused in one line naming the key."""
+def _number(params: dict, key: str) -> float:
+    """``rope_parameters[key]`` as a float, refused in one line naming the key."""
     value = params[key]
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok:
-        raise ValueError(f"rope_parameters[{key!r}] must be {'an int' if integer else 'a number'}, got {value!r}")
-    return value if integer else float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"rope_parameters[{key!r}] must be a number, got {value!r}")
+    return float(value)
 
 
 def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None,
