@@ -16,12 +16,13 @@ from .functional import apply_qk
 from .hf import from_hf_rope, hf_cos_sin  # Hugging Face glue (docs/integrations.md)
 from .kinds.coord import AddCoords
 from .memory import memory_budget, set_memory_budget
+from .mrope import mrope_positions
 from .registry import available, make, options, register
 from .scaling import RopeScaling
 
 __all__ = [
     "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PosOut", "RopeScaling", "apply_qk", "apply_tokens", "attn_bias", "available",
-    "bias_budget", "causal_mask", "from_hf_rope", "hf_cos_sin", "grid_coords", "make", "memory_budget", "merge", "options", "register",
+    "bias_budget", "causal_mask", "from_hf_rope", "hf_cos_sin", "grid_coords", "make", "memory_budget", "merge", "mrope_positions", "options", "register",
     "set_bias_budget", "set_memory_budget",
 ]
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Position augmentation for coordinate-based kinds: CAPE and randomized positions.
+"""Position augmentation for coordinate-based kinds: CAPE, randomized positions and DINOv3's.
 
 An augmentation is a module ``aug(positions, grid_shape) -> positions`` on float32 coordinates
 ``(N, dims)`` or ``(B, N, dims)`` in the kind's units. ``Encoding`` calls it in training mode
@@ -23,7 +23,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from .checks import per_axis
+from .checks import check_number, per_axis
 from .memory import check_memory
 
 
@@ -153,13 +153,61 @@ class RandomPositions(nn.Module):
         return f"dims={self.dims}, max_len={self.max_len}, batch_size={self.batch_size}"
 
 
+class CoordAug(nn.Module):
+    """DINOv3's coordinate augmentation (Simeoni et al. 2025): shift, per-axis jitter, shared rescale.
+
+    Per sample and in this order, each step only when its bound is set: ``p + s_a`` with
+    ``s_a ~ U(-shift, shift)`` (coordinate units); ``p * j_a`` with ``log j_a ~ U(-log jitter, log jitter)``
+    per axis; ``p * r`` with ``log r ~ U(-log rescale, log rescale)`` for all axes. DINOv3 trains with
+    ``rescale=2`` only (its default here) on centred coordinates in [-1, 1]. The draws are made as timm's
+    ``_apply_coord_augs`` and HF's ``augment_patches_center_coordinates`` make them (``uniform_`` on
+    ``dims`` numbers, then on one), so one draw per call from the same RNG state gives their transform
+    exactly (``tests/test_rope_dinov3.py``); with ``grid_indexing="xy"`` timm draws per axis in x, y order.
+
+    >>> aug = CoordAug(dims=2, shift=0.1, batch_size=3).train()
+    >>> aug(torch.zeros(12, 2), (3, 4)).shape
+    torch.Size([3, 12, 2])
+    """
+
+    continuous = True  # makes fractional positions
+
+    def __init__(self, *, dims: int, shift: float | None = None, jitter: float | None = None,
+                 rescale: float | None = 2.0, batch_size: int | None = None,
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        self.dims = dims
+        self.shift = None if shift is None else check_number(shift, "shift", low=0.0)
+        self.jitter = None if jitter is None else check_number(jitter, "jitter", low=1.0, what="a factor >= 1")
+        self.rescale = None if rescale is None else check_number(rescale, "rescale", low=1.0, what="a factor >= 1")
+        self.batch_size = _check_batch_size(batch_size)
+        self.generator = generator
+
+    def _uniform(self, shape, bound: float, like: Tensor) -> Tensor:
+        return torch.empty(shape, device=like.device, dtype=like.dtype).uniform_(-bound, bound, generator=self.generator)
+
+    def forward(self, positions: Tensor, grid_shape: Sequence[int] | None = None) -> Tensor:
+        pos, squeeze = _check_batch(positions, self.batch_size, self.dims)  # (B, N, dims)
+        b, d = pos.shape[0], self.dims
+        if self.shift is not None:
+            pos = pos + self._uniform((b, 1, d), self.shift, pos)
+        if self.jitter is not None:
+            pos = pos * self._uniform((b, 1, d), math.log(self.jitter), pos).exp()
+        if self.rescale is not None:
+            pos = pos * self._uniform((b, 1, 1), math.log(self.rescale), pos).exp()
+        return pos[0] if squeeze else pos
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}, shift={self.shift}, jitter={self.jitter}, rescale={self.rescale}, " \
+               f"batch_size={self.batch_size}"
+
+
 def _check_batch_size(batch_size):
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
     return batch_size
 
 
-AUGMENTS = {"cape": CAPE, "random": RandomPositions}
+AUGMENTS = {"cape": CAPE, "random": RandomPositions, "dinov3": CoordAug}
 
 
 def make_augment(spec, *, dims: int) -> nn.Module:

@@ -7,7 +7,8 @@ transformers is not a dependency: these functions only read a config's attribute
   ``partial_rotary_factor`` and ``max_position_embeddings``, and builds the equivalent ``rope``:
   1D (``dims=1``), or 3D M-RoPE when the parameters hold ``mrope_section`` (Qwen2-VL; Qwen3-VL
   configs, ``model_type`` starting with ``qwen3_vl``, or ``mrope_interleaved=True``, get the
-  interleaved layout). HF ``rope_type`` -> ndpe ``scaling``: ``default`` -> None, ``linear``,
+  interleaved layout), or the 2D ``(h, w)`` rope of a vision tower's ``rope_type`` ``axial`` (Qwen2.5-VL,
+  Qwen3-VL: ``axis_dims=(head_dim / 2, head_dim / 2)``). HF ``rope_type`` -> ndpe ``scaling``: ``default`` -> None, ``linear``,
   ``dynamic`` -> ``"dynamic-ntk"`` (``train_shape = max_position_embeddings``), ``yarn``, ``llama3``,
   ``longrope`` (``train_shape = original_max_position_embeddings``; a missing ``factor`` is
   ``max_position_embeddings / original_max_position_embeddings``, as HF): one :class:`ndpe.RopeScaling`
@@ -42,7 +43,7 @@ from torch import Tensor
 from .checks import check_float_dtype
 from .kinds.rope import RoPE
 from .registry import make
-from .scaling import RopeScaling
+from .scaling import HF_TYPES, RopeScaling
 
 def _config_dict(config: Any, name: str) -> dict | None:
     value = getattr(config, name, None)
@@ -114,7 +115,14 @@ def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = Non
 def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, overrides: dict) -> RoPE:
     """The ``rope`` of one standardized parameter dict."""
     max_pos = getattr(config, "max_position_embeddings", None)
+    rope_type = p.get("rope_type")
+    if not isinstance(rope_type, str) or rope_type not in HF_TYPES.keys() | {"proportional", "axial"}:
+        raise ValueError(f"rope_parameters['rope_type'] {rope_type!r} has no ndpe equivalent; supported: "
+                         f"{sorted(HF_TYPES.keys() | {'proportional', 'axial'})}")
     proportional = p.get("rope_type") == "proportional"  # p-RoPE: the whole head, its slowest frequencies 0
+    axial = p.get("rope_type") == "axial"  # the Qwen2.5-VL / Qwen3-VL vision towers: (h, w), head_dim / 2 each
+    if axial:
+        p = {**p, "rope_type": "default"}
     if proportional:  # HF divides the series by `factor`: linear scaling
         p = {**p, "rope_type": "linear" if p.get("factor", 1.0) not in (None, 1, 1.0) else "default"}
     scaling = RopeScaling.from_hf(p, max_pos)  # checks rope_type first
@@ -137,7 +145,12 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
         rot_dim = head_dim - head_dim % 2
         opts["proportion"] = partial
     dims = 1
-    if p.get("mrope_section") is not None:
+    if axial:
+        if head_dim % 4:
+            raise ValueError(f"rope_type 'axial' gives h and w head_dim / 2 channels each: head_dim must divide by 4, "
+                             f"got {head_dim}")
+        dims, opts["axis_dims"] = 2, (head_dim // 2, head_dim // 2)
+    elif p.get("mrope_section") is not None:
         section = p["mrope_section"]
         if not isinstance(section, (list, tuple)) or not all(isinstance(n, int) and not isinstance(n, bool)
                                                               for n in section):
@@ -155,7 +168,8 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
 
 def hf_cos_sin(pe: RoPE, position_ids: Tensor, *, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
     """``(cos, sin)`` ``(B, T, rot_dim)`` in HF's layout for ``position_ids`` ``(B, T)``, or ``(3, B, T)``
-    (``(dims, B, T)``) for M-RoPE; ``pe`` must use ``pairing="half"`` (HF's ``rotate_half``)."""
+    (``(dims, B, T)``) for M-RoPE; ``(N, rot_dim)`` for the ``(N, dims)`` ids of an axial N-D rope (a vision tower's
+    ``(h, w)`` ids, rope_type ``axial``). ``pe`` must use ``pairing="half"`` (HF's ``rotate_half``)."""
     if not isinstance(pe, RoPE):
         raise TypeError(f"hf_cos_sin needs a 'rope' encoding, got {type(pe).__name__}")
     if pe.pairing != "half":
@@ -165,6 +179,12 @@ def hf_cos_sin(pe: RoPE, position_ids: Tensor, *, dtype: torch.dtype | None = No
         raise TypeError(f"position_ids must be a tensor, got {type(position_ids).__name__}")
     if position_ids.ndim == 3 and position_ids.shape[0] == pe.dims:  # (dims, B, T), HF's M-RoPE ids
         positions = position_ids.permute(1, 2, 0)
+    elif position_ids.ndim == 2 and pe.dims > 1 and pe.mrope_section is None:  # (N, dims) ids of an axial rope
+        if position_ids.shape[1] != pe.dims:
+            raise ValueError(f"an axial {pe.dims}-D rope takes position_ids of shape (N, {pe.dims}) (a vision tower's "
+                             f"ids), got {tuple(position_ids.shape)}")
+        cos, sin = hf_cos_sin(pe, position_ids.T[:, None], dtype=dtype)
+        return cos[0], sin[0]
     elif position_ids.ndim == 2 and pe.dims == 1:
         positions = position_ids[..., None]
     elif position_ids.ndim == 2:  # text-only ids for M-RoPE: t = h = w

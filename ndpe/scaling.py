@@ -66,6 +66,24 @@ def axial_inv_freq(dim: int, theta: float | Tensor, *, device=None, dtype=torch.
     return theta ** (-exponent)
 
 
+def period_inv_freq(dim: int, theta: float | None = None, min_period: float | None = None,
+                    max_period: float | None = None, *, device=None, dtype=torch.float64) -> Tensor:
+    """DINOv3's period schedule, shape ``(dim // 2,)``: ``2 pi / period_j`` with ``period_j = theta ** (2j / dim)``
+    (its base mode: the theta series in turns instead of radians) or, given ``min_period`` and ``max_period``,
+    log-spaced from the one to the other (timm ``RotaryEmbeddingDinoV3``, HF ``DINOv3ViTRopePositionEmbedding``).
+
+    >>> [round(f, 4) for f in period_inv_freq(6, min_period=0.5, max_period=8.0).tolist()]   # 2 pi / (0.5, 2, 8)
+    [12.5664, 3.1416, 0.7854]
+    """
+    n = dim // 2
+    if min_period is not None and max_period is not None:
+        periods = min_period * (max_period / min_period) ** torch.linspace(0.0, 1.0, n, device=device, dtype=dtype)
+    else:
+        assert theta is not None
+        periods = torch.as_tensor(theta, device=device, dtype=dtype) ** (torch.arange(n, device=device, dtype=dtype) * 2 / dim)
+    return 2 * math.pi / periods
+
+
 def pixel_inv_freq(dim: int, max_res: float, *, linear: bool = False, device=None, dtype=torch.float64) -> Tensor:
     """Pixel bands for coordinates in ``[-1, 1]``, shape ``(dim // 2,)``: ``pi * 2 ** linspace(0, log2(max_res) - 1)``
     (timm's ``pixel_freq_bands``, its default log spacing) or, with ``linear``, ``pi * linspace(1, max_res / 2)``

@@ -21,6 +21,11 @@ Conventions:
   (``coords="pixel"``) the frequencies of every axis are ``pi * 2 ** linspace(0, log2(R) - 1, d_a / 2)``
   (``linear_bands=True``: ``pi * linspace(1, R / 2, d_a / 2)``, rotary-embedding-torch's
   ``freqs_for="pixel"``) instead of ``theta_a ** (-2j / d_a)``.
+- Periods (``periods=True``, DINOv3: timm ``RotaryEmbeddingDinoV3``, HF ``DINOv3ViTRopePositionEmbedding``):
+  the angle is ``2 pi * coord / period_j`` with ``period_j = theta_a ** (2j / d_a)`` (the theta series in
+  turns instead of radians); ``min_period=`` and ``max_period=`` (which imply it) space the ``d_a / 2``
+  periods of every axis log-evenly from one to the other. DINOv3 uses it with ``coords="centered"``,
+  ``theta=100`` and ``augment="dinov3"`` (:class:`ndpe.augment.CoordAug`).
 - Pairing. ``"half"`` (default; HF / GPT-NeoX ``rotate_half``, timm ``rotate_half=True``):
   frequency ``i`` rotates channels ``(i, i + rot_dim / 2)``. ``"interleaved"`` (RoFormer,
   rotary-embedding-torch, timm's default): it rotates ``(2i, 2i + 1)``. Same rotation up to a
@@ -77,7 +82,7 @@ from ..checks import check_bool, check_choice, check_number, check_pairing, per_
 from ..contract import PosOut
 from ..registry import register
 from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, RopeScaling, axial_inv_freq,
-                       dynamic_ntk_theta, longrope_inv_freq, pixel_inv_freq, rope_scaling)
+                       dynamic_ntk_theta, longrope_inv_freq, period_inv_freq, pixel_inv_freq, rope_scaling)
 
 def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None) -> tuple[int, ...]:
     """Rotary channels per axis: checked ``axis_dims`` or the default equal even split of ``head_dim``."""
@@ -133,6 +138,9 @@ class RoPE(Encoding):
         proportion: p-RoPE (Barbero et al. 2025; HF's ``proportional`` rope type, Gemma 4): the fastest
             ``int(proportion * d_a // 2)`` frequencies of each axis keep their value, the slower ones are 0, so
             their channels carry no position (default 1: all rotate).
+        periods: DINOv3's schedule, angle ``2 pi * coord / theta_a ** (2j / d_a)`` (see the module doc).
+        min_period, max_period: DINOv3's min/max mode, periods log-spaced between them on every axis (both or
+            neither; they imply ``periods=True``).
     """
 
     takes_key_positions = True  # refuses options that cannot decode
@@ -151,8 +159,14 @@ class RoPE(Encoding):
                  short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None,
                  mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False,
                  grid_indexing: str = "ij", max_res: float | None = None, linear_bands: bool = False,
-                 proportion: float = 1.0):
+                 proportion: float = 1.0, periods: bool = False, min_period: float | None = None,
+                 max_period: float | None = None):
         super().__init__(dims=dims, dim=dim, heads=heads)
+        self.periods, self.min_period, self.max_period = self._check_periods(periods, min_period, max_period)
+        if self.periods and (max_res is not None or mrope_section is not None or scaling is not None):
+            raise ValueError("periods= (DINOv3's schedule) replaces theta's series in radians: it takes no max_res, "
+                             f"mrope_section or scaling, got max_res={max_res!r}, mrope_section={mrope_section!r}, "
+                             f"scaling={scaling!r}")
         self.proportion = check_number(proportion, "proportion", low=0.0, inclusive=False, high=1.0)
         if proportion != 1.0 and mrope_section is not None:
             raise ValueError("proportion= keeps the fastest frequencies of each axis' series; mrope_section shares "
@@ -188,6 +202,18 @@ class RoPE(Encoding):
             long_factor=long_factor))
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (rot_dim / 2,) float64
+
+    @staticmethod
+    def _check_periods(periods, min_period, max_period) -> tuple[bool, float | None, float | None]:
+        check_bool(periods, "periods")
+        if (min_period is None) != (max_period is None):
+            raise ValueError("min_period and max_period go together (DINOv3's min/max mode), got "
+                             f"min_period={min_period!r}, max_period={max_period!r}")
+        if min_period is None:
+            return periods, None, None
+        low = check_number(min_period, "min_period", low=0.0, inclusive=False, dtype=torch.float32)
+        high = check_number(max_period, "max_period", low=low, dtype=torch.float32)
+        return True, low, high
 
     def _scaling_per_axis(self, scaling: RopeScaling | None) -> RopeScaling | None:
         """The scaling resolved per axis (validated by :class:`RopeScaling`; here what it needs of the encoding)."""
@@ -251,6 +277,10 @@ class RoPE(Encoding):
             freq_axis = self._mrope_freq_axis()
             self.freq_axis = freq_axis.to(device)
             return axial_inv_freq(self.rot_dim, self.theta[0], device=device).to(angle_dtype(device)), (1.0,) * self.dims
+        if self.periods:  # DINOv3: 2 pi / period, periods from theta or log-spaced from min to max
+            freqs = [period_inv_freq(d, self.theta[a], self.min_period, self.max_period, device=device)
+                     for a, d in enumerate(self.axis_dims)]
+            return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
         if self.max_res is not None:  # timm's in_pixels=True bands, the same on every axis
             freqs = [pixel_inv_freq(d, self.max_res, linear=self.linear_bands, device=device) for d in self.axis_dims]
             return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims

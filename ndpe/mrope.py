@@ -1,0 +1,89 @@
+"""M-RoPE position ids of an interleaved text / image / video sequence, in the layout of the Qwen vision-language
+models (Qwen2-VL, Qwen2.5-VL with absolute time, Qwen3-VL), for ``rope`` with ``mrope_section=``.
+
+A text run of ``n`` tokens continues one counter on all three axes (``t = h = w``). An image or video of ``(T, H, W)``
+patches, merged ``spatial_merge x spatial_merge`` before the language model, takes ``T x H/m x W/m`` tokens in
+row-major (t, h, w) order: ``h`` and ``w`` count from the counter, ``t`` counts from it in steps of 1 (images,
+Qwen2-VL videos, Qwen3-VL's one-frame grids) or, for a video given with its seconds per temporal grid ``s``,
+in steps of ``tokens_per_second * s`` floored (Qwen2.5-VL's absolute time: the same clip at another frame rate keeps
+its time ids). After it the counter moves on by ``max(H, W) / m``. This is transformers 5.23's
+``Qwen2_5_VLModel.get_rope_index`` (``second_per_grid_ts``, ``vision_config.tokens_per_second``), rewritten without
+a model so a model built on ndpe gets the same ids (``tests/test_mrope_positions.py``).
+
+>>> import ndpe
+>>> ids = ndpe.mrope_positions([2, (1, 4, 4), 1], spatial_merge=2)   # 2 text tokens, a 2 x 2 image, 1 text token
+>>> ids.T.tolist()
+[[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]]
+"""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+from .checks import check_number
+
+Segment = Union[int, Sequence[float]]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, tokens_per_second: float | None = None,
+                    start: int = 0, device: torch.device | str | None = None) -> Tensor:
+    """``(N, 3)`` int64 (t, h, w) ids for ``segments`` in order (see the module doc).
+
+    Args:
+        segments: each an int (a text run of that many tokens), a ``(T, H, W)`` patch grid (an image or a video whose
+            time ids step by 1), or ``(T, H, W, seconds_per_grid)`` (a video with absolute time ids; needs
+            ``tokens_per_second``).
+        spatial_merge: the vision tower's ``spatial_merge_size`` (H and W must divide by it).
+        tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second``.
+        start: the counter's first value (ids of a continuation).
+
+    Feed them to ``pe(positions=ids)``, or as HF's ``(3, B, T)`` with ``ids.T[:, None]``.
+    """
+    if isinstance(segments, (str, bytes)) or not isinstance(segments, Sequence) or not segments:
+        raise TypeError(f"segments must be a non-empty list of ints (text runs) and (T, H, W[, seconds]) grids, "
+                        f"got {segments!r}")
+    if not _is_int(spatial_merge) or spatial_merge < 1:
+        raise ValueError(f"spatial_merge must be a positive int, got {spatial_merge!r}")
+    if not _is_int(start) or start < 0:
+        raise ValueError(f"start must be an int >= 0, got {start!r}")
+    if tokens_per_second is not None:
+        check_number(tokens_per_second, "tokens_per_second", low=0.0, inclusive=False)
+    parts, pos = [], start
+    for seg in segments:
+        if _is_int(seg):
+            if seg < 0:
+                raise ValueError(f"a text run must be an int >= 0 tokens, got {seg}")
+            parts.append(rearrange(torch.arange(pos, pos + seg, device=device), "n -> n 1").expand(seg, 3))
+            pos += seg
+            continue
+        t, h, w, interval = _grid(seg, spatial_merge, tokens_per_second)
+        time = (torch.arange(t, device=device) * interval).long() + pos  # floored after the multiply, as HF
+        mesh = torch.meshgrid(time, torch.arange(h, device=device) + pos, torch.arange(w, device=device) + pos,
+                              indexing="ij")
+        parts.append(rearrange(torch.stack(mesh), "d t h w -> (t h w) d"))
+        pos += max(h, w)
+    return torch.cat(parts)
+
+
+def _grid(seg, merge: int, tokens_per_second: float | None) -> tuple[int, int, int, float]:
+    """``(T, H / merge, W / merge, time step)`` of one vision segment, checked."""
+    if not isinstance(seg, (tuple, list)) or len(seg) not in (3, 4) or not all(_is_int(n) and n >= 1 for n in seg[:3]):
+        raise ValueError(f"a vision segment must be (T, H, W) or (T, H, W, seconds_per_grid) with positive int T, H, W, "
+                         f"got {seg!r}")
+    t, h, w = seg[:3]
+    if h % merge or w % merge:
+        raise ValueError(f"grid {tuple(seg[:3])} does not divide by spatial_merge={merge} on H and W")
+    if len(seg) == 3:
+        return t, h // merge, w // merge, 1.0
+    if tokens_per_second is None:
+        raise ValueError(f"a video with seconds_per_grid ({seg!r}) needs tokens_per_second= (Qwen2.5-VL's "
+                         "vision_config.tokens_per_second)")
+    seconds = check_number(seg[3], "seconds_per_grid", low=0.0)
+    return t, h // merge, w // merge, tokens_per_second * seconds
