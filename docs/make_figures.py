@@ -86,6 +86,24 @@ def rope_2d_grow():
 
 
 @figure("rope")
+def rope_dinov3_zoom():
+    """DINOv3's rope: centred coordinates in [-1, 1] with periods, so a larger grid samples the same map finer."""
+    dino = {"coords": "centered", "periods": True, "theta": 100.0}
+    panels = [((8, 8), dino, "trained grid (8, 8)"), ((16, 16), dino, "(16, 16), DINOv3: the same map, finer"),
+              ((16, 16), {"theta": 100.0}, "(16, 16), index coordinates: wider")]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [8, 16, 16]})
+    rels = [relation(seeded(dims=2, kind="rope", dim=32, **opts)(grid), centre_index(grid)) for grid, opts, _ in panels]
+    style = color_scale(*rels)
+    for ax, (grid, opts, title), rel in zip(axes, panels, rels):
+        image = show_relation(ax, rel, grid, centre_index(grid), style)
+        ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="relation (normalized q.k)")
+    fig.suptitle("2D RoPE, head_dim 32, theta 100: relation to the centre token, DINOv3's periods on centred "
+                 "coordinates (zoom) vs index coordinates (canvas)", fontsize=10)
+    return fig
+
+
+@figure("rope")
 def rope_3d_frames():
     grid = (5, 12, 12)  # (frames, rows, cols)
     pe = seeded(dims=3, kind="rope", dim=48, theta=100.0)  # head_dim 48: 16 rotary channels per axis

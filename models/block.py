@@ -7,6 +7,7 @@ Models never look at the kind: ``add``/``cat`` go to the tokens, ``rot``/``bias`
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -57,7 +58,11 @@ class Encoder(nn.Module):
     ``forward(x, grid_shape, num_prefix)``: ``x`` is ``(B, P + N, dim - pe.cat_dim)`` (``P`` prefix tokens,
     then the ``N = prod(grid_shape)`` grid tokens row-major); returns ``(B, P + N, dim)``. ``nope_every=n``
     makes every n-th block position-free (Llama 4's iRoPE): it gets no rotation, bias or logits term (what
-    the encoding adds to the tokens, before the first block, stays).
+    the encoding adds to the tokens, before the first block, stays). ``nope_temperature=(floor_scale, attn_scale)``
+    adds Llama 4's attention temperature tuning to those blocks: the query of the grid token at position ``p``
+    (counting cached tokens) is multiplied by ``1 + attn_scale * log(1 + floor((p + 1) / floor_scale))`` (Llama 4:
+    ``(8192, 0.1)``), so attention stays sharp over long contexts. It travels in the contract, as a rotation by
+    angle 0 with that amplitude for the queries and the identity for the keys (``rot``, ``rot_k``).
 
     >>> enc = Encoder(make_pe({"kind": "coord"}, dims=2, dim=32, heads=4), dim=32, depth=1, heads=4)
     >>> enc(torch.randn(2, 1 + 12, 32 - enc.pe.cat_dim), (3, 4), num_prefix=1).shape
@@ -65,10 +70,13 @@ class Encoder(nn.Module):
     """
 
     def __init__(self, pe: nn.Module, *, dim: int, depth: int, heads: int, mlp_ratio: float = 4.0,
-                 drop: float = 0.0, drop_path: float = 0.0, causal: bool = False, nope_every: int = 0):
+                 drop: float = 0.0, drop_path: float = 0.0, causal: bool = False, nope_every: int = 0,
+                 nope_temperature: Sequence[float] | None = None):
         super().__init__()
         if isinstance(nope_every, bool) or not isinstance(nope_every, int) or nope_every < 0:
             raise ValueError(f"nope_every must be an int >= 0 (0: every block uses the encoding), got {nope_every!r}")
+        self.nope_temperature = check_temperature(nope_temperature, nope_every)
+        self.head_dim = dim // heads
         self.pe = pe
         # iRoPE (Llama 4's no_rope_layers): every nope_every-th block attends without the attention-level terms
         self.nope = tuple(nope_every > 0 and (i + 1) % nope_every == 0 for i in range(depth))
@@ -94,10 +102,37 @@ class Encoder(nn.Module):
             past = max(caches[0].length - num_prefix, 0)  # cached grid tokens (the prefix is cached first)
         pos = self.pe(tuple(grid_shape), num_prefix=num_prefix, dtype=x.dtype, past=past)  # once per forward
         x = ndpe.apply_tokens(x, pos)  # (B, T, dim)
-        free = ndpe.PosOut(num_prefix=pos.num_prefix, past=pos.past) if any(self.nope) else pos  # no rot, bias, logits
+        free = self._free(pos, x) if any(self.nope) else pos  # no rot, bias, logits
         for i, blk in enumerate(self.blocks):
             x = blk(x, free if self.nope[i] else pos, None if caches is None else caches[i])
         return self.norm(x)
+
+
+    def _free(self, pos: ndpe.PosOut, x: Tensor) -> ndpe.PosOut:
+        """The position-free blocks' ``PosOut``: nothing, or the queries' temperature (see the class doc)."""
+        if self.nope_temperature is None:
+            return ndpe.PosOut(num_prefix=pos.num_prefix, past=pos.past)
+        floor_scale, attn_scale = self.nope_temperature
+        p, n = pos.num_prefix, x.shape[1] - pos.num_prefix
+        grid = torch.arange(n, device=x.device, dtype=torch.float32) + max(pos.past - p, 0)
+        scale = torch.cat([grid.new_ones(p), torch.log1p(torch.floor((grid + 1) / floor_scale)) * attn_scale + 1])
+        amp = scale[None, :, None].expand(1, p + n, self.head_dim // 2)  # (1, T, head_dim / 2)
+        zero = torch.zeros_like(amp)
+        return ndpe.PosOut(rot=(amp, zero), rot_k=(torch.ones_like(amp), zero), num_prefix=p, past=pos.past)
+
+
+def check_temperature(value, nope_every: int) -> tuple[float, float] | None:
+    """``(floor_scale, attn_scale)``: a positive floor scale and a finite scale >= 0, for position-free blocks."""
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value) \
+            or value[0] <= 0 or value[1] < 0:
+        raise ValueError(f"nope_temperature must be (floor_scale > 0, attn_scale >= 0), Llama 4's (8192, 0.1); "
+                         f"got {value!r}")
+    if nope_every == 0:
+        raise ValueError("nope_temperature tunes the position-free blocks: it needs nope_every > 0")
+    return float(value[0]), float(value[1])
 
 
 def init_weights(m: nn.Module) -> None:

@@ -15,7 +15,8 @@ from .block import Encoder, init_weights, make_pe
 class TextTransformer(nn.Module):
     """``(B, L) token ids -> (B, L, num_classes)`` logits (``num_classes`` = vocab size for an LM).
 
-    ``nope_every=n`` makes every n-th block position-free (Llama 4's iRoPE, ``no_rope_layers``; SmolLM3).
+    ``nope_every=n`` makes every n-th block position-free (Llama 4's iRoPE, ``no_rope_layers``; SmolLM3);
+    ``nope_temperature=(floor_scale, attn_scale)`` adds Llama 4's attention temperature tuning to them (:class:`Encoder`).
     ``tie_weights`` shares the token embedding with the output head (GPT-2 / nanoGPT); it needs
     ``num_classes == vocab_size`` and an encoding that does not concatenate channels.
 
@@ -32,10 +33,12 @@ class TextTransformer(nn.Module):
 
     def __init__(self, *, vocab_size: int, num_classes: int, pe: Mapping[str, Any], dim: int = 64, depth: int = 4,
                  heads: int = 4, causal: bool = False, tie_weights: bool = False, mlp_ratio: float = 4.0,
-                 drop: float = 0.0, drop_path: float = 0.0, nope_every: int = 0):
+                 drop: float = 0.0, drop_path: float = 0.0, nope_every: int = 0,
+                 nope_temperature: tuple[float, float] | None = None):
         super().__init__()
         self.encoder = Encoder(make_pe(pe, dims=1, dim=dim, heads=heads), dim=dim, depth=depth, heads=heads,
-                               mlp_ratio=mlp_ratio, drop=drop, drop_path=drop_path, causal=causal, nope_every=nope_every)
+                               mlp_ratio=mlp_ratio, drop=drop, drop_path=drop_path, causal=causal, nope_every=nope_every,
+                               nope_temperature=nope_temperature)
         self.tok_embed = nn.Embedding(vocab_size, self.encoder.token_dim)
         self.embed_scale = math.sqrt(self.encoder.token_dim)
         nn.init.normal_(self.tok_embed.weight, std=1 / self.embed_scale)

@@ -15,7 +15,8 @@ transformers is not a dependency: these functions only read a config's attribute
   (:meth:`ndpe.RopeScaling.from_hf`), the encoding's ``rope_scaling``. Missing values are filled as transformers
   5.23 fills them (``rope_theta`` from the config, the original length from ``max_position_embeddings``, ...);
   every error names the ``rope_parameters`` key. Per-layer-type parameters (Gemma 3's ``sliding_attention`` and
-  ``full_attention``) give ``{layer_type: rope}``.
+  ``full_attention``) give ``{layer_type: rope}``, each with its layer type's ``head_dim`` where
+  ``config.per_layer_config`` sets one (Gemma 4).
 - :func:`hf_cos_sin` returns ``(cos, sin)`` of shape ``(B, T, rot_dim)`` as HF's rotary embedding
   module does (``emb = cat(freqs, freqs)``, times the attention factor), for ``position_ids``
   ``(B, T)`` (or ``(3, B, T)`` for M-RoPE, HF's layout), ready for ``apply_rotary_pos_emb`` or a
@@ -108,8 +109,21 @@ def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = Non
     ``dim`` / ``heads`` default to one head of ``head_dim``; ``overrides`` are passed to
     ``ndpe.make`` over the options read from the config (e.g. ``pairing="interleaved"``).
     """
-    ropes = {k: _from_parameters(p, config, dim, heads, overrides) for k, p in _rope_parameters(config).items()}
+    ropes = {k: _from_parameters(p, _layer_config(config, k), dim, heads, overrides)
+             for k, p in _rope_parameters(config).items()}
     return ropes[None] if None in ropes else cast("dict[str, RoPE]", ropes)
+
+
+def _layer_config(config: Any, layer_type: str | None) -> Any:
+    """The config that holds ``layer_type``'s head_dim: ``config.per_layer_config[layer_type]`` where the head size
+    varies by layer type (Gemma 4: sliding layers 256, full ones 512), else ``config``."""
+    per_layer = getattr(config, "per_layer_config", None) if layer_type is not None else None
+    if per_layer is None:
+        return config
+    try:
+        return per_layer[layer_type]
+    except (KeyError, IndexError, TypeError):
+        return config
 
 
 def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, overrides: dict) -> RoPE:

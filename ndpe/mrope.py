@@ -57,7 +57,7 @@ def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, toke
         check_number(tokens_per_second, "tokens_per_second", low=0.0, inclusive=False)
     parts, pos = [], start
     for seg in segments:
-        if _is_int(seg):
+        if isinstance(seg, int) and not isinstance(seg, bool):
             if seg < 0:
                 raise ValueError(f"a text run must be an int >= 0 tokens, got {seg}")
             parts.append(rearrange(torch.arange(pos, pos + seg, device=device), "n -> n 1").expand(seg, 3))

@@ -175,10 +175,10 @@ def test_text_tokens_enter_at_the_scale_of_fixed_encodings():
 
 # ---- iRoPE: every n-th block position-free (Llama 4's no_rope_layers) ---------------------------------------------
 
-def _text(kind, nope_every=0, seed=0):
+def _text(kind, nope_every=0, seed=0, nope_temperature=None):
     torch.manual_seed(seed)
     return TextTransformer(vocab_size=13, num_classes=13, pe={"kind": kind}, dim=32, depth=4, heads=4, causal=True,
-                           nope_every=nope_every).eval()
+                           nope_every=nope_every, nope_temperature=nope_temperature).eval()
 
 
 @pytest.mark.parametrize("kind", ["rope", "alibi", "xpos"])
@@ -202,8 +202,44 @@ def test_nope_every_second_block_gets_no_rotation(monkeypatch):
         _text("rope", nope_every=-1)
 
 
-@pytest.mark.parametrize("kind", ["rope", "alibi"])
-def test_nope_layers_decode_with_a_kv_cache(kind):
-    model = _text(kind, nope_every=2)
+@pytest.mark.parametrize("kind,temperature", [("rope", None), ("alibi", None), ("rope", (2, 0.5))])
+def test_nope_layers_decode_with_a_kv_cache(kind, temperature):
+    model = _text(kind, nope_every=2, nope_temperature=temperature)
     prompt = torch.randint(0, 13, (2, 5))
     assert torch.equal(model.generate(prompt, 6), model.generate(prompt, 6, use_cache=False))
+    if temperature is not None:  # cached steps see their true position: logits equal the full forward's
+        tokens = torch.randint(0, 13, (2, 11))
+        caches = model.new_caches()
+        steps = [model(tokens[:, :5], caches)] + [model(tokens[:, i:i + 1], caches) for i in range(5, 11)]
+        torch.testing.assert_close(torch.cat(steps, 1), model(tokens), rtol=1e-5, atol=1e-5)
+
+
+def llama4_attn_scales(positions, floor_scale, attn_scale):
+    """transformers 5.23 Llama4TextAttention (attn_temperature_tuning, no-rope layers), copied."""
+    return torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale + 1.0
+
+
+@pytest.mark.parametrize("past", [0, 7])
+def test_nope_temperature_scales_queries_as_llama4(past):
+    """The position-free blocks' PosOut multiplies each query by Llama 4's scale at its position and leaves keys."""
+    model = _text("rope", nope_every=2, nope_temperature=(3, 0.2))
+    x = torch.randn(2, 9, 32)
+    pos = model.encoder.pe((9,), past=past)
+    free = model.encoder._free(pos, x)
+    q, k = torch.randn(2, 4, 9, 8), torch.randn(2, 4, 9, 8)
+    q2, k2 = ndpe.apply_qk(q, k, free)
+    scales = llama4_attn_scales(torch.arange(9) + past, 3, 0.2)
+    torch.testing.assert_close(q2, q * scales[:, None], rtol=1e-6, atol=1e-6)
+    assert torch.equal(k2, k) and scales.max() > 1.2
+    tokens = torch.randint(0, 13, (2, 12))
+    hot, plain = _text("rope", nope_every=2, nope_temperature=(1, 5.0)), _text("rope", nope_every=2)
+    assert (hot(tokens) - plain(tokens)).abs().max() > 1e-5  # same weights (near-uniform attention at init)
+
+
+@pytest.mark.parametrize("value,match", [((0, 0.1), "floor_scale > 0"), ((8192,), "floor_scale > 0"),
+                                         ((8192, -1.0), "floor_scale > 0"), ((8192, float("nan")), "floor_scale")])
+def test_nope_temperature_refusals(value, match):
+    with pytest.raises(ValueError, match=match):
+        _text("rope", nope_every=2, nope_temperature=value)
+    with pytest.raises(ValueError, match="needs nope_every > 0"):
+        _text("rope", nope_temperature=(8192, 0.1))

@@ -143,3 +143,18 @@ def test_tiny_qwen2_vl_text_model_outputs_with_ndpe_mrope(monkeypatch):
                      torch.arange(tokens.shape[1])).last_hidden_state
     torch.testing.assert_close(swapped, reference, rtol=1e-4, atol=1e-4)
     assert (flat - reference).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("head_dim,section", [(72, (8, 12, 12)), (64, (8, 12, 12)), (36, (6, 6, 6)), (64, (10, 8, 8))])
+@pytest.mark.parametrize("grid", [(4, 4), (3, 5), (1, 6)], ids=str)
+def test_equals_timm_rotary_embedding_mrope(head_dim, section, grid):
+    """timm's RotaryEmbeddingMRope (GenLIP / NaFlexVit ``rope_type='mrope'``): the interleaved layout over the whole
+    head, temporal ids 0 on an image. Its temporal axis takes every frequency that h and w leave, so ndpe's section is
+    ``(head_dim / 2 - s_h - s_w, s_h, s_w)`` (equal to timm's where its sections tile the head) on the grid (1, H, W)."""
+    timm_layers = pytest.importorskip("timm.layers.pos_embed_sincos")
+    peer = timm_layers.RotaryEmbeddingMRope(head_dim, mrope_section=section, temperature=1e4)
+    q = torch.randn(2, 3, grid[0] * grid[1], head_dim)
+    ref = timm_layers.apply_rot_embed_cat(q, peer.get_embed(list(grid)), half=True)
+    pe = ndpe.make(dims=3, kind="rope", dim=head_dim, mrope_section=(head_dim // 2 - section[1] - section[2], *section[1:]),
+                   mrope_interleaved=True)
+    torch.testing.assert_close(ndpe.apply_qk(q, q, pe((1, *grid)))[0], ref, rtol=1e-5, atol=1e-5)

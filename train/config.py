@@ -83,6 +83,7 @@ class ModelConfig:
     pool: str | None = None  # cls | mean
     causal: bool | None = None
     nope_every: int | None = None  # text: every n-th block position-free (iRoPE, Llama 4's no_rope_layers)
+    nope_temperature: list[float] | None = None  # text: [floor_scale, attn_scale], Llama 4's query temperature in those blocks
     tie_weights: bool | None = None
     channels: list[int] | None = None  # conv
     add_coords: bool | None = None  # conv: CoordConv layers
