@@ -101,6 +101,19 @@ class Encoder(nn.Module):
                 raise ValueError(f"caches: one KVCache per block ({len(self.blocks)}), got {len(caches)}")
             past = max(caches[0].length - num_prefix, 0)  # cached grid tokens (the prefix is cached first)
         pos = self.pe(tuple(grid_shape), num_prefix=num_prefix, dtype=x.dtype, past=past)  # once per forward
+        return self._blocks(x, pos, caches)
+
+    def forward_packed(self, x: Tensor, grid_shapes: Sequence[Sequence[int]], num_prefix: int = 0) -> Tensor:
+        """Samples of several grid shapes packed into one sequence ``x`` ``(B, T, dim - pe.cat_dim)`` (each sample's
+        prefix first, then its grid tokens; ``T = sum(P + N_i)``), encoded with ``pe.packed``: positions restart per
+        sample and no token attends outside its sample, so each sample's outputs equal running it alone."""
+        pos = self.pe.packed([tuple(g) for g in grid_shapes], num_prefix=num_prefix, dtype=x.dtype)
+        if any(self.nope):
+            raise ValueError("forward_packed keeps samples apart with the encoding's mask; position-free blocks "
+                             "(nope_every) would drop it: pack without nope_every")
+        return self._blocks(x, pos, None)
+
+    def _blocks(self, x: Tensor, pos: ndpe.PosOut, caches: Sequence[ndpe.KVCache] | None) -> Tensor:
         x = ndpe.apply_tokens(x, pos)  # (B, T, dim)
         free = self._free(pos, x) if any(self.nope) else pos  # no rot, bias, logits
         for i, blk in enumerate(self.blocks):

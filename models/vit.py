@@ -5,7 +5,7 @@ image size runs at any size divisible by the patch: the grid ``(rows, cols)`` is
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from einops import rearrange
@@ -49,3 +49,24 @@ class ViT(nn.Module):
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, P + N, c)
         x = self.encoder(x, grid_shape, self.num_prefix)  # (B, P + N, dim)
         return self.head(pool(x, self.pool, self.num_prefix))  # (B, num_classes)
+
+    def forward_packed(self, images: Sequence[Tensor]) -> Tensor:
+        """Images of several sizes ``[(C, H_i, W_i)]`` in one packed sequence (NaViT's Patch n' Pack): each image's
+        cls token and patches follow the previous image's, positions restart per image and attention stays inside
+        it (``pe.packed``); returns ``(len(images), num_classes)``, each row what ``forward`` gives that image alone.
+
+        >>> m = ViT(num_classes=10, pe={"kind": "rope"}, dim=32, depth=1, heads=4, patch_size=4)
+        >>> m.forward_packed([torch.randn(3, 16, 24), torch.randn(3, 8, 8)]).shape
+        torch.Size([2, 10])
+        """
+        if isinstance(images, Tensor) or not images:
+            raise TypeError("forward_packed takes a non-empty list of (C, H, W) images; a (B, C, H, W) batch of one "
+                            "size goes to forward()")
+        parts, grids = [], []
+        for img in images:
+            tokens = self.patch_embed(img[None])  # (1, h, w, c)
+            grids.append(tuple(tokens.shape[1:3]))
+            parts += [self.cls_token, rearrange(tokens, "1 h w c -> 1 (h w) c")]
+        x = self.encoder.forward_packed(torch.cat(parts, dim=1), grids, self.num_prefix)  # (1, T, dim)
+        sizes = [self.num_prefix + h * w for h, w in grids]
+        return self.head(torch.cat([pool(s, self.pool, self.num_prefix) for s in x.split(sizes, dim=1)]))

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checks import check_choice, check_dims, check_float_dtype, check_int
-from .contract import PosOut
+from .contract import PosOut, pack
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
 
@@ -285,6 +285,26 @@ class Encoding(nn.Module):
             # also the parameters and buffers: a frozen one changed in place (an EMA copy) must not serve a stale output
             self._cache.put(key, out, _out_tensors(out) + tuple(self.parameters()) + tuple(self.buffers()))
         return out
+
+    def packed(self, grid_shapes: Sequence[Sequence[int]], *, num_prefix: int = 0,
+               dtype: torch.dtype | None = None) -> PosOut:
+        """The encoding of samples of several grid shapes packed into one sequence: sample ``i`` takes
+        ``num_prefix + prod(grid_shapes[i])`` tokens (its prefix first), after sample ``i - 1``'s; its positions are
+        its own grid's, and the ``bias`` field (``(T, T)``, or per head) keeps attention inside each sample
+        (:func:`ndpe.pack`). Attention over the packed tokens equals attention over each sample alone.
+
+        >>> import ndpe
+        >>> pe = ndpe.make(dims=2, kind="rope", dim=64, heads=4)
+        >>> pos = pe.packed([(3, 4), (2, 2)], num_prefix=1)          # 13 + 5 tokens in one sequence
+        >>> pos.rot[0].shape, pos.bias.shape
+        (torch.Size([1, 18, 8]), torch.Size([18, 18]))
+        """
+        if isinstance(grid_shapes, (str, bytes)) or not isinstance(grid_shapes, (list, tuple)) or not grid_shapes:
+            raise TypeError(f"grid_shapes must be a non-empty list of grid shapes (one per sample), got {grid_shapes!r}")
+        shapes = [check_grid_shape(g, self.dims) for g in grid_shapes]
+        outs = [self(g, num_prefix=num_prefix, dtype=dtype) for g in shapes]
+        out = pack(outs, [num_prefix + num_grid_tokens(g) for g in shapes], device=self.device)
+        return out if dtype is None else out.to(dtype)
 
     def _decode(self, grid_shape: tuple[int, ...] | None, positions: Tensor | None, num_prefix: int,
                 dtype: torch.dtype | None, past: int) -> PosOut:

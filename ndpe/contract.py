@@ -20,8 +20,9 @@ kernels it dispatches to, so this module (a data type) imports no kernel.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields, replace
-from typing import Callable
+from typing import Callable, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -225,6 +226,106 @@ def merge(*outs: PosOut) -> PosOut:
         tokens=next((o.tokens for o in outs if o.tokens is not None), None),
         past=pasts.pop(),
     )
+
+
+def pack(outs: Sequence[PosOut], sizes: Sequence[int] | None = None, *,
+         device: torch.device | str | None = None) -> PosOut:
+    """One ``PosOut`` for samples packed into one sequence (NaViT's Patch n' Pack, packed documents): each sample's
+    tokens (its prefix first) follow the previous sample's, positions restart per sample, and no token attends
+    outside its sample.
+
+    Per-token fields (``add``, ``cat``, ``rot``, ``rot_k``) are concatenated along the tokens; ``bias`` is
+    block-diagonal, each sample's own bias (or 0) on its block and ``-inf`` elsewhere, so it is also the mask
+    that keeps attention inside each sample (a ``(T, T)`` tensor for ``T`` packed tokens, even for kinds with no
+    bias of their own); a ``logits`` or ``tokens`` term is applied per sample. Attention over the packed sequence
+    then equals attention over each sample alone (``tests/test_packed.py``). Each ``outs[i]`` is what
+    ``pe(grid_shapes[i], num_prefix=P)`` returns (:meth:`ndpe.Encoding.packed` builds them); ``sizes``: the
+    samples' token counts, needed only where a ``PosOut`` has no tensor to count (``kind="none"``; ``device``: where
+    its mask goes); not for decoding.
+
+    >>> a, b = PosOut(add=torch.ones(2, 8)), PosOut(add=torch.zeros(3, 8))
+    >>> p = pack([a, b]); p.add.shape, p.bias.shape, p.bias[0, 2].item()
+    (torch.Size([5, 8]), torch.Size([5, 5]), -inf)
+    """
+    if isinstance(outs, PosOut) or not isinstance(outs, (list, tuple)) or not outs:
+        raise TypeError(f"pack() takes a non-empty list of PosOut (one per sample), got {type(outs).__name__}")
+    for o in outs:
+        check_pos(o)
+        if o.past:
+            raise ValueError("pack() is for whole samples: a PosOut built for KV-cache decoding (past > 0) cannot be "
+                             "packed")
+    present = {name: [getattr(o, name) is not None for o in outs] for name in ("add", "cat", "rot", "rot_k", "bias",
+                                                                               "logits", "tokens")}
+    mixed = [name for name, flags in present.items() if any(flags) and not all(flags)]
+    if mixed or len({o.pairing for o in outs}) > 1:
+        raise ValueError(f"pack() needs the outputs of one encoding: fields {mixed} or the pairing differ between "
+                         "samples")
+    counted = [o.num_tokens if _has_tensors(o) else None for o in outs]
+    if sizes is not None:
+        size_list = [check_int(n, "pack sizes", low=1) for n in sizes]
+        if len(size_list) != len(outs) or any(c is not None and c != n for c, n in zip(counted, size_list)):
+            raise ValueError(f"pack() sizes {list(sizes)} do not match the samples' token counts {counted}")
+    elif None in counted:
+        raise ValueError("pack() needs each sample's token count: a PosOut with no tensor field has none; pass "
+                         "sizes= (pe.packed() does)")
+    else:
+        size_list = cast("list[int]", counted)
+
+    def cat_tokens(ts: list[Tensor]) -> Tensor:
+        lead = torch.broadcast_shapes(*(t.shape[:-2] for t in ts))
+        return torch.cat([t.expand(*lead, *t.shape[-2:]) for t in ts], dim=-2)
+
+    def cat_rot(name: str):
+        pairs = [getattr(o, name) for o in outs]
+        return None if pairs[0] is None else (cat_tokens([p[0] for p in pairs]), cat_tokens([p[1] for p in pairs]))
+
+    ref = outs[0]
+    total = sum(size_list)
+    biases = [o.bias for o in outs]
+    lead = torch.broadcast_shapes(*(b.shape[:-2] for b in biases)) if biases[0] is not None else ()
+    device = next((t.device for o in outs for t in _tensors(o)), device)
+    dtype = biases[0].dtype if biases[0] is not None else torch.float32
+    bias = torch.full((*lead, total, total), float("-inf"), device=device, dtype=dtype)
+    start = 0
+    for o, n in zip(outs, size_list):
+        bias[..., start:start + n, start:start + n] = 0.0 if o.bias is None else o.bias
+        start += n
+    logits = None
+    if ref.logits is not None:
+        terms = [cast(LogitsTerm, o.logits) for o in outs]
+        logits = LogitsTerm(functools.partial(_packed_logits, terms, size_list),
+                            causal_only=any(t.causal_only for t in terms))
+    tokens = None
+    if ref.tokens is not None:
+        tokens = TokenTerm(functools.partial(_packed_tokens, [cast(TokenTerm, o.tokens) for o in outs], size_list))
+    return PosOut(add=None if ref.add is None else cat_tokens([cast(Tensor, o.add) for o in outs]),
+                  cat=None if ref.cat is None else cat_tokens([cast(Tensor, o.cat) for o in outs]),
+                  rot=cat_rot("rot"), rot_k=cat_rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits,
+                  tokens=tokens)
+
+
+def _tensors(out: PosOut):
+    for name in _TENSOR_FIELDS:
+        value = getattr(out, name)
+        if isinstance(value, tuple):
+            yield from value
+        elif value is not None:
+            yield value
+
+
+def _packed_logits(terms: list[LogitsTerm], sizes: list[int], q: Tensor, k: Tensor) -> Tensor:
+    """Each sample's logits term on its block, 0 elsewhere (the packed bias masks those)."""
+    out = q.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2], dtype=torch.float32)
+    start = 0
+    for term, n in zip(terms, sizes):
+        block = term(q[..., start:start + n, :], k[..., start:start + n, :])
+        out[..., start:start + n, start:start + n] = block
+        start += n
+    return out
+
+
+def _packed_tokens(terms: list[TokenTerm], sizes: list[int], x: Tensor) -> Tensor:
+    return torch.cat([term(part) for term, part in zip(terms, x.split(sizes, dim=-2))], dim=-2)
 
 
 def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:

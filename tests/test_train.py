@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from train.config import load_config
+from train.config import ConfigError, load_config
 from train.engine import summarize, task_loss
 from train.main import evaluate_model, fit, load_trained, main
 
@@ -163,7 +163,7 @@ def test_model_must_fit_the_data_domain(tmp_path):
 
 
 # -- the shipped configs on the built-in datasets --------------------------------------------
-BUILT_IN = ["image_shapes", "audio_tones", "text_copy", "text_reverse", "text_addition", "text_lm",
+BUILT_IN = ["image_shapes", "image_shapes_mixed", "audio_tones", "text_copy", "text_reverse", "text_addition", "text_lm",
             "video_trajectory", "coord", "coord_vit"]
 TINY = {"vit": ["model.dim=32", "model.depth=1", "model.heads=4"], "audio": ["model.dim=32", "model.depth=1", "model.heads=4"],
         "text": ["model.dim=32", "model.depth=1", "model.heads=4"], "video": ["model.dim=48", "model.depth=1", "model.heads=4"],
@@ -187,6 +187,23 @@ def test_shipped_config_trains_on_its_built_in_data(tmp_path, name, monkeypatch)
     monkeypatch.setattr(tm, "build_data", lambda cfg, split, **o: _head(real(cfg, split, **o), 64))
     result = main(built_in_config(tmp_path, name))
     assert result["step"] == 2 and math.isfinite(result["eval"]["loss"])
+
+
+def test_mixed_sizes_train_in_packed_batches(tmp_path, monkeypatch):
+    """data.mixed_sizes: each training batch holds several image sizes, packed (forward_packed); eval is plain."""
+    import train.main as tm
+    from models.vit import ViT
+
+    real, seen = tm.build_data, []
+    monkeypatch.setattr(tm, "build_data", lambda cfg, split, **o: _head(real(cfg, split, **o), 64))
+    original = ViT.forward_packed
+    monkeypatch.setattr(ViT, "forward_packed", lambda self, images: (seen.append({x.shape[-1] for x in images}),
+                                                                      original(self, images))[1])
+    result = main(built_in_config(tmp_path, "image_shapes_mixed"))
+    assert result["step"] == 2 and math.isfinite(result["eval"]["loss"])
+    assert len(seen) == 2 and all(len(sizes) > 1 for sizes in seen) and set.union(*seen) <= {32, 48, 64}
+    with pytest.raises(ConfigError, match="no forward_packed"):
+        main(built_in_config(tmp_path / "t", "text_copy", "data.mixed_sizes=[8,16]"))
 
 
 def _head(dataset, n):

@@ -57,6 +57,7 @@ class DataConfig:
     options: dict = field(default_factory=dict)  # passed to build_dataset, e.g. {image_size: 32}
     num_workers: int = 0  # DataLoader worker processes
     allow_import: bool = False  # let name be "package.module:factory" (imports that module)
+    mixed_sizes: list[int] | None = None  # image sizes trained on together, one per item, in packed batches (vit)
 
 
 @dataclass

@@ -107,6 +107,17 @@ def _add(total: dict[str, float], batch: dict[str, float]) -> None:
         total[k] = total.get(k, 0.0) + v
 
 
+def to_device(x, device: torch.device):
+    """A batch tensor, or the list of a packed batch (images of several sizes), on ``device``."""
+    return [t.to(device, non_blocking=True) for t in x] if isinstance(x, list) else x.to(device, non_blocking=True)
+
+
+def forward(model: nn.Module, x):
+    """``model(x)``; a list (a packed batch of several image sizes) goes to the model's ``forward_packed``
+    (one process: ``train.main`` refuses packing under DDP)."""
+    return model.forward_packed(x) if isinstance(x, list) else model(x)
+
+
 def train_one_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, scheduler, *, task: str,
                     device: torch.device, epoch: int, global_step: int, max_steps: int, amp: bool = True,
                     clip_grad: float | None = None, regress_loss: str = "mse", log_every: int = 50,
@@ -126,9 +137,9 @@ def train_one_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.O
         for x, target in loader:
             if global_step >= max_steps:
                 break
-            x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
+            x, target = to_device(x, device), target.to(device, non_blocking=True)
             with autocast(device, amp):
-                out = model(x)
+                out = forward(model, x)
             loss, stats = task_loss(task, out, target, regress_loss=regress_loss)
             if not math.isfinite(loss.item()):
                 raise FloatingPointError(f"loss is {loss.item()} at step {global_step}; lower optim.lr or enable "
@@ -158,9 +169,9 @@ def evaluate(model: nn.Module, loader: Iterable, *, task: str, device: torch.dev
     model.eval()
     sums: dict[str, float] = {}
     for x, target in progress(loader, desc="eval"):
-        x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
+        x, target = to_device(x, device), target.to(device, non_blocking=True)
         with autocast(device, amp):
-            out = model(x)
+            out = forward(model, x)
         _add(sums, task_loss(task, out, target, regress_loss=regress_loss)[1])
     return summarize(task, dist.all_reduce_sum(sums, device))
 

@@ -71,6 +71,23 @@ def build_data(cfg: Config, split: str, **opts) -> Dataset:
     return build_dataset(name, split, seed=d.seed, root=d.root, **opts)
 
 
+def build_train_data(cfg: Config) -> Dataset:
+    """The training set; with ``data.mixed_sizes`` the same items at those image sizes, one size per item
+    (:class:`train.data._base.MixedSizes`), trained on in packed batches (the model's ``forward_packed``)."""
+    if not cfg.data.mixed_sizes:
+        return build_data(cfg, cfg.data.train_split)
+    from models import MODELS
+
+    from .data._base import MixedSizes
+    if not hasattr(MODELS.get(cfg.model.name), "forward_packed"):
+        raise ConfigError(f"data.mixed_sizes trains on packed batches of several image sizes: model "
+                          f"{cfg.model.name!r} has no forward_packed (the vit has)")
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in cfg.data.mixed_sizes):
+        raise ConfigError(f"data.mixed_sizes must be a list of positive image sizes, got {cfg.data.mixed_sizes!r}")
+    return MixedSizes([build_data(cfg, cfg.data.train_split, image_size=s) for s in cfg.data.mixed_sizes],
+                      seed=cfg.data.seed)
+
+
 class ResumableSampler(DistributedSampler):
     """``DistributedSampler`` (seeded shuffle, one shard per rank) that can start mid-epoch.
 
@@ -171,7 +188,7 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
     log = JsonlLogger(out_dir / "log.jsonl", tensorboard=t.tensorboard)
 
     try:
-        train_set = build_data(cfg, cfg.data.train_split)
+        train_set = build_train_data(cfg)
         eval_set = build_data(cfg, cfg.data.eval_split)
     except ConfigError:
         raise
@@ -187,8 +204,12 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
     sampler = ResumableSampler(train_set, seed=t.seed, num_replicas=world, rank=rank)
+    from .data._base import packed_collate
+    if cfg.data.mixed_sizes and world > 1:  # DDP syncs gradients through its own forward, which packing bypasses
+        raise ConfigError("data.mixed_sizes (packed batches) runs on one process; drop torchrun or mixed_sizes")
     loader = DataLoader(train_set, batch_size=t.batch_size, sampler=sampler, drop_last=True,
-                        num_workers=cfg.data.num_workers, generator=torch.Generator())
+                        num_workers=cfg.data.num_workers, generator=torch.Generator(),
+                        collate_fn=packed_collate if cfg.data.mixed_sizes else None)
     steps_per_epoch = len(sampler) // t.batch_size
     if steps_per_epoch == 0:
         raise ConfigError(f"train.batch_size={t.batch_size} x {world} process(es) exceeds the {len(train_set)} "

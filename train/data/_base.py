@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
 
 SPLITS = ("train", "val", "test")
 # how a user fetches the on-disk datasets (CIFAR-10, Speech Commands) into the data folder, named by their errors
@@ -80,3 +80,40 @@ class SyntheticDataset(Dataset):
 def default_root() -> Path:
     """Where on-disk datasets live when ``root`` is not given: ``$NDPE_DATA`` or ``~/.cache/ndpe/data``."""
     return Path(os.environ.get("NDPE_DATA", Path.home() / ".cache" / "ndpe" / "data")).expanduser()
+
+
+class MixedSizes(Dataset):
+    """Item ``i`` of one of ``datasets`` (the same items at several image sizes), the size picked per item from
+    ``seed`` (the same pick every epoch and on every process): what a model trained on mixed resolutions sees
+    (NaViT). Batches are lists of images, :func:`packed_collate`; the model packs them (``forward_packed``).
+
+    >>> from train.data import build_dataset
+    >>> mixed = MixedSizes([build_dataset("shapes", "train", image_size=s) for s in (32, 48)], seed=0)
+    >>> sorted({mixed[i][0].shape[-1] for i in range(8)})
+    [32, 48]
+    """
+
+    def __init__(self, datasets: list, *, seed: int = 0):
+        if len(datasets) < 1 or len({len(d) for d in datasets}) != 1:
+            raise ValueError(f"MixedSizes needs datasets of one length (the same items), got lengths "
+                             f"{[len(d) for d in datasets]}")
+        self.datasets = datasets
+        self.task = getattr(datasets[0], "task", None)
+        self.pick = torch.randint(len(datasets), (len(datasets[0]),), generator=torch.Generator().manual_seed(seed))
+
+    def __len__(self) -> int:
+        return len(self.datasets[0])
+
+    def __getitem__(self, i: int):
+        return self.datasets[int(self.pick[i])][i]
+
+    def __getattr__(self, name: str):  # domain, num_classes, ... of the underlying dataset; never its fetch methods
+        if name.startswith("_") or name in ("datasets", "pick", "task"):  # (a Subset's __getitems__ would bypass the pick)
+            raise AttributeError(name)
+        return getattr(self.datasets[0], name)
+
+
+def packed_collate(batch: list) -> tuple[list, torch.Tensor]:
+    """``[(image, target)]`` of several sizes -> ``([image], targets)``: the images stay a list (packed later)."""
+    return [x for x, _ in batch], default_collate([y for _, y in batch])
+
