@@ -110,3 +110,66 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shape: Sequence[int], *,
     from torch.nn.attention.flex_attention import flex_attention
 
     return flex_attention(q, k, v, score_mod=mod)
+
+
+def packed_attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shapes: Sequence[Sequence[int]], *,
+                     num_prefix: int = 0, causal: bool = False, compiled: bool = True) -> Tensor:
+    """Attention over samples packed into one sequence (``pe.packed(grid_shapes, num_prefix=P)``'s layout) with a
+    flex ``BlockMask`` that keeps each sample to itself (blocks outside every sample are skipped, never computed)
+    and, for a kind that adds to the logits, its term as a score_mod on each sample's own coordinates.
+
+    Equal to SDPA with ``attn_bias(pe.packed(grid_shapes, num_prefix=P), q=q, k=k)`` (plus the causal triangle)
+    without the ``(heads, T, T)`` tensor. ``q``, ``k`` are the tensors attention uses (rotated with
+    ``apply_qk(q, k, pe.packed(...))`` for a rotary kind).
+    """
+    from .coords import check_grid_shape, num_grid_tokens
+
+    check_int(num_prefix, "num_prefix", low=0)
+    check_bool(causal, "causal")
+    if isinstance(grid_shapes, (str, bytes)) or not isinstance(grid_shapes, (list, tuple)) or not grid_shapes:
+        raise TypeError(f"grid_shapes must be a non-empty list of grid shapes (one per sample), got {grid_shapes!r}")
+    shapes = [check_grid_shape(g, pe.dims) for g in grid_shapes]
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        check_float_tensor(t, name)
+    ok, why = flex_available()
+    if not ok:
+        raise RuntimeError(why)
+    sizes = [num_prefix + num_grid_tokens(g) for g in shapes]
+    total = sum(sizes)
+    if q.dim() != 4 or q.shape[-2] != total or k.shape[-2] != total or v.shape[-2] != total:
+        raise ValueError(f"q/k/v must be (B, heads, T, head_dim) with T = {total} packed tokens "
+                         f"(samples {sizes}), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not causal and pe.causal_only:
+        raise ValueError(f"kind {pe.kind!r} is defined for causal attention only; call with causal=True")
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *pe.parameters()))
+    if needs_grad and (not compiled or q.device.type == "cpu"):
+        raise NotImplementedError("flex_attention has no backward here (eager flex, or compiled on CPU in torch "
+                                  f"{torch.__version__}): run it under torch.no_grad() / inference")
+    device = q.device
+    doc = torch.repeat_interleave(torch.arange(len(sizes), device=device), torch.tensor(sizes, device=device))
+    start = torch.cumsum(torch.tensor([0] + sizes[:-1], device=device), 0)[doc]  # first token of each token's sample
+    local = torch.arange(total, device=device) - start - num_prefix  # index among its sample's grid tokens
+    prefix = local < 0  # (T,) the samples' prefix tokens
+
+    def same_sample(b, h, q_idx, kv_idx):
+        keep = doc[q_idx] == doc[kv_idx]
+        return keep & (kv_idx <= q_idx) if causal else keep
+
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    block_mask = create_block_mask(same_sample, None, None, total, total, device=str(device))
+    mod = None
+    if type(pe).has_score_bias():  # each sample's own term (its grid, its q and k), picked by the query's sample
+        fns, first = [], 0
+        for g, n in zip(shapes, sizes):
+            grid = slice(first + num_prefix, first + n)
+            fns.append((pe.score_bias(pe.coords(g), q=q[..., grid, :], k=k[..., grid, :]), n - num_prefix - 1))
+            first += n
+
+        def mod(score, b, h, q_idx, kv_idx):
+            i, j, term = local[q_idx].clamp(min=0), local[kv_idx].clamp(min=0), score * 0
+            for s, (fn, last) in enumerate(fns):  # indices clamped into each sample's grid (its term is masked off)
+                term = torch.where(doc[q_idx] == s, fn(b, h, i.clamp(max=last), j.clamp(max=last)), term)
+            return score + torch.where(prefix[q_idx] | prefix[kv_idx], 0.0, term)
+    attend = _compiled_flex() if compiled else flex_attention
+    return attend(q, k, v, score_mod=mod, block_mask=block_mask)
+

@@ -152,3 +152,40 @@ def test_a_new_bias_kind_needs_no_change_to_flex():
     got = torch.tensor([[[float(mod(torch.tensor(0.0), 0, torch.tensor(h), torch.tensor(i), torch.tensor(j)))
                           for j in range(6)] for i in range(6)] for h in range(2)])
     torch.testing.assert_close(got, bias)
+
+
+PACKED = {1: [(7,), (3,), (5,)], 2: [(3, 4), (2, 2), (1, 3)], 3: [(2, 2, 3), (1, 2, 2)]}
+QUICK = {("alibi", 2), ("relative", 1), ("cope", 1), ("cpb", 2), ("rope", 2)}  # the rest: slow (eager flex, 2-5 s)
+PACKED_KINDS = [pytest.param(k, d, id=f"{k}-{d}d", marks=() if (k, d) in QUICK else pytest.mark.slow)
+                for k, d in SCORE_KINDS + [("rope", 2), ("none", 1)]]
+
+
+@pytest.mark.parametrize("kind,dims", PACKED_KINDS)
+def test_packed_flex_equals_packed_sdpa(kind, dims):
+    """packed_attention (a BlockMask per sample + the kind's score_mod on each sample's coordinates) equals SDPA with
+    pe.packed's block-diagonal bias."""
+    torch.manual_seed(0)
+    pe = build(kind, dims, dim=24, heads=3).eval()
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    causal = dims == 1
+    shapes = PACKED[dims]
+    pos = pe.packed(shapes, num_prefix=1)
+    n = pos.bias.shape[-1]
+    q, k, v = (torch.randn(2, 3, n, 8) for _ in range(3))
+    q, k = ndpe.apply_qk(q, k, pos)
+    with torch.no_grad():
+        out = flex.packed_attention(q, k, v, pe, shapes, num_prefix=1, causal=causal, compiled=False)
+        mask = ndpe.attn_bias(pos, q=q, k=k, causal=causal)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask + ndpe.causal_mask(n) if causal else mask)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_packed_flex_refusals():
+    pe = ndpe.make(dims=1, kind="alibi", dim=24, heads=3)
+    q = torch.randn(1, 3, 9, 8)
+    with pytest.raises(ValueError, match="T = 10 packed tokens"):
+        flex.packed_attention(q, q, q, pe, [(4,), (6,)], compiled=False)
+    with pytest.raises(TypeError, match="non-empty list"):
+        flex.packed_attention(q, q, q, pe, [], compiled=False)
