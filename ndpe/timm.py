@@ -1,0 +1,148 @@
+"""One call puts any ndpe kind into a timm vision transformer: ``ndpe.timm.use(model, kind, **options)``.
+
+Supported: timm's ``VisionTransformer`` (class token, register tokens, ``dynamic_img_size``, ``no_embed_class``) and
+``Eva`` (EVA02, the ``vit_*_rope_*`` RoPE-ViT models, DINOv3), pinned against timm 1.0.31. The call
+
+- builds ``pe = ndpe.make(dims=2, kind=kind, dim=heads * head_dim, heads=heads, **options)`` and registers it as
+  ``model.ndpe_pe`` (its parameters train with the model and are in its ``state_dict``);
+- removes the model's own encoding (``pos_embed``, and ``rope`` in ``Eva``);
+- encodes once per forward, in ``_pos_embed``, for the grid the patches form (any image size where the model
+  takes one: ``dynamic_img_size``), with the model's class and register tokens as ndpe's prefix tokens, and adds
+  or transforms the tokens there (``apply_tokens``);
+- replaces each block's attention by :class:`NdpeAttention`, which keeps the block's own weights and computes
+  q, k, v as timm does, rotates q and k (``apply_qk``), and hands SDPA ndpe's bias or logits term (with any
+  ``attn_mask`` timm passes). A kind with no attention term keeps SDPA's fused kernel without a mask.
+
+Kinds that concatenate channels (``cat_dim > 0``) are refused: a timm model's token width is fixed.
+
+>>> import timm, torch, ndpe.timm
+>>> model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1, dynamic_img_size=True)
+>>> model = ndpe.timm.use(model, "alibi")
+>>> model(torch.randn(1, 3, 64, 96)).shape   # any image size: the encoding follows the grid
+torch.Size([1, 1000])
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .contract import PosOut, apply_tokens, attn_bias
+from .functional import apply_qk
+from .registry import make
+
+try:
+    import timm as _timm  # noqa: F401
+except ImportError as err:  # pragma: no cover - exercised only without timm
+    raise ImportError("ndpe.timm needs timm: pip install timm (or pip install 'ndpe[timm]')") from err
+
+from timm.layers import Attention as _TimmAttention
+from timm.layers.attention import AttentionRope
+from timm.models.eva import Eva, EvaAttention
+from timm.models.vision_transformer import VisionTransformer
+
+__all__ = ["NdpeAttention", "use"]
+
+
+class _Holder:
+    """The encoding of the current forward, shared by the model's ``_pos_embed`` and its attention modules."""
+    pos: PosOut | None = None
+
+
+class NdpeAttention(nn.Module):
+    """A timm ``Attention``, ``AttentionRope`` or ``EvaAttention`` with ndpe's encoding: the wrapped module's own weights and q, k, v,
+    q/k norms, gate, output norm and projection, with ``apply_qk`` and ``attn_bias`` between."""
+
+    def __init__(self, attn: nn.Module, holder: _Holder):
+        super().__init__()
+        if not isinstance(attn, (_TimmAttention, AttentionRope, EvaAttention)):
+            raise TypeError(f"ndpe.timm supports timm's Attention, AttentionRope and EvaAttention, got "
+                            f"{type(attn).__name__}")
+        self.attn = attn
+        self._holder = holder
+
+    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v ``(B, heads, N, head_dim)`` as the wrapped module computes them (key/value heads repeated for
+        grouped-query attention), after its q/k norms."""
+        a, (B, N, _) = self.attn, x.shape
+        if getattr(a, "qkv", None) is None:  # separate projections (Eva qkv_fused=False, AttentionRope)
+            kv_heads = getattr(a, "num_kv_heads", a.num_heads)
+            q = a.q_proj(x).reshape(B, N, a.num_heads, -1).transpose(1, 2)
+            k, v = (proj(x).reshape(B, N, kv_heads, -1).transpose(1, 2) for proj in (a.k_proj, a.v_proj))
+        else:
+            if getattr(a, "q_bias", None) is not None:  # EVA's q / v biases (k has none)
+                bias = torch.cat((a.q_bias, a.k_bias, a.v_bias))
+                qkv = a.qkv(x) + bias if a.qkv_bias_separate else F.linear(x, a.qkv.weight, bias)
+            else:
+                qkv = a.qkv(x)
+            q, k, v = qkv.reshape(B, N, 3, a.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = a.q_norm(q), a.k_norm(k)
+        groups = getattr(a, "num_kv_groups", 1)
+        if groups > 1:  # head h uses kv head h // groups (timm's repeat_interleave)
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        return q, k, v
+
+    def forward(self, x: Tensor, rope: Any = None, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        a, (B, N, _) = self.attn, x.shape
+        gate = a.gate(x).sigmoid() if getattr(a, "gate", None) is not None else None
+        q, k, v = self._qkv(x)  # (B, heads, N, head_dim)
+        pos = self._holder.pos
+        q, k = apply_qk(q, k, pos)
+        bias = attn_bias(pos, q.dtype, q=q, k=k, causal=is_causal)
+        if attn_mask is not None:
+            extra = attn_mask if attn_mask.dtype != torch.bool else \
+                torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
+            bias = extra if bias is None else bias + extra
+        drop = a.attn_drop.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop, is_causal=is_causal and bias is None)
+        out = a.norm(out.transpose(1, 2).reshape(B, N, -1))
+        if gate is not None:
+            out = out * gate
+        return a.proj_drop(a.proj(out))
+
+
+def use(model: nn.Module, kind: str, **options: Any) -> nn.Module:
+    """Make the timm ``model`` (``VisionTransformer`` or ``Eva``) use ndpe's ``kind`` (see the module doc);
+    returns the same model, changed in place (its class becomes a subclass that encodes in ``_pos_embed``)."""
+    if not isinstance(model, (VisionTransformer, Eva)):
+        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer and Eva, got {type(model).__name__}")
+    if getattr(model, "ndpe_pe", None) is not None:
+        raise ValueError("this model already uses an ndpe encoding (model.ndpe_pe): build a fresh model to use another")
+    attn = model.blocks[0].attn
+    pe = make(dims=2, kind=kind, dim=attn.num_heads * attn.head_dim, heads=attn.num_heads, **options)
+    if pe.cat_dim:
+        raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a timm model's token width "
+                         "is fixed: use a kind that adds, rotates or biases")
+    holder = _Holder()
+    model.ndpe_pe = pe
+    model._ndpe_holder = holder
+    model.pos_embed = None
+    if isinstance(model, Eva):
+        model.rope = None
+    for blk in model.blocks:
+        blk.attn = NdpeAttention(blk.attn, holder)
+    model.__class__ = _encoding_class(type(model))
+    return model
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _encoding_class(base: type) -> type:
+    """``base`` with a ``_pos_embed`` that also encodes (one subclass per timm class)."""
+    if base not in _CLASSES:
+        def _pos_embed(self, x: Tensor):
+            grid = tuple(x.shape[1:3]) if x.dim() == 4 else tuple(self.patch_embed.grid_size)
+            out = base._pos_embed(self, x)  # prefix tokens concatenated (no table left to add)
+            tokens = out[0] if isinstance(out, tuple) else out  # Eva returns (tokens, rope)
+            pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype)
+            self._ndpe_holder.pos = pos  # for this forward's attention modules
+            tokens = apply_tokens(tokens, pos)
+            return (tokens, None) if isinstance(out, tuple) else tokens
+
+        name = f"Ndpe{base.__name__}"
+        _CLASSES[base] = globals()[name] = type(name, (base,), {"_pos_embed": _pos_embed, "__module__": __name__,
+                                                                "__qualname__": name})  # picklable by name
+    return _CLASSES[base]

@@ -1,0 +1,121 @@
+"""``ndpe.timm.use(model, kind)``: any 2D kind in timm's VisionTransformer and Eva (timm 1.0.31). Where the kind is the
+model's own encoding the outputs equal timm's; for every kind a training step runs and the model runs at a second
+image size."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+import ndpe
+from conftest import build
+
+timm = pytest.importorskip("timm")
+import ndpe.timm  # noqa: E402
+from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed  # noqa: E402
+from timm.models.vision_transformer import VisionTransformer  # noqa: E402
+
+
+def outputs_equal_after_use(model, x, kind, **options):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        ref = model.eval()(x)
+        out = ndpe.timm.use(model, kind, **options).eval()(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
+    return model
+
+
+def test_eva02_rope_equals_timm():
+    """EVA02 (interleaved pairs, ref_feat_shape 16 x 16: scale 1 at 224 px)."""
+    torch.manual_seed(0)
+    model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=2, num_classes=10)
+    outputs_equal_after_use(model, torch.randn(2, 3, 224, 224), "rope", pairing="interleaved")
+
+
+@pytest.mark.parametrize("img_size", [64, 96])
+def test_rope_vit_xy_equals_timm(img_size):
+    torch.manual_seed(0)
+    model = timm.create_model("vit_small_patch16_rope_224", pretrained=False, img_size=img_size, depth=2, num_classes=10)
+    outputs_equal_after_use(model, torch.randn(2, 3, img_size, img_size), "rope", theta=100.0, pairing="interleaved",
+                            grid_indexing="xy")
+
+
+def test_dinov3_equals_timm():
+    torch.manual_seed(0)
+    model = timm.create_model("vit_small_patch16_dinov3", pretrained=False, img_size=64, depth=2, num_classes=10)
+    outputs_equal_after_use(model, torch.randn(2, 3, 64, 80), "rope", coords="centered", periods=True, theta=100.0)
+
+
+def test_vit_sincos_table_equals_timm():
+    """A VisionTransformer whose table is timm's 2D sincos (no_embed_class, cls + 4 register tokens)."""
+    torch.manual_seed(0)
+    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=10,
+                              no_embed_class=True, reg_tokens=4)
+    with torch.no_grad():
+        model.pos_embed.copy_(build_sincos2d_pos_embed((4, 4), 64)[None])
+    outputs_equal_after_use(model, torch.randn(2, 3, 32, 32), "sinusoidal", combine="concat", layout="sin_cos")
+
+
+KINDS = [k for k, dims in ndpe.available().items() if 2 in dims and build(k, 2).cat_dim == 0]
+
+
+def tiny_models():
+    return {
+        "vit": lambda: VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=2, num_classes=5,
+                                         reg_tokens=2, dynamic_img_size=True),
+        "vit-noembed": lambda: VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=1, num_heads=2,
+                                                 num_classes=5, no_embed_class=True, dynamic_img_size=True),
+        "eva": lambda: timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, patch_size=7,
+                                         embed_dim=48, num_heads=2, depth=2, num_classes=5, dynamic_img_size=True),
+    }
+
+
+@pytest.mark.parametrize("name", list(tiny_models()))
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_trains_and_runs_at_another_size(kind, name):
+    torch.manual_seed(0)
+    model = ndpe.timm.use(tiny_models()[name](), kind, **type(build(kind, 2)).example_options(2))
+    assert model.pos_embed is None and isinstance(model.ndpe_pe, ndpe.Encoding)
+    x = torch.randn(2, 3, 32, 32) if name != "eva" else torch.randn(2, 3, 28, 28)
+    loss = torch.nn.functional.cross_entropy(model.train()(x), torch.tensor([0, 1]))
+    loss.backward()
+    assert torch.isfinite(loss)
+    grads = [p.grad for p in model.ndpe_pe.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)  # the encoding's parameters train
+    other = torch.randn(1, 3, 48, 40) if name != "eva" else torch.randn(1, 3, 42, 35)
+    with torch.no_grad():
+        assert torch.isfinite(model.eval()(other)).all()
+
+
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_positions_reach_the_attention(kind):
+    """The swapped model sees patch order: shuffling patches changes its output (a none model does not care)."""
+    torch.manual_seed(0)
+    model = ndpe.timm.use(tiny_models()["vit"](), kind).eval()
+    plain = ndpe.timm.use(tiny_models()["vit"](), "none").eval()
+    plain.load_state_dict(model.state_dict(), strict=False)
+    x = torch.randn(1, 3, 32, 32)
+    perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
+    tiles = x.reshape(1, 3, 4, 8, 4, 8).permute(0, 2, 4, 1, 3, 5).reshape(1, 16, 3, 8, 8)[:, perm]
+    shuffled = tiles.reshape(1, 4, 4, 3, 8, 8).permute(0, 3, 1, 4, 2, 5).reshape(1, 3, 32, 32)
+    with torch.no_grad():
+        assert (model(shuffled) - model(x)).abs().max() > 1e-5
+        assert (plain(shuffled) - plain(x)).abs().max() < 1e-5
+
+
+def test_state_dict_pickle_and_refusals():
+    model = ndpe.timm.use(tiny_models()["vit"](), "learned", grid_shape=(4, 4), resize="bicubic")
+    assert any(k.startswith("ndpe_pe.") for k in model.state_dict())
+    clone = pickle.loads(pickle.dumps(model))
+    with torch.no_grad():
+        x = torch.randn(1, 3, 32, 32)
+        torch.testing.assert_close(clone.eval()(x), model.eval()(x))
+    with pytest.raises(ValueError, match="already uses an ndpe encoding"):
+        ndpe.timm.use(model, "rope")
+    with pytest.raises(ValueError, match="concatenates 2 channels"):
+        ndpe.timm.use(tiny_models()["vit"](), "coord")
+    with pytest.raises(TypeError, match="VisionTransformer and Eva"):
+        ndpe.timm.use(torch.nn.Linear(2, 2), "rope")
+    with pytest.raises(ValueError, match="unknown kind"):
+        ndpe.timm.use(tiny_models()["vit"](), "nope")
