@@ -66,7 +66,8 @@ class NdpeAttention(nn.Module):
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k, v ``(B, heads, N, head_dim)`` as the wrapped module computes them (key/value heads repeated for
         grouped-query attention), after its q/k norms."""
-        a, (B, N, _) = self.attn, x.shape
+        a: Any = self.attn
+        B, N, _ = x.shape
         if getattr(a, "qkv", None) is None:  # separate projections (Eva qkv_fused=False, AttentionRope)
             kv_heads = getattr(a, "num_kv_heads", a.num_heads)
             q = a.q_proj(x).reshape(B, N, a.num_heads, -1).transpose(1, 2)
@@ -85,7 +86,8 @@ class NdpeAttention(nn.Module):
         return q, k, v
 
     def forward(self, x: Tensor, rope: Any = None, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
-        a, (B, N, _) = self.attn, x.shape
+        a: Any = self.attn
+        B, N, _ = x.shape
         gate = a.gate(x).sigmoid() if getattr(a, "gate", None) is not None else None
         q, k, v = self._qkv(x)  # (B, heads, N, head_dim)
         pos = self._holder.pos
@@ -103,11 +105,15 @@ class NdpeAttention(nn.Module):
         return a.proj_drop(a.proj(out))
 
 
-def use(model: nn.Module, kind: str, **options: Any) -> nn.Module:
+def use(model: Any, kind: str, **options: Any) -> Any:
     """Make the timm ``model`` (``VisionTransformer`` or ``Eva``) use ndpe's ``kind`` (see the module doc);
     returns the same model, changed in place (its class becomes a subclass that encodes in ``_pos_embed``)."""
     if not isinstance(model, (VisionTransformer, Eva)):
         raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer and Eva, got {type(model).__name__}")
+    return _use(model, kind, options)
+
+
+def _use(model: Any, kind: str, options: dict) -> Any:
     if getattr(model, "ndpe_pe", None) is not None:
         raise ValueError("this model already uses an ndpe encoding (model.ndpe_pe): build a fresh model to use another")
     attn = model.blocks[0].attn
@@ -119,7 +125,7 @@ def use(model: nn.Module, kind: str, **options: Any) -> nn.Module:
     model.ndpe_pe = pe
     model._ndpe_holder = holder
     model.pos_embed = None
-    if isinstance(model, Eva):
+    if hasattr(model, "rope"):  # Eva's rope module
         model.rope = None
     for blk in model.blocks:
         blk.attn = NdpeAttention(blk.attn, holder)
@@ -135,7 +141,7 @@ def _encoding_class(base: type) -> type:
     if base not in _CLASSES:
         def _pos_embed(self, x: Tensor):
             grid = tuple(x.shape[1:3]) if x.dim() == 4 else tuple(self.patch_embed.grid_size)
-            out = base._pos_embed(self, x)  # prefix tokens concatenated (no table left to add)
+            out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (no table left to add)
             tokens = out[0] if isinstance(out, tuple) else out  # Eva returns (tokens, rope)
             pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype)
             self._ndpe_holder.pos = pos  # for this forward's attention modules
