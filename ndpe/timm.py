@@ -1,11 +1,12 @@
 """One call puts any ndpe kind into a timm vision transformer: ``ndpe.timm.use(model, kind, **options)``.
 
-Supported: timm's ``VisionTransformer`` (class token, register tokens, ``dynamic_img_size``, ``no_embed_class``) and
-``Eva`` (EVA02, the ``vit_*_rope_*`` RoPE-ViT models, DINOv3), pinned against timm 1.0.31. The call
+Supported: timm's ``VisionTransformer`` (class token, register tokens, ``dynamic_img_size``, ``no_embed_class``),
+``Eva`` (EVA02, the ``vit_*_rope_*`` RoPE-ViT models, DINOv3) and ``NaFlexVit`` (images, and NaFlex batches of several
+sizes: each sample encoded for its own grid), pinned against timm 1.0.31. The call
 
 - builds ``pe = ndpe.make(dims=2, kind=kind, dim=heads * head_dim, heads=heads, **options)`` and registers it as
   ``model.ndpe_pe`` (its parameters train with the model and are in its ``state_dict``);
-- removes the model's own encoding (``pos_embed``, and ``rope`` in ``Eva``);
+- removes the model's own encoding (``pos_embed``, ``rope``; NaFlexVit's embedding tables);
 - encodes once per forward, in ``_pos_embed``, for the grid the patches form (any image size where the model
   takes one: ``dynamic_img_size``), with the model's class and register tokens as ndpe's prefix tokens, and adds
   or transforms the tokens there (``apply_tokens``);
@@ -41,6 +42,7 @@ except ImportError as err:  # pragma: no cover - exercised only without timm
 from timm.layers import Attention as _TimmAttention
 from timm.layers.attention import AttentionRope
 from timm.models.eva import Eva, EvaAttention
+from timm.models.naflexvit import NaFlexVit, calculate_naflex_grid_sizes
 from timm.models.vision_transformer import VisionTransformer
 
 __all__ = ["NdpeAttention", "use"]
@@ -108,8 +110,9 @@ class NdpeAttention(nn.Module):
 def use(model: Any, kind: str, **options: Any) -> Any:
     """Make the timm ``model`` (``VisionTransformer`` or ``Eva``) use ndpe's ``kind`` (see the module doc);
     returns the same model, changed in place (its class becomes a subclass that encodes in ``_pos_embed``)."""
-    if not isinstance(model, (VisionTransformer, Eva)):
-        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer and Eva, got {type(model).__name__}")
+    if not isinstance(model, (VisionTransformer, Eva, NaFlexVit)):
+        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer, Eva and NaFlexVit, got "
+                        f"{type(model).__name__}")
     return _use(model, kind, options)
 
 
@@ -124,8 +127,17 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     holder = _Holder()
     model.ndpe_pe = pe
     model._ndpe_holder = holder
-    model.pos_embed = None
-    if hasattr(model, "rope"):  # Eva's rope module
+    if hasattr(model, "embeds"):  # NaFlexVit: its embedding module holds the tables
+        if getattr(model, "patch_drop", None) is not None:
+            raise ValueError("ndpe.timm.use: NaFlexVit's patch dropout reorders tokens after the encoding; build the "
+                             "model with patch_drop_rate=0")
+        model.embeds.pos_embed_type = "none"
+        for name in ("pos_embed", "pos_embed_y", "pos_embed_x"):
+            if getattr(model.embeds, name, None) is not None:
+                setattr(model.embeds, name, None)
+    else:
+        model.pos_embed = None
+    if hasattr(model, "rope"):  # Eva's and NaFlexVit's rope module
         model.rope = None
     for blk in model.blocks:
         blk.attn = NdpeAttention(blk.attn, holder)
@@ -148,7 +160,89 @@ def _encoding_class(base: type) -> type:
             tokens = apply_tokens(tokens, pos)
             return (tokens, None) if isinstance(out, tuple) else tokens
 
+        def _forward_embeds(self, x: Tensor, patch_coord, patch_valid, attn_mask):
+            out = getattr(base, "_forward_embeds")(self, x, patch_coord, patch_valid, attn_mask)  # no table, no rope
+            tokens, p = out["patches"], self.num_prefix_tokens
+            if patch_coord is None:  # one grid for the batch
+                size = self.embeds.patch_size
+                pos = self.ndpe_pe((x.shape[-2] // size[0], x.shape[-1] // size[1]), num_prefix=p, dtype=tokens.dtype)
+            else:  # NaFlex: one grid per sample, padded
+                pos = _naflex_pos(self.ndpe_pe, patch_coord, patch_valid, p, tokens.shape[1], tokens.dtype)
+            self._ndpe_holder.pos = pos
+            return {**out, "patches": apply_tokens(tokens, pos)}
+
         name = f"Ndpe{base.__name__}"
-        _CLASSES[base] = globals()[name] = type(name, (base,), {"_pos_embed": _pos_embed, "__module__": __name__,
+        body = {"_forward_embeds": _forward_embeds} if issubclass(base, NaFlexVit) else {"_pos_embed": _pos_embed}
+        _CLASSES[base] = globals()[name] = type(name, (base,), {**body, "__module__": __name__,
                                                                 "__qualname__": name})  # picklable by name
     return _CLASSES[base]
+
+
+def _naflex_pos(pe, patch_coord: Tensor, patch_valid: Tensor | None, num_prefix: int, length: int,
+                dtype: torch.dtype) -> PosOut:
+    """One ``PosOut`` for a NaFlex batch: each sample encoded for its own grid (its patches must be that grid in
+    row-major order, as timm's ``patchify_image`` makes them), padded to ``length`` tokens (identity; timm's
+    ``attn_mask`` keeps the padding out) and stacked along the batch."""
+    grids = calculate_naflex_grid_sizes(patch_coord)
+    outs = []
+    for b, (h, w) in enumerate(grids):
+        n = h * w
+        rows, cols = torch.meshgrid(torch.arange(h, device=patch_coord.device), torch.arange(w, device=patch_coord.device),
+                                    indexing="ij")
+        expect = torch.stack([rows.reshape(-1), cols.reshape(-1)], -1)
+        valid = n if patch_valid is None else int(patch_valid[b].sum())
+        if valid != n or not torch.equal(patch_coord[b, :n].long(), expect):
+            raise ValueError(f"ndpe.timm.use on a NaFlex batch: sample {b}'s patches are not its {h} x {w} grid in "
+                             "row-major order followed by padding (timm's patchify_image layout)")
+        outs.append(pe((h, w), num_prefix=num_prefix, dtype=dtype))
+    return _stack(outs, length, [num_prefix + h * w for h, w in grids])
+
+
+def _stack(outs: list[Any], length: int, sizes: list[int]) -> PosOut:
+    """Per-sample ``PosOut``s padded to ``length`` tokens and stacked along a batch axis."""
+    def pad_tokens(t: Tensor, value: float = 0.0) -> Tensor:
+        t = t if t.dim() >= 3 else t[None]  # (lead, T_i, C)
+        return F.pad(t, (0, 0, 0, length - t.shape[-2]), value=value)
+
+    def stack(ts: list[Any]) -> Tensor:
+        padded = [pad_tokens(t) for t in ts]
+        lead = torch.broadcast_shapes(*(t.shape[:-2] for t in padded))
+        return torch.stack([t.expand(*lead, *t.shape[-2:]) for t in padded])  # (B, *lead, T, C)
+
+    def rot(name: str):
+        pairs = [getattr(o, name) for o in outs]
+        if pairs[0] is None:
+            return None
+        return torch.stack([pad_tokens(p[0], 1.0) for p in pairs]), stack([p[1] for p in pairs])  # (B, h, T, r)
+
+    def squeeze_add(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.reshape(t.shape[0], *t.shape[-2:])  # (B, T, C)
+
+    ref = outs[0]
+    if not any(getattr(ref, f) is not None for f in ("add", "rot", "bias", "logits", "tokens")):
+        return PosOut()  # nothing to stack (kind "none")
+    bias = None
+    if ref.bias is not None:
+        bias = torch.stack([F.pad(o.bias if o.bias.dim() == 3 else o.bias[None],
+                                  (0, length - n, 0, length - n)) for o, n in zip(outs, sizes)])  # (B, h, T, T)
+    logits = None
+    if ref.logits is not None:
+        terms = [o.logits for o in outs]
+
+        def fn(q: Tensor, k: Tensor) -> Tensor:
+            return torch.cat([F.pad(term(q[b:b + 1, :, :n], k[b:b + 1, :, :n]), (0, length - n, 0, length - n))
+                              for b, (term, n) in enumerate(zip(terms, sizes))])
+        from .contract import LogitsTerm
+        logits = LogitsTerm(fn, causal_only=ref.logits.causal_only)
+    tokens = None
+    if ref.tokens is not None:
+        token_terms = [o.tokens for o in outs]
+
+        def tok(x: Tensor) -> Tensor:
+            return torch.cat([torch.cat([term(x[b:b + 1, :n]), x[b:b + 1, n:]], 1)
+                              for b, (term, n) in enumerate(zip(token_terms, sizes))])
+        from .contract import TokenTerm
+        tokens = TokenTerm(tok)
+    return PosOut(add=squeeze_add(stack([o.add for o in outs])) if ref.add is not None else None,
+                  rot=rot("rot"), rot_k=rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits, tokens=tokens)
+

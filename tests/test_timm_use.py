@@ -115,7 +115,54 @@ def test_state_dict_pickle_and_refusals():
         ndpe.timm.use(model, "rope")
     with pytest.raises(ValueError, match="concatenates 2 channels"):
         ndpe.timm.use(tiny_models()["vit"](), "coord")
-    with pytest.raises(TypeError, match="VisionTransformer and Eva"):
+    with pytest.raises(TypeError, match="VisionTransformer, Eva and NaFlexVit"):
         ndpe.timm.use(torch.nn.Linear(2, 2), "rope")
     with pytest.raises(ValueError, match="unknown kind"):
         ndpe.timm.use(tiny_models()["vit"](), "nope")
+
+
+def naflex_batch(images, patch=8):
+    from timm.data.naflex_transforms import patchify_image
+    parts = [patchify_image(img, (patch, patch)) for img in images]
+    n = max(p[0].shape[0] for p in parts)
+    pad = lambda t, v=0: torch.nn.functional.pad(t, (0, 0) * (t.ndim - 1) + (0, n - t.shape[0]), value=v)  # noqa: E731
+    return dict(patches=torch.stack([pad(p[0]) for p in parts]), patch_coord=torch.stack([pad(p[1]) for p in parts]),
+                patch_valid=torch.stack([pad(p[2], False) for p in parts])), [p[0].shape[0] for p in parts]
+
+
+def naflexvit(**kw):
+    torch.manual_seed(0)
+    return timm.create_model("naflexvit_base_patch16_gap", pretrained=False, patch_size=8, embed_dim=48, depth=2,
+                             num_heads=2, num_classes=5, **kw)
+
+
+def test_naflexvit_axial_rope_equals_timm():
+    model = naflexvit(rope_type="axial", rope_temperature=100.0, pos_embed="none").eval()
+    batch, _ = naflex_batch([torch.randn(3, 32, 32), torch.randn(3, 24, 40), torch.randn(3, 16, 8)])
+    with torch.no_grad():
+        ref = model(batch)
+        out = ndpe.timm.use(model, "rope", theta=100.0, pairing="interleaved")(batch)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_naflexvit_every_kind_per_sample(kind):
+    """A NaFlex batch of three sizes gives each image what it gives alone; a training step runs on it."""
+    model = ndpe.timm.use(naflexvit(), kind, **type(build(kind, 2)).example_options(2)).eval()
+    images = [torch.randn(3, 32, 32), torch.randn(3, 24, 40), torch.randn(3, 16, 8)]
+    batch, sizes = naflex_batch(images)
+    with torch.no_grad():
+        out = model(batch)
+        alone = torch.cat([model({k: v[i:i + 1, :sizes[i]] for k, v in batch.items()}) for i in range(3)])
+    torch.testing.assert_close(out, alone, rtol=1e-4, atol=1e-4)
+    loss = model.train()(batch).sum()
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(model(torch.randn(1, 3, 32, 48))).all()
+
+
+def test_naflex_batch_out_of_row_major_order_is_refused():
+    model = ndpe.timm.use(naflexvit(), "rope").eval()
+    batch, _ = naflex_batch([torch.randn(3, 16, 16)])
+    batch["patch_coord"] = batch["patch_coord"].flip(1)
+    with pytest.raises(ValueError, match="row-major order"):
+        model(batch)
