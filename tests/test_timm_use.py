@@ -166,3 +166,19 @@ def test_naflex_batch_out_of_row_major_order_is_refused():
     batch["patch_coord"] = batch["patch_coord"].flip(1)
     with pytest.raises(ValueError, match="row-major order"):
         model(batch)
+
+
+def test_rope_mixed_one_block_equals_timm():
+    """timm's RoPE-Mixed ViT learns one frequency set per block, ndpe's rope-mixed one per encoding: with one block
+    and timm's frequencies copied (its xy order: freqs[0] turns with the column), the outputs are timm's."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_small_patch16_rope_mixed_224", pretrained=False, img_size=64, depth=1,
+                              num_classes=10).eval()
+    freqs = model.rope.freqs.detach().clone()  # (2, depth, heads, head_dim / 2)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        ref = model(x)
+        ndpe.timm.use(model, "rope-mixed", pairing="interleaved")
+        model.ndpe_pe.freqs.copy_(torch.stack([freqs[1, 0], freqs[0, 0]], dim=1))  # (heads, (row, col), head_dim / 2)
+        out = model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
