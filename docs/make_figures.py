@@ -211,6 +211,28 @@ def alibi_1d_bias():
     return make_figure("table", pe, (32,), name="alibi, 8 heads")
 
 
+@figure("dd-alibi")
+def dd_alibi_gates():
+    """Data-dependent ALiBi's bias from the last token back, for gates set by hand: constant (ALiBi), and one
+    token closing its gate (everything before it forgotten)."""
+    from ndpe.kinds.dd_alibi import forget_bias
+    n, m = 24, 0.1
+    constant = torch.full((1, n, 1), -m)
+    closing = constant.clone()
+    closing[0, 12, 0] = torch.log(torch.tensor(0.02))  # token 12's gate: 0.02
+    fig, ax = plt.subplots(figsize=(6.5, 3.4), layout="constrained")
+    colour = kind_colour("dd-alibi")
+    for gates, style, label in ((constant, "-", f"every gate exp(-{m}): ALiBi's slope {m}"),
+                                (closing, "--", "token 12 closes its gate (0.02)")):
+        row = forget_bias(gates)[0, 0, -1]  # the last query's bias to every key
+        ax.plot(range(n), row.numpy(), style, color=colour, marker="o", ms=3, label=label)
+    ax.set(xlabel="key position j (query at 23)", ylabel="bias = sum of log gates after j")
+    ax.legend(fontsize=8)
+    ax.set_title("dd-alibi (Forgetting Transformer): the bias is the log of the gates between key and query",
+                 fontsize=9)
+    return fig
+
+
 @figure("alibi")
 def alibi_1d_heads():
     pe = seeded(dims=1, kind="alibi", dim=64, heads=8)

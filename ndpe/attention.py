@@ -50,7 +50,7 @@ class Attention(nn.Module):
         q, k = apply_qk(q, k, pos)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, past + T, hd)
-        mask = attn_bias(pos, q.dtype, q=q, k=k, causal=self.causal)
+        mask = attn_bias(pos, q.dtype, q=q, k=k, causal=self.causal, x=x)
         if mask is not None and mask.dim() >= 3 and mask.shape[-3] not in (1, self.heads):
             raise ValueError(f"the encoding's bias has {mask.shape[-3]} heads but the attention has heads={self.heads}; "
                              f"build the encoding with heads={self.heads}")

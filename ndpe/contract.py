@@ -42,18 +42,30 @@ class LogitsTerm:
     is added to SDPA's logits ``q.k / sqrt(head_dim)``. Calling the term with all tokens pads the prefix rows
     (``q_prefix``) and columns (``k_prefix``) with zeros, as for a bias. ``causal_only``: the term is defined
     for causal attention only (CoPE's gates count keys up to the query).
+
+    ``uses_states``: the term also reads the token states ``x`` ``(B, T, C)``, what the attention layer
+    receives (data-dependent ALiBi's forget gates); ``fn(q, k, x)`` then gets the grid tokens' states.
+    ``ndpe.Attention`` passes them; a caller of :func:`attn_bias` passes ``x=``.
     """
 
-    fn: Callable[[Tensor, Tensor], Tensor]
+    fn: Callable[..., Tensor]
     causal_only: bool = False
     q_prefix: int = 0
     k_prefix: int = 0
+    uses_states: bool = False
 
-    def __call__(self, q: Tensor, k: Tensor) -> Tensor:
+    def __call__(self, q: Tensor, k: Tensor, x: Tensor | None = None) -> Tensor:
         check_float_tensor(q, "q")
         check_float_tensor(k, "k")
         pq, pk = self.q_prefix, self.k_prefix
-        term = self.fn(q[..., pq:, :], k[..., pk:, :])
+        if not self.uses_states:
+            term = self.fn(q[..., pq:, :], k[..., pk:, :])
+        else:
+            if x is None:
+                raise ValueError("this encoding's logits read the token states: pass x= (B, T, C), the tokens the "
+                                 "attention layer receives (ndpe.Attention does)")
+            check_float_tensor(x, "x")
+            term = self.fn(q[..., pq:, :], k[..., pk:, :], x[..., pq:, :])
         return F.pad(term, (pk, 0, pq, 0)) if pq or pk else term
 
 
@@ -293,8 +305,9 @@ def pack(outs: Sequence[PosOut], sizes: Sequence[int] | None = None, *,
     logits = None
     if ref.logits is not None:
         terms = [cast(LogitsTerm, o.logits) for o in outs]
+        uses = any(t.uses_states for t in terms)
         logits = LogitsTerm(functools.partial(_packed_logits, terms, size_list),
-                            causal_only=any(t.causal_only for t in terms))
+                            causal_only=any(t.causal_only for t in terms), uses_states=uses)
     tokens = None
     if ref.tokens is not None:
         tokens = TokenTerm(functools.partial(_packed_tokens, [cast(TokenTerm, o.tokens) for o in outs], size_list))
@@ -313,12 +326,13 @@ def _tensors(out: PosOut):
             yield value
 
 
-def _packed_logits(terms: list[LogitsTerm], sizes: list[int], q: Tensor, k: Tensor) -> Tensor:
+def _packed_logits(terms: list[LogitsTerm], sizes: list[int], q: Tensor, k: Tensor, x: Tensor | None = None) -> Tensor:
     """Each sample's logits term on its block, 0 elsewhere (the packed bias masks those)."""
     out = q.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2], dtype=torch.float32)
     start = 0
     for term, n in zip(terms, sizes):
-        block = term(q[..., start:start + n, :], k[..., start:start + n, :])
+        states = None if x is None else x[..., start:start + n, :]
+        block = term(q[..., start:start + n, :], k[..., start:start + n, :], states)
         out[..., start:start + n, start:start + n] = block
         start += n
     return out
@@ -350,12 +364,14 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
 
 
 def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor | None = None,
-              k: Tensor | None = None, causal: bool | None = None) -> Tensor | None:
+              k: Tensor | None = None, causal: bool | None = None, x: Tensor | None = None) -> Tensor | None:
     """The additive attention-logit term to hand to SDPA as ``attn_mask``, or None.
 
     It is ``pos.bias`` plus, for content-dependent kinds, ``pos.logits(q, k)`` (``q``, ``k``: the
     ``(B, heads, Tq, head_dim)`` / ``(B, heads, Tk, head_dim)`` tensors SDPA gets, after :func:`apply_qk`).
     ``causal``: whether the attention is causal; a term defined for causal attention only refuses ``False``.
+    ``x``: the token states ``(B, T, C)`` the attention layer receives, for a term that reads them
+    (``LogitsTerm.uses_states``: data-dependent ALiBi).
 
     A per-head ``(heads, T, T)`` bias comes back as the view ``(1, heads, T, T)``: SDPA's fused CPU
     kernel takes 2-D and 4-D masks only and falls back to the unfused math path (2-3x slower at
@@ -379,7 +395,7 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
         if causal is False and pos.logits.causal_only:
             raise ValueError("this encoding is defined for causal attention only (e.g. CoPE counts keys up to the "
                              "query); use it with causal=True")
-        term = pos.logits(q, k)
+        term = pos.logits(q, k, x)
         bias = term if bias is None else bias + term
     assert bias is not None  # a bias or a logits term, checked above
     if q is not None:

@@ -259,6 +259,9 @@ def use(model: Any, kind: str, **options: Any) -> Any:
         raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a HF model's width is "
                          "fixed: use a kind that adds, rotates or biases")
     probe = pe((2,))
+    if probe.logits is not None and probe.logits.uses_states:
+        raise ValueError(f"kind {kind!r} reads the token states, which transformers' attention interface does not "
+                         "receive: use it in ndpe.Attention or ndpe.timm.use")
     via_rotary = probe.rot is not None and probe.rot_k is None and probe.pairing == "half" and isinstance(pe, RoPE)
     model.ndpe_pe = pe
     state: dict[str, int] = {"past": 0}

@@ -94,7 +94,7 @@ class NdpeAttention(nn.Module):
         q, k, v = self._qkv(x)  # (B, heads, N, head_dim)
         pos = self._holder.pos
         q, k = apply_qk(q, k, pos)
-        bias = attn_bias(pos, q.dtype, q=q, k=k, causal=is_causal)
+        bias = attn_bias(pos, q.dtype, q=q, k=k, causal=is_causal, x=x)
         if attn_mask is not None:
             extra = attn_mask if attn_mask.dtype != torch.bool else \
                 torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
@@ -229,11 +229,11 @@ def _stack(outs: list[Any], length: int, sizes: list[int]) -> PosOut:
     if ref.logits is not None:
         terms = [o.logits for o in outs]
 
-        def fn(q: Tensor, k: Tensor) -> Tensor:
-            return torch.cat([F.pad(term(q[b:b + 1, :, :n], k[b:b + 1, :, :n]), (0, length - n, 0, length - n))
-                              for b, (term, n) in enumerate(zip(terms, sizes))])
+        def fn(q: Tensor, k: Tensor, x: Tensor | None = None) -> Tensor:
+            return torch.cat([F.pad(term(q[b:b + 1, :, :n], k[b:b + 1, :, :n], None if x is None else x[b:b + 1, :n]),
+                                    (0, length - n, 0, length - n)) for b, (term, n) in enumerate(zip(terms, sizes))])
         from .contract import LogitsTerm
-        logits = LogitsTerm(fn, causal_only=ref.logits.causal_only)
+        logits = LogitsTerm(fn, causal_only=ref.logits.causal_only, uses_states=ref.logits.uses_states)
     tokens = None
     if ref.tokens is not None:
         token_terms = [o.tokens for o in outs]

@@ -25,10 +25,15 @@ def fields(out: ndpe.PosOut, pe, t: int):
     g = torch.Generator().manual_seed(0)
     if out.logits is not None:
         q, k = torch.randn(2, 2, pe.heads, t, pe.head_dim, generator=g)
-        named["logits"] = out.logits(q, k)
+        named["logits"] = out.logits(q, k, states(pe, t))
     if out.tokens is not None:
         named["tokens"] = out.tokens(torch.randn(2, t, pe.dim - pe.cat_dim, generator=g))
     return {k: v for k, v in named.items() if v is not None}
+
+
+def states(pe, t: int) -> torch.Tensor:
+    """Fixed token states ``(2, t, dim)`` for a logits term that reads them (``uses_states``: dd-alibi)."""
+    return torch.randn(2, t, pe.dim, generator=torch.Generator().manual_seed(1))
 
 
 def tokens(grid, num_prefix=0):
@@ -88,7 +93,8 @@ def test_prefix_tokens_are_identity(kind, dims):
         assert (got[..., :p, :] == 0).all() and (got[..., :, :p] == 0).all()
         g = torch.Generator().manual_seed(0)  # the grid tokens' q, k alone give the grid block
         q, k = torch.randn(2, 2, pe.heads, n + p, pe.head_dim, generator=g)
-        torch.testing.assert_close(got[..., p:, p:], plain.logits(q[..., p:, :], k[..., p:, :]))
+        torch.testing.assert_close(got[..., p:, p:], plain.logits(q[..., p:, :], k[..., p:, :],
+                                                                 states(pe, n + p)[:, p:]))
     if "tokens" in terms:
         x = torch.randn(2, n + p, pe.dim - pe.cat_dim)
         y = out.tokens(x)
@@ -126,7 +132,8 @@ def test_decoding_rows_equal_the_full_sequence(kind, dims):
     if step.bias is not None:
         torch.testing.assert_close(step.bias, full.bias[..., rows, :])
     if step.logits is not None:
-        torch.testing.assert_close(step.logits(q[..., rows, :], k), full.logits(q, k)[..., rows, :])
+        torch.testing.assert_close(step.logits(q[..., rows, :], k, states(pe, 10)[:, rows]),
+                                   full.logits(q, k, states(pe, 10))[..., rows, :])
     if step.tokens is not None:
         torch.testing.assert_close(step.tokens(x[:, rows]), full.tokens(x)[:, rows])
 

@@ -228,6 +228,10 @@ CLAIMS = [
     Claim("Li et al. 2024", "on a causal LM, FIRE (`fire`) keeps perplexity at longer contexts better than RoPE and "
           "NoPE", "text/stdlib_lm", [["fire"], ["rope", "none"]], measure="degradation",
           note="FIRE with init_L at half the training context, so its progressive interpolation acts"),
+    Claim("Lin et al. 2025", "on a causal LM, the Forgetting Transformer's data-dependent ALiBi (`dd-alibi`, no other "
+          "encoding) keeps perplexity at longer contexts better than RoPE", "text/stdlib_lm", [["dd-alibi"], ["rope"]],
+          measure="degradation", note="one forget-gate projection shared by the 3 blocks (an ndpe encoding is computed "
+          "once per model; the paper has one per layer) and the plain LLaMA-style block, not FoX's Pro block"),
     Claim("Golovneva et al. 2024", "beyond the training length, CoPE (`cope`) beats absolute encodings and RoPE",
           "text/copy", [["cope"], ["learned", "sinusoidal", "rope"]],
           not_tested="plain copy is not one of the paper's tasks (selective copy, counting, flip-flop), which the "

@@ -135,7 +135,8 @@ def content_term(pos: PosOut, content: Content | None) -> Tensor:
     q, k = content.qk()
     if pos.rot is not None:  # what attention hands the term: q, k after the rotation
         q, k = apply_qk(q.contiguous(), k.contiguous(), PosOut(rot=pos.rot, rot_k=pos.rot_k, pairing=pos.pairing))
-    term = term_fn(q, k).float()
+    states = content.tokens() if term_fn.uses_states else None  # the constant token as the layer's states
+    term = term_fn(q, k, states).float()
     term = term.reshape(-1, *term.shape[-2:])  # (H, N, N)
     if term_fn.causal_only:
         n = term.shape[-1]
