@@ -233,6 +233,35 @@ def dd_alibi_gates():
     return fig
 
 
+@figure("pope")
+def pope_what_where():
+    """RoPE's logit against the offset moves with the content (its phase adds to the position's); PoPE's does not."""
+    n, d = 65, 32
+    query = n // 2
+    g = torch.Generator().manual_seed(0)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained", sharey=False)
+    for ax, kind in zip(axes, ("rope", "pope")):
+        pe = seeded(dims=1, kind=kind, dim=d, heads=1)
+        for sample in range(3):
+            q = torch.randn(1, 1, 1, d, generator=g).expand(1, 1, n, d)
+            k = torch.randn(1, 1, 1, d, generator=g).expand(1, 1, n, d)
+            with torch.no_grad():
+                pos = pe((n,))
+                rq, rk = ndpe.apply_qk(q.contiguous(), k.contiguous(), pos)
+                logits = rq @ rk.transpose(-1, -2) * d ** -0.5
+                if pos.logits is not None:
+                    logits = logits + pos.logits(rq, rk)
+            ax.plot(range(n), logits[0, 0, query].numpy(), color=kind_colour(kind), alpha=1 - 0.3 * sample,
+                    lw=1.2, label=f"content {sample + 1}")
+        ax.axvline(query, color="0.5", ls=":", lw=1)
+        ax.set(xlabel="key position (query at 32)", ylabel="logit")
+        ax.set_title(f"{kind}: the same q and k at every position", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Where the logit peaks: RoPE's peak moves with the content, PoPE's stays at offset 0 (phase offsets "
+                 "0, the init)", fontsize=10)
+    return fig
+
+
 @figure("alibi")
 def alibi_1d_heads():
     pe = seeded(dims=1, kind="alibi", dim=64, heads=8)

@@ -232,6 +232,9 @@ CLAIMS = [
           "encoding) keeps perplexity at longer contexts better than RoPE", "text/stdlib_lm", [["dd-alibi"], ["rope"]],
           measure="degradation", note="one forget-gate projection shared by the 3 blocks (an ndpe encoding is computed "
           "once per model; the paper has one per layer) and the plain LLaMA-style block, not FoX's Pro block"),
+    Claim("Gopalakrishnan et al. 2025", "on a causal LM, PoPE (`pope`) keeps perplexity at longer contexts better "
+          "than RoPE", "text/stdlib_lm", [["pope"], ["rope"]], measure="degradation",
+          note="a character LM on Python sources up to 8x the training context; the paper's models are far larger"),
     Claim("Golovneva et al. 2024", "beyond the training length, CoPE (`cope`) beats absolute encodings and RoPE",
           "text/copy", [["cope"], ["learned", "sinusoidal", "rope"]],
           not_tested="plain copy is not one of the paper's tasks (selective copy, counting, flip-flop), which the "
