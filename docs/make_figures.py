@@ -262,6 +262,31 @@ def pope_what_where():
     return fig
 
 
+@figure("videorope")
+def videorope_layout():
+    """VideoRoPE: the diagonal layout of a video's ids and which axis each frequency turns with, beside M-RoPE."""
+    grid = (4, 5, 5)
+    pe = seeded(dims=3, kind="videorope", dim=64, heads=1)
+    mrope = seeded(dims=3, kind="rope", dim=64, heads=1, mrope_section=(8, 12, 12))
+    ids = pe.layout(pe.coords(grid), grid)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    colour = kind_colour("videorope")
+    for frame in range(grid[0]):
+        rows = ids[ids[:, 0] == 2.0 * frame]
+        left.scatter(rows[:, 0], rows[:, 1], s=12, color=colour, alpha=0.4 + 0.15 * frame)
+    left.plot([0, 6], [0, 6], ":", color="0.5", lw=1)
+    left.set(xlabel="time id t' = 2 t", ylabel="row id h' = h - 2 + t'",
+             title="diagonal layout: each frame's rows centred on its time id")
+    axis_colours = ["#1b9e77", "#d95f02", "#7570b3"]
+    for y, (name, enc) in enumerate((("M-RoPE (Qwen2-VL)", mrope), ("VideoRoPE", pe))):
+        axes = enc.freq_axis.tolist()
+        right.scatter(range(len(axes)), [y] * len(axes), c=[axis_colours[a] for a in axes], s=40, marker="s")
+    right.set(yticks=[0, 1], yticklabels=["M-RoPE (Qwen2-VL)", "VideoRoPE"], ylim=(-0.6, 1.6),
+              xlabel="frequency index j (fast to slow)", title="axis of each frequency: t green, h orange, w purple")
+    fig.suptitle("VideoRoPE (Wei et al. 2025), grid (4, 5, 5), head_dim 64", fontsize=10)
+    return fig
+
+
 @figure("alibi")
 def alibi_1d_heads():
     pe = seeded(dims=1, kind="alibi", dim=64, heads=8)

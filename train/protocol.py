@@ -235,6 +235,10 @@ CLAIMS = [
     Claim("Gopalakrishnan et al. 2025", "on a causal LM, PoPE (`pope`) keeps perplexity at longer contexts better "
           "than RoPE", "text/stdlib_lm", [["pope"], ["rope"]], measure="degradation",
           note="a character LM on Python sources up to 8x the training context; the paper's models are far larger"),
+    Claim("Wei et al. 2025", "on video, VideoRoPE (`videorope`) keeps its accuracy at more frames better than 3D RoPE",
+          "video/trajectory", [["videorope"], ["rope"]], measure="degradation",
+          note="the paper measures long-video retrieval and understanding in a video LLM (Qwen2-VL); here a small "
+               "video classifier at 1.5x and 2x the frames (a higher frame rate)"),
     Claim("Golovneva et al. 2024", "beyond the training length, CoPE (`cope`) beats absolute encodings and RoPE",
           "text/copy", [["cope"], ["learned", "sinusoidal", "rope"]],
           not_tested="plain copy is not one of the paper's tasks (selective copy, counting, flip-flop), which the "
