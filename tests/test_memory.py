@@ -40,7 +40,8 @@ def memory_budget(nbytes):
 
 
 def kind_dims(kind):
-    return 2 if 2 in ndpe.available()[kind] else 1
+    dims = ndpe.available()[kind]
+    return 2 if 2 in dims else min(dims)
 
 
 def call(kind, grid=None, *, dims=None, dim=48, heads=2, opts=None, **kw):
@@ -68,12 +69,12 @@ def logits(kind, n, *, batch=1, heads=2, dim=48, positions=None, **opts):
 
 KINDS = sorted(ndpe.available())
 BIAS_KINDS = ("alibi", "cpb", "fire", "relative")
-KEY_KINDS = ("cope", "learned", "rope", "transformer-xl", "xpos")  # take key positions, build no bias
+KEY_KINDS = ("cope", "dd-alibi", "learned", "pope", "rope", "transformer-xl", "xpos")  # take key positions, no bias
 
 
 def huge_grid_case(kind):
     dims = kind_dims(kind)
-    grid = (HUGE,) * dims if dims == 2 else (HUGE ** 2,)
+    grid = (HUGE ** 2,) if dims == 1 else (HUGE, HUGE) + (1,) * (dims - 2)
     if kind in BIAS_KINDS:
         expect = f"{kind} bias for grid {grid} (+0 prefix) is a (2, {HUGE ** 2}, {HUGE ** 2}) float32 tensor"
     else:
@@ -83,14 +84,14 @@ def huge_grid_case(kind):
 
 def huge_past_case(kind):
     opts = {"coords": "index"} if kind in ("coord", "fourier") else {}  # pixel coordinates refuse past= anyway
-    one_d = 1 in ndpe.available()[kind]  # rope-mixed is 2D/3D only
-    thunk = call(kind, (1,) if one_d else (1, 1), dims=1 if one_d else 2, opts=opts, past=PAST)
+    dims = min(ndpe.available()[kind])  # rope-mixed is 2D/3D only, videorope 3D
+    thunk = call(kind, (1,) * dims, dims=dims, opts=opts, past=PAST)
     if kind in BIAS_KINDS:
         expect = (MemoryError, f"{kind} bias for grid ({PAST + 1},) (+0 prefix) is a (2, 1, {PAST + 1}) float32 tensor")
     elif kind in KEY_KINDS:
         expect = (MemoryError, f"{kind} keys for decoding past={PAST} + 1 new tokens ({PAST + 1} float32 key "
                   "coordinates)")
-    elif kind == "rope-mixed":
+    elif dims > 1:
         expect = (ValueError, "needs a token order, dims=1")
     else:  # per-token kinds build the new positions only: nothing of size past
         expect = OK

@@ -24,7 +24,8 @@ CASES = {
 }
 RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
 # Options a kind needs, given the train grid.
-OPTIONS = {"learned": lambda grid: {"grid_shape": list(grid), "resize": RESIZE[len(grid)]}}
+OPTIONS = {"learned": lambda grid: {"grid_shape": list(grid), "resize": RESIZE[len(grid)]},
+           "dd-alibi": lambda grid: {"causal": False}}  # the bidirectional form for the bidirectional text model
 MODEL_KINDS = [(m, k) for m, (dims, *_rest) in CASES.items() for k, ds in ndpe.available().items() if dims in ds]
 
 
