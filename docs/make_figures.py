@@ -287,6 +287,28 @@ def videorope_layout():
     return fig
 
 
+@figure("liere")
+def liere_queries():
+    """LieRE's logits for constant content from two queries: rope's maps are translates, LieRE's need not be."""
+    grid = (12, 12)
+    queries = [(6, 6), (2, 9)]
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.4), layout="constrained")
+    for row, kind, opts in ((0, "rope", {}), (1, "liere", {"init_std": 0.5})):
+        pe = seeded(dims=2, kind=kind, dim=32, heads=1, **opts)
+        rels = []
+        for r, c in queries:
+            with torch.no_grad():
+                rels.append(encoding_relation(pe, grid, r * grid[1] + c))
+        style = color_scale(*rels)
+        for col, ((r, c), rel) in enumerate(zip(queries, rels)):
+            ax = axes[2 * row + col]
+            show_relation(ax, rel, grid, r * grid[1] + c, style)
+            ax.set_title(f"{kind}: query {(r, c)}", fontsize=9)
+    fig.suptitle("Constant q and k, two queries: RoPE's maps are the same map moved; LieRE's dense generators "
+                 "(random, std 0.5, 2 axes) do not commute, so its maps change shape", fontsize=10)
+    return fig
+
+
 @figure("alibi")
 def alibi_1d_heads():
     pe = seeded(dims=1, kind="alibi", dim=64, heads=8)

@@ -50,7 +50,7 @@ def decodes(kind: str) -> bool:
 DECODING = [k for k, dims in ndpe.available().items() if 1 in dims and build(k, 1).cat_dim == 0 and decodes(k)]
 # the options under which a kind decodes (the others refuse past=, each in one line: see test_refused_options)
 DECODE_OPTIONS = {"learned": {"grid_shape": (64,)}, "cpb": {"train_shape": (16,)}, "fire": {"causal": True},
-                  "fourier": {"coords": "index"}, "xpos": {"center": 0}}
+                  "fourier": {"coords": "index"}, "xpos": {"center": 0}, "liere": {"coords": "index", "block_size": 4}}
 
 
 def options(kind):

@@ -69,7 +69,7 @@ def logits(kind, n, *, batch=1, heads=2, dim=48, positions=None, **opts):
 
 KINDS = sorted(ndpe.available())
 BIAS_KINDS = ("alibi", "cpb", "fire", "relative")
-KEY_KINDS = ("cope", "dd-alibi", "learned", "pope", "rope", "transformer-xl", "xpos")  # take key positions, no bias
+KEY_KINDS = ("cope", "dd-alibi", "learned", "liere", "pope", "rope", "transformer-xl", "xpos")  # key positions, no bias
 
 
 def huge_grid_case(kind):
@@ -83,7 +83,7 @@ def huge_grid_case(kind):
 
 
 def huge_past_case(kind):
-    opts = {"coords": "index"} if kind in ("coord", "fourier") else {}  # pixel coordinates refuse past= anyway
+    opts = {"coords": "index"} if kind in ("coord", "fourier", "liere") else {}  # normalized coordinates refuse past=
     dims = min(ndpe.available()[kind])  # rope-mixed is 2D/3D only, videorope 3D
     thunk = call(kind, (1,) * dims, dims=dims, opts=opts, past=PAST)
     if kind in BIAS_KINDS:
