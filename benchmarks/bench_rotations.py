@@ -1,4 +1,4 @@
-"""Time and memory of the learned rotations (``liere``) beside ``rope``: one attention layer at ViT-S (14 x 14 patches)
+"""Time and memory of the learned rotations (``string``, ``liere``) beside ``rope``: one attention layer at ViT-S (14 x 14 patches)
 and on video (8 x 14 x 14 tubelets), side by side in the same rounds.
 
 One call = ``pe(grid)`` (LieRE's matrix exponentials are built there, once per forward) then one attention layer:
@@ -24,7 +24,8 @@ from bench_rope import clock, time_interleaved  # noqa: E402  (same folder)
 import ndpe  # noqa: E402
 
 CASES = {"vit-s 14x14": ((14, 14), 384, 6), "video 8x14x14": ((8, 14, 14), 384, 6)}
-KINDS = {"rope": {}, "liere (blocks of 8)": {"block_size": 8}, "liere (dense)": {}}
+KINDS = {"rope": {}, "string (cayley)": {"init_std": 0.1}, "string (circulant)": {"orthogonal": "circulant", "init_std": 0.1},
+         "liere (blocks of 8)": {"block_size": 8}, "liere (dense)": {}}
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,7 @@ def built_bytes(pe, grid, q, k) -> int:
     """Bytes of what the kind builds for one layer: its PosOut tensors and, for a logits kind, its term."""
     pos = pe(grid)
     tensors = [t for pair in (pos.rot or ()) for t in (pair if isinstance(pair, tuple) else (pair,))]
+    tensors += [pos.basis] if pos.basis is not None else []
     total = sum(t.numel() * t.element_size() for t in tensors)
     if pos.logits is not None:
         from ndpe.kinds.liere import LieRE

@@ -309,6 +309,34 @@ def liere_queries():
     return fig
 
 
+@figure("string")
+def string_directions():
+    """STRING: one fixed q and k at every token, the centre query's logits; rope's frequencies each turn along one
+    axis, STRING's learned basis mixes them (a random basis here)."""
+    grid = (12, 12)
+    query = centre_index(grid)
+    n = grid[0] * grid[1]
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 1, 32, generator=g).expand(1, 1, n, 32).contiguous()
+    k = torch.randn(1, 1, 1, 32, generator=g).expand(1, 1, n, 32).contiguous()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), layout="constrained")
+    panels = [("rope", {}), ("string", {"init_std": 0.3}), ("string", {"init_std": 0.3, "orthogonal": "circulant"})]
+    maps = []
+    for kind, opts in panels:
+        pe = seeded(dims=2, kind=kind, dim=32, heads=1, theta=100.0, **opts)
+        with torch.no_grad():
+            rq, rk = ndpe.apply_qk(q, k, pe(grid))
+            maps.append((rq @ rk.transpose(-1, -2))[0, 0, query] / 32 ** 0.5)
+    style = color_scale(*maps)
+    for ax, (kind, opts), row in zip(axes, panels, maps):
+        show_relation(ax, row, grid, query, style)
+        ax.set_title(kind + ("" if not opts else f" ({opts.get('orthogonal', 'cayley')}, std {opts['init_std']})"),
+                     fontsize=9)
+    fig.suptitle("One fixed q and k at every token, the centre query's logits, theta 100: STRING turns RoPE's "
+                 "axis-aligned frequencies in a learned basis (random here)", fontsize=10)
+    return fig
+
+
 @figure("alibi")
 def alibi_1d_heads():
     pe = seeded(dims=1, kind="alibi", dim=64, heads=8)

@@ -444,4 +444,4 @@ def pad_prefix(out: PosOut, num_prefix: int, k_prefix: int | None = None) -> Pos
     logits = None if out.logits is None else dataclasses.replace(out.logits, q_prefix=p, k_prefix=pk)
     tokens = None if out.tokens is None else dataclasses.replace(out.tokens, num_prefix=p)
     return PosOut(add=tok(out.add), cat=tok(out.cat), rot=rot(out.rot), bias=bias, pairing=out.pairing, num_prefix=p,
-                  rot_k=rot(out.rot_k), logits=logits, tokens=tokens, past=out.past)
+                  rot_k=rot(out.rot_k), logits=logits, tokens=tokens, past=out.past, basis=out.basis)

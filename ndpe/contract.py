@@ -98,6 +98,10 @@ class PosOut:
         num_prefix: leading tokens left unencoded (already included in ``T``).
         rot_k: the keys' ``(cos, sin)`` when they differ from the queries' ``rot`` (xPos scales q and k
             inversely); shapes as ``rot``.
+        basis: ``(*, d_b, d_b)`` orthogonal, ``*`` broadcast to ``(B, heads)``: a change of basis of the first ``d_b``
+            channels applied to q and k before ``rot`` (``q[..., :d_b] @ basis``), for rotations that are pairwise
+            only in a learned basis (STRING: RoPE composed with a learned orthogonal matrix). Orthogonal, so it
+            leaves ``q . k`` of unrotated (prefix) tokens unchanged.
         logits: :class:`LogitsTerm`, a term of the logits computed from q and k (``attn_bias(pos, q=q, k=k)``).
         tokens: :class:`TokenTerm`, a function of the token embeddings (``apply_tokens`` calls it first).
         past: the number of keys a KV cache must hold before these tokens: ``P + p`` for
@@ -120,12 +124,17 @@ class PosOut:
     logits: LogitsTerm | None = None
     tokens: TokenTerm | None = None
     past: int = 0
+    basis: Tensor | None = None
 
     def __post_init__(self) -> None:
         check_pairing(self.pairing)
         check_int(self.past, "PosOut.past", low=0)
         if self.rot_k is not None and self.rot is None:
             raise ValueError("PosOut.rot_k (the keys' rotation) needs rot (the queries' rotation)")
+        if self.basis is not None and (self.rot is None or self.basis.dim() < 2 or self.basis.shape[-1] != self.basis.shape[-2]
+                                       or self.basis.shape[-1] < 2 * self.rot[0].shape[-1]):
+            raise ValueError("PosOut.basis must be a square (*, d_b, d_b) change of basis of at least the rot_dim rotated "
+                             "channels, given with rot")
 
     @property
     def num_tokens(self) -> int:
@@ -143,7 +152,7 @@ class PosOut:
         return replace(self, **cast)
 
 
-_TENSOR_FIELDS = ("add", "cat", "rot", "bias", "rot_k")
+_TENSOR_FIELDS = ("add", "cat", "rot", "bias", "rot_k", "basis")
 
 
 def _flatten(out: PosOut):
@@ -151,10 +160,10 @@ def _flatten(out: PosOut):
 
 
 def _unflatten(children, context) -> PosOut:
-    add, cat, rot, bias, rot_k = children
+    add, cat, rot, bias, rot_k, basis = children
     return PosOut(add=add, cat=cat, rot=None if rot is None else tuple(rot), bias=bias, pairing=context[0],
                   num_prefix=context[1], rot_k=None if rot_k is None else tuple(rot_k), logits=context[2],
-                  tokens=context[3], past=context[4])
+                  tokens=context[3], past=context[4], basis=basis)
 
 
 # A pytree node, so PosOut can cross torch.compile / torch.export boundaries (the functions of content-dependent
@@ -234,6 +243,7 @@ def merge(*outs: PosOut) -> PosOut:
         pairing=rots[0].pairing if rots else "half",
         num_prefix=prefixes.pop(),
         rot_k=rots[0].rot_k if rots else None,
+        basis=rots[0].basis if rots else None,
         logits=next((o.logits for o in outs if o.logits is not None), None),
         tokens=next((o.tokens for o in outs if o.tokens is not None), None),
         past=pasts.pop(),
@@ -314,7 +324,7 @@ def pack(outs: Sequence[PosOut], sizes: Sequence[int] | None = None, *,
     return PosOut(add=None if ref.add is None else cat_tokens([cast(Tensor, o.add) for o in outs]),
                   cat=None if ref.cat is None else cat_tokens([cast(Tensor, o.cat) for o in outs]),
                   rot=cat_rot("rot"), rot_k=cat_rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits,
-                  tokens=tokens)
+                  tokens=tokens, basis=ref.basis)
 
 
 def _tensors(out: PosOut):

@@ -179,7 +179,20 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
         raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
     if k.shape[-2] != cos.shape[-2]:
         raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
+    if pos.basis is not None:  # a learned orthogonal change of basis first (STRING): one matmul each
+        q, k = change_basis(q, pos.basis), change_basis(k, pos.basis)
     if pos.rot_k is not None:
         return apply_rotary_many((q,), cos, sin, pos.pairing)[0], apply_rotary_many((k,), *pos.rot_k, pos.pairing)[0]
     q, k = apply_rotary_many((q, k), cos, sin, pos.pairing)
     return q, k
+
+
+def change_basis(x: Tensor, basis: Tensor) -> Tensor:
+    """``x`` ``(B, heads, T, d)`` (or ``(B, T, d)``) with its first ``d_b`` channels multiplied by ``basis``
+    ``(*, d_b, d_b)`` (row vectors: ``x[..., :d_b] @ basis``), the rest unchanged."""
+    d_b = basis.shape[-1]
+    if d_b > x.shape[-1]:
+        raise ValueError(f"the encoding's basis covers {d_b} channels but q / k have head_dim {x.shape[-1]}")
+    check_leading(basis.shape[:-2], x, "basis")
+    head = x[..., :d_b] @ basis.to(x.dtype)  # (B, heads, T, d_b) @ (heads | 1, d_b, d_b): the heads broadcast
+    return head if d_b == x.shape[-1] else torch.cat([head, x[..., d_b:]], dim=-1)

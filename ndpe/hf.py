@@ -262,7 +262,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     if probe.logits is not None and probe.logits.uses_states:
         raise ValueError(f"kind {kind!r} reads the token states, which transformers' attention interface does not "
                          "receive: use it in ndpe.Attention or ndpe.timm.use")
-    via_rotary = probe.rot is not None and probe.rot_k is None and probe.pairing == "half" and isinstance(pe, RoPE)
+    via_rotary = (probe.rot is not None and probe.rot_k is None and probe.basis is None and probe.pairing == "half"
+                  and isinstance(pe, RoPE))
     model.ndpe_pe = pe
     state: dict[str, int] = {"past": 0}
 
@@ -299,8 +300,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
                 full = pe((total,))
                 rot_q = tuple(t[..., total - n:, :] for t in cast(tuple, full.rot))
                 rot_k = full.rot_k if full.rot_k is not None else full.rot
-                query = apply_qk(query, query, PosOut(rot=rot_q, pairing=full.pairing))[0]
-                key = apply_qk(key, key, PosOut(rot=cast(tuple, rot_k), pairing=full.pairing))[1]
+                query = apply_qk(query, query, PosOut(rot=rot_q, pairing=full.pairing, basis=full.basis))[0]
+                key = apply_qk(key, key, PosOut(rot=cast(tuple, rot_k), pairing=full.pairing, basis=full.basis))[1]
             pos = pe((n,), past=total - n) if total > n else pe((n,))
             bias = attn_bias(pos, query.dtype, q=query, k=key, causal=True)
             mask = attention_mask

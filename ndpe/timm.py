@@ -244,5 +244,6 @@ def _stack(outs: list[Any], length: int, sizes: list[int]) -> PosOut:
         from .contract import TokenTerm
         tokens = TokenTerm(tok)
     return PosOut(add=squeeze_add(stack([o.add for o in outs])) if ref.add is not None else None,
-                  rot=rot("rot"), rot_k=rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits, tokens=tokens)
+                  rot=rot("rot"), rot_k=rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits, tokens=tokens,
+                  basis=ref.basis)
 

@@ -22,6 +22,8 @@ def fields(out: ndpe.PosOut, pe, t: int):
         named["cos"], named["sin"] = out.rot
     if out.rot_k is not None:
         named["cos_k"], named["sin_k"] = out.rot_k
+    if out.basis is not None:
+        named["basis"] = out.basis
     g = torch.Generator().manual_seed(0)
     if out.logits is not None:
         q, k = torch.randn(2, 2, pe.heads, t, pe.head_dim, generator=g)
@@ -179,6 +181,9 @@ def test_batched_positions(kind, dims):
     out = fields(pe(positions=batched), pe, tokens(grid))
     ref0, ref1 = fields(pe(positions=coords), pe, tokens(grid)), fields(pe(positions=coords + 1.0), pe, tokens(grid))
     for k, t in out.items():
+        if k == "basis":  # learned, not per position: the same for every sample
+            torch.testing.assert_close(t, ref0[k])
+            continue
         if k in ("logits", "tokens"):  # evaluated on a batch of 2 already: sample b against the unbatched call's b
             torch.testing.assert_close(t[0], ref0[k][0])
             torch.testing.assert_close(t[-1], ref1[k][-1])

@@ -69,7 +69,8 @@ def logits(kind, n, *, batch=1, heads=2, dim=48, positions=None, **opts):
 
 KINDS = sorted(ndpe.available())
 BIAS_KINDS = ("alibi", "cpb", "fire", "relative")
-KEY_KINDS = ("cope", "dd-alibi", "learned", "liere", "pope", "rope", "transformer-xl", "xpos")  # key positions, no bias
+KEY_KINDS = ("cope", "dd-alibi", "learned", "liere", "pope", "rope", "string", "transformer-xl",
+             "xpos")  # take key positions, build no bias
 
 
 def huge_grid_case(kind):
