@@ -17,6 +17,7 @@ import platform
 import random
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from einops import rearrange
@@ -30,6 +31,12 @@ from ndpe.functional import rotate_reference, set_rotary_kernel
 SHAPES = {"vit-s 14x14": (14, 14), "32x32": (32, 32), "video 8x14x14": (8, 14, 14), "1d 4096": (4096,),
           "tiny 2x2": (2, 2)}  # tiny: the fixed cost of a call (not in the default run)
 DEFAULT_SHAPES = ["vit-s 14x14", "32x32", "video 8x14x14", "1d 4096"]
+
+
+def save_json(args, results) -> None:
+    """``results`` with the run's arguments to ``args.json`` (when given): what the README tables quote."""
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
 
 
 def get_args_parser() -> argparse.ArgumentParser:

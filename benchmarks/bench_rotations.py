@@ -11,7 +11,6 @@ repository root:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rope import clock, time_interleaved  # noqa: E402  (same folder)
+from bench_rope import clock, save_json, time_interleaved  # noqa: E402  (same folder)
 
 import ndpe  # noqa: E402
 
@@ -80,8 +79,7 @@ def main(args) -> dict:
         for name, r in results[case].items():
             print(f"{case:14s} {name:20s} {r['seconds'] * 1e3:9.1f} ms  x{r['x rope']:7.1f}  "
                   f"{r['bytes'] / 2 ** 20:9.2f} MiB", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+    save_json(args, results)
     return results
 
 

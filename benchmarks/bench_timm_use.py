@@ -11,7 +11,6 @@ root:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import timm
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rope import clock, time_interleaved  # noqa: E402  (same folder)
+from bench_rope import clock, save_json, time_interleaved  # noqa: E402  (same folder)
 
 import ndpe.timm  # noqa: E402
 
@@ -76,8 +75,7 @@ def main(args) -> dict:
         results[name] = {**times, "ratio": times["ndpe"] / times["timm"]}
         print(f"{name:12s} timm {times['timm'] * 1e3:8.1f} ms  ndpe {times['ndpe'] * 1e3:8.1f} ms  "
               f"ndpe / timm {results[name]['ratio']:.3f}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+    save_json(args, results)
     return results
 
 
