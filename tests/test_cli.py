@@ -32,9 +32,13 @@ needs_matplotlib = pytest.mark.skipif(not HAVE_MPL, reason='needs matplotlib: pi
 # the two ways to run `ndpe`: the installed console script and `python -m ndpe`
 NDPE = [pytest.param([str(NDPE_SCRIPT)], id="script", marks=needs_scripts),
         pytest.param([sys.executable, "-m", "ndpe"], id="python-m")]
-# every way to run the figures command
-VIZ = NDPE + [pytest.param([str(VIZ_SCRIPT)], id="ndpe-viz", marks=needs_scripts),
-              pytest.param([sys.executable, "-m", "ndpe.viz"], id="python-m-ndpe.viz")]
+# the same, the console script of the longer commands in the slow suite only (CI's default run keeps the script's
+# quick checks, test_version and test_kinds_lists_every_kind_with_its_dims, and the other forms run the same code)
+NDPE_LONG = [pytest.param([str(NDPE_SCRIPT)], id="script", marks=[needs_scripts, pytest.mark.slow]),
+             pytest.param([sys.executable, "-m", "ndpe"], id="python-m")]
+# every way to run the figures command (the aliases in the slow suite)
+VIZ = NDPE_LONG + [pytest.param([str(VIZ_SCRIPT)], id="ndpe-viz", marks=[needs_scripts, pytest.mark.slow]),
+                   pytest.param([sys.executable, "-m", "ndpe.viz"], id="python-m-ndpe.viz", marks=pytest.mark.slow)]
 
 
 def run(cmd: list[str], *args: str, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
@@ -68,7 +72,7 @@ def test_kinds_lists_every_kind_with_its_dims(cmd, tmp_path):
     assert rows == {k: "dims " + ", ".join(map(str, d)) for k, d in ndpe.available().items()}
 
 
-@pytest.mark.parametrize("cmd", NDPE)
+@pytest.mark.parametrize("cmd", NDPE_LONG)
 def test_options_lists_a_kinds_options_and_defaults(cmd, tmp_path):
     result = run(cmd, "options", "learned", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -117,7 +121,7 @@ def test_viz_writes_figures_and_exits_0(cmd, tmp_path):
 
 
 @needs_matplotlib
-@pytest.mark.parametrize("cmd", NDPE)  # the aliases run the same code (test_viz_writes_figures_and_exits_0)
+@pytest.mark.parametrize("cmd", NDPE_LONG)  # the aliases run the same code (test_viz_writes_figures_and_exits_0)
 @pytest.mark.parametrize("args,status,says", [
     (["--kind", "rope", "--grid", "0", "4"], 1, "grid_shape sizes must be >= 1"),  # the encoding refuses it
     (["--kind", "rope", "--grid", "4", "--option", "tehta=1.0"], 2, "valid options"),
@@ -163,7 +167,7 @@ def test_draw_without_matplotlib_raises_before_creating_the_folder(tmp_path, mon
 
 
 # -- the benchmark is no ndpe command ----------------------------------------------------------
-@pytest.mark.parametrize("cmd", NDPE)
+@pytest.mark.parametrize("cmd", NDPE_LONG)
 def test_the_benchmark_is_run_from_a_checkout_not_by_the_library(cmd, tmp_path):
     # the wheel ships the library alone (see test_wheel_...): `ndpe` never runs a checkout's train/ (ndpe.cli says why)
     assert "invalid choice: 'bench'" in one_line_error(run(cmd, "bench", "--quick", cwd=ROOT), 2, "ndpe: error:")
