@@ -266,6 +266,13 @@ def use(model: Any, kind: str, **options: Any) -> Any:
                   and isinstance(pe, RoPE))
     model.ndpe_pe = pe
     state: dict[str, int] = {"past": 0}
+    encoded: dict[tuple[int, int], PosOut] = {}  # this forward's encodings, shared by its layers
+
+    def encode(n: int, past: int) -> PosOut:
+        """``n`` tokens after ``past`` cached ones, once per forward whatever the number of layers."""
+        if (n, past) not in encoded:
+            encoded[(n, past)] = pe((n,), past=past) if past > 0 else pe((n,))
+        return encoded[(n, past)]
 
     def rotary(x, position_ids, *args, **kwargs):
         if via_rotary:
@@ -278,9 +285,10 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     def remember_past(module, args, kwargs):  # the cache length before this forward's tokens
         cache = kwargs.get("past_key_values")
         state["past"] = int(cache.get_seq_length()) if cache is not None else 0
+        encoded.clear()  # parameters may have changed since the last forward
 
     def encode_tokens(module, args, output):
-        pos = pe((output.shape[1],), past=state["past"]) if state["past"] else pe((output.shape[1],))
+        pos = encode(output.shape[1], state["past"])
         if pos.add is None and pos.tokens is None:
             return output
         return apply_tokens(output, dataclasses.replace(pos, past=0))
@@ -297,12 +305,12 @@ def use(model: Any, kind: str, **options: Any) -> Any:
                 key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
             n, total = query.shape[-2], key.shape[-2]
             if probe.rot is not None:  # every key by its position (cached unrotated), the queries by theirs
-                full = pe((total,))
+                full = encode(total, 0)
                 rot_q = tuple(t[..., total - n:, :] for t in cast(tuple, full.rot))
                 rot_k = full.rot_k if full.rot_k is not None else full.rot
                 query = apply_qk(query, query, PosOut(rot=rot_q, pairing=full.pairing, basis=full.basis))[0]
                 key = apply_qk(key, key, PosOut(rot=cast(tuple, rot_k), pairing=full.pairing, basis=full.basis))[1]
-            pos = pe((n,), past=total - n) if total > n else pe((n,))
+            pos = encode(n, total - n)
             bias = attn_bias(pos, query.dtype, q=query, k=key, causal=True)
             mask = attention_mask
             if mask is not None and mask.dtype == torch.bool:
