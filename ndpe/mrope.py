@@ -23,13 +23,9 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from .checks import check_number
+from .checks import _is_int, check_number
 
 Segment = Union[int, Sequence[float]]
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, tokens_per_second: float | None = None,

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .contract import PosOut, apply_tokens, attn_bias
+from .contract import LogitsTerm, PosOut, TokenTerm, apply_tokens, attn_bias
 from .functional import apply_qk
 from .registry import make
 
@@ -232,7 +232,6 @@ def _stack(outs: list[Any], length: int, sizes: list[int]) -> PosOut:
         def fn(q: Tensor, k: Tensor, x: Tensor | None = None) -> Tensor:
             return torch.cat([F.pad(term(q[b:b + 1, :, :n], k[b:b + 1, :, :n], None if x is None else x[b:b + 1, :n]),
                                     (0, length - n, 0, length - n)) for b, (term, n) in enumerate(zip(terms, sizes))])
-        from .contract import LogitsTerm
         logits = LogitsTerm(fn, causal_only=ref.logits.causal_only, uses_states=ref.logits.uses_states)
     tokens = None
     if ref.tokens is not None:
@@ -241,7 +240,6 @@ def _stack(outs: list[Any], length: int, sizes: list[int]) -> PosOut:
         def tok(x: Tensor) -> Tensor:
             return torch.cat([torch.cat([term(x[b:b + 1, :n]), x[b:b + 1, n:]], 1)
                               for b, (term, n) in enumerate(zip(token_terms, sizes))])
-        from .contract import TokenTerm
         tokens = TokenTerm(tok)
     return PosOut(add=squeeze_add(stack([o.add for o in outs])) if ref.add is not None else None,
                   rot=rot("rot"), rot_k=rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits, tokens=tokens,
