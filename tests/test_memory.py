@@ -69,8 +69,8 @@ def logits(kind, n, *, batch=1, heads=2, dim=48, positions=None, **opts):
 
 KINDS = sorted(ndpe.available())
 BIAS_KINDS = ("alibi", "cpb", "fire", "relative")
-KEY_KINDS = ("cope", "dd-alibi", "learned", "liere", "pope", "rope", "string", "transformer-xl",
-             "xpos")  # take key positions, build no bias
+KEY_KINDS = tuple(k for k in KINDS if ndpe.registry.kind_class(k).takes_key_positions and k not in BIAS_KINDS
+                  and 1 in ndpe.available()[k])  # 1D kinds that take key positions and build no bias
 
 
 def huge_grid_case(kind):
@@ -84,8 +84,9 @@ def huge_grid_case(kind):
 
 
 def huge_past_case(kind):
-    opts = {"coords": "index"} if kind in ("coord", "fourier", "liere") else {}  # normalized coordinates refuse past=
     dims = min(ndpe.available()[kind])  # rope-mixed is 2D/3D only, videorope 3D
+    normalized = build(kind, dims).coords_mode != "index"  # normalized coordinates refuse past= anyway
+    opts = {"coords": "index"} if normalized else {}
     thunk = call(kind, (1,) * dims, dims=dims, opts=opts, past=PAST)
     if kind in BIAS_KINDS:
         expect = (MemoryError, f"{kind} bias for grid ({PAST + 1},) (+0 prefix) is a (2, 1, {PAST + 1}) float32 tensor")

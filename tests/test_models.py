@@ -24,14 +24,14 @@ CASES = {
 }
 RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
 # Options a kind needs, given the train grid.
-OPTIONS = {"learned": lambda grid: {"grid_shape": list(grid), "resize": RESIZE[len(grid)]},
-           "dd-alibi": lambda grid: {"causal": False}}  # the bidirectional form for the bidirectional text model
+OPTIONS = {"learned": lambda grid: {"grid_shape": list(grid), "resize": RESIZE[len(grid)]}}  # else its example's
 MODEL_KINDS = [(m, k) for m, (dims, *_rest) in CASES.items() for k, ds in ndpe.available().items() if dims in ds]
 
 
 def make(name, kind, num_classes=5, **over):
     dims, extra, _, _, grid = CASES[name]
-    pe = {"kind": kind, "options": OPTIONS.get(kind, lambda g: {})(grid)}
+    example = ndpe.registry.kind_class(kind).example_options(dims)  # what a small example of the kind needs
+    pe = {"kind": kind, "options": OPTIONS.get(kind, lambda g: example)(grid)}
     if ndpe.registry.kind_class(kind).causal_only:  # e.g. cope: a causal text model
         extra = {**extra, "causal": True}
     cfg = {"name": name, "num_classes": num_classes, "dim": DIM, "depth": 2, "heads": HEADS, "pe": pe, **extra, **over}

@@ -229,25 +229,20 @@ class NdpeNaFlexRope(torch.nn.Module):
 def test_naflexvit_packed_batch_with_ndpe_rope(rope_type):
     """timm's NaFlexVit on a NaFlex batch: images of 3 sizes patchified, padded to one length, each with its own
     grid of rope positions; ndpe's rope in its place gives the model's outputs (and the same on each image alone)."""
-    from timm.data.naflex_transforms import patchify_image
+    from test_timm_use import naflex_batch
     torch.manual_seed(0)
     dino = rope_type == "dinov3"
     model = timm.create_model("naflexvit_base_patch16_gap", pretrained=False, patch_size=8, embed_dim=64, depth=2,
                               num_heads=4, num_classes=5, rope_type=rope_type, rope_temperature=100.0,
                               rope_rotate_half=dino, pos_embed="none").eval()
-    images = [torch.randn(3, 32, 32), torch.randn(3, 24, 40), torch.randn(3, 16, 8)]
-    parts = [patchify_image(img, (8, 8)) for img in images]
-    n = max(p[0].shape[0] for p in parts)
-    pad = lambda t, v=0: torch.nn.functional.pad(t, (0, 0) * (t.ndim - 1) + (0, n - t.shape[0]), value=v)  # noqa: E731
-    batch = dict(patches=torch.stack([pad(p[0]) for p in parts]), patch_coord=torch.stack([pad(p[1]) for p in parts]),
-                 patch_valid=torch.stack([pad(p[2], False) for p in parts]))
+    batch, sizes = naflex_batch([torch.randn(3, 32, 32), torch.randn(3, 24, 40), torch.randn(3, 16, 8)])
     opts = dict(coords="centered", periods=True) if dino else dict(pairing="interleaved")
     pe = ndpe.make(dims=2, kind="rope", dim=64, heads=4, theta=100.0, **opts)
     with torch.no_grad():
         ref = model(batch)
         model.rope = NdpeNaFlexRope(pe)
         out = model(batch)
-        alone = torch.cat([model({k: v[i:i + 1, :parts[i][0].shape[0]] for k, v in batch.items()}) for i in range(3)])
+        alone = torch.cat([model({k: v[i:i + 1, :sizes[i]] for k, v in batch.items()}) for i in range(3)])
         model.rope = NdpeNaFlexRope(ndpe.make(dims=2, kind="rope", dim=64, heads=4, **opts))  # theta 10000
         other = model(batch)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
