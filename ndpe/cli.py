@@ -4,6 +4,8 @@
                                     README's kinds table, generated from the kinds' classes)
     ndpe options KIND               a kind's keyword options and their defaults
     ndpe viz --kind rope --grid 8 8 teaching figures (``ndpe viz --help``; needs ``pip install "ndpe[viz]"``)
+    ndpe explore [--results RUN]    the interactive explorer, one page: --out DIR/index.html (needs the viz extra;
+                                    --results: a benchmark run, read by the report code of ndpe's own checkout)
 
 Exit status 0 on success; on an error, one line ``ndpe ...: error: ...`` on stderr and a non-zero
 status (2 for bad arguments, 1 otherwise), never a traceback. ``ndpe-viz`` is the older name of
@@ -78,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     options = commands.add_parser("options", help="a kind's keyword options and their defaults")
     options.add_argument("kind", metavar="KIND", help="a name from `ndpe kinds`")
     commands.add_parser("viz", help="draw teaching figures of an encoding (needs the viz extra)", add_help=False)
+    explore = commands.add_parser("explore", help="write the interactive explorer, one self-contained page "
+                                  "(needs the viz extra)")
+    explore.add_argument("--out", type=Path, default=Path("explorer"), help="folder for index.html (default: explorer)")
+    explore.add_argument("--results", type=Path, default=None, metavar="RUN",
+                         help="a benchmark run's folder (runs/NAME, its results.csv) for the benchmark tab")
+    explore.add_argument("--kinds", nargs="+", default=None, metavar="KIND", help="only these kinds (default: all)")
     return parser
 
 
@@ -180,6 +188,17 @@ def _viz(argv: list[str], prog: str) -> int:
     return 0
 
 
+def _explore(out: Path, results: Path | None, kinds: list[str] | None) -> int:
+    from .explore import write_page
+
+    try:
+        path = write_page(out, results=results, kinds=kinds)
+    except (ImportError, ValueError, OSError) as err:  # no matplotlib / train code, a bad results.csv, --out...
+        return _fail(f"{PROG} explore", str(err).splitlines()[0] if str(err) else type(err).__name__)
+    print(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``ndpe`` command with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -191,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             return _kinds(markdown=parsed.markdown)
         if parsed.command == "options":
             return _options(parsed.kind)
+        if parsed.command == "explore":
+            return _explore(parsed.out, parsed.results, parsed.kinds)
         raise AssertionError(parsed.command)  # every command is dispatched above
     except KeyboardInterrupt:
         return _fail(PROG, "interrupted", 130)

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/browser.sh
 # Two worker processes (pytest-xdist; NDPE_TEST_WORKERS=0 runs in this process), one torch thread each: the suite
 # is mostly small tensors and Python, so two processes use both cores of a 2-core machine.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

@@ -22,3 +22,27 @@ def needs_kind(*kinds: str):
     """Skip a test when a kind it names is not registered."""
     missing = [k for k in kinds if k not in ndpe.available()]
     return pytest.mark.skipif(bool(missing), reason=f"kinds not registered: {missing}")
+
+
+def page_data(html: str) -> dict:
+    """The ``DATA`` object inlined in an explorer page."""
+    import json
+    import re
+
+    blob = re.search(r"const DATA = (\{.*?\});\n</script>", html, re.S)
+    assert blob is not None, "no DATA in the page"
+    return json.loads(blob.group(1).replace("<\\/", "</"))
+
+
+@pytest.fixture(scope="session")
+def explorer_page(tmp_path_factory):
+    """The explorer, every kind, with the committed quick run's benchmark tab, made once per test process by the
+    command a user runs (tests/test_explore.py and tests/test_explore_browser.py share it: one xdist group)."""
+    from pathlib import Path
+
+    from ndpe.cli import main
+
+    out = tmp_path_factory.mktemp("explorer")
+    quick = Path(__file__).resolve().parent.parent / "runs" / "quick"
+    assert main(["explore", "--out", str(out), "--results", str(quick)]) == 0
+    return out / "index.html"

@@ -1,0 +1,134 @@
+"""``ndpe explore``: one self-contained page that shows how every encoding behaves, and a benchmark run's results.
+
+    ndpe explore --out explorer                        # explorer/index.html
+    ndpe explore --results runs/quick --out explorer   # with the benchmark tab of that run
+
+The page is one file: its styles, scripts and data are inline, so it opens from ``file://`` with no server and no
+network. Every number on it is computed here by ndpe (:mod:`ndpe.explore.data`); the page's JavaScript only looks
+them up and colours them with the figures' own colour maps (:mod:`ndpe.viz.style`), so no formula is written
+twice. It needs the ``viz`` extra (matplotlib: the colour maps and the picture of the toy scene).
+
+Views (tabs), in the order that teaches: growth (zoom or canvas, coordinates, scaling), RoPE angle dials, click a
+query (two kinds side by side, 1D / 2D / 3D), axis decomposition (row + column terms, a mixing angle),
+spectrogram (an encoding per axis; a longer clip against a pitch shift), bias receptive field (heads on one
+scale, the -1 contour), and the benchmark (``--results``). The URL's ``#`` part holds the view's settings, so a
+link opens a given picture: ``index.html#tab=growth&kind=rope&mode=zoom&grow=2&coords=pixel``.
+
+``--results`` reads ``results.csv`` with the benchmark's own report code (``train/explore.py``), taken from the
+source checkout this ``ndpe`` is installed from (``train/`` beside ``ndpe/``), never from the current directory:
+the page then agrees with that run's report.md. The page must stay under :data:`SIZE_BUDGET` bytes.
+"""
+from __future__ import annotations
+
+import base64
+import importlib.util
+import io
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["SIZE_BUDGET", "build_data", "write_page"]
+
+SIZE_BUDGET = 3_000_000  # bytes of index.html, the benchmark tab of a full run included
+EXTRA = "pip install 'ndpe[viz]'"
+_HERE = Path(__file__).parent
+
+
+def require_matplotlib() -> None:
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ModuleNotFoundError(f"ndpe explore needs matplotlib (its colour maps and the toy scene): {EXTRA}")
+
+
+def scene_png(train_px: int = 96, growth: float = 3.0, seed: int = 0) -> str:
+    """A toy picture of discs and squares, ``growth`` times the training field of view on each side, as a PNG
+    data URI (the growth tab crops its top-left corner: the training picture for zoom, more of it for canvas)."""
+    import matplotlib.image as mpimg
+
+    size = round(train_px * growth)
+    g = torch.Generator().manual_seed(seed)
+    yy, xx = torch.meshgrid(torch.arange(size).float(), torch.arange(size).float(), indexing="ij")
+    img = torch.ones(size, size, 3) * torch.tensor([0.93, 0.93, 0.9])
+    palette = torch.tensor([[0.12, 0.47, 0.71], [1.0, 0.5, 0.05], [0.17, 0.63, 0.17], [0.84, 0.15, 0.16],
+                            [0.58, 0.4, 0.74]])
+    for i in range(int(4 * growth * growth)):
+        cy, cx = (torch.rand(2, generator=g) * size).tolist()
+        r = float(5 + torch.rand(1, generator=g) * 9)
+        shape = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r if i % 2 else ((xx - cx).abs() <= r) & ((yy - cy).abs() <= r)
+        img[shape] = palette[i % len(palette)]
+    buffer = io.BytesIO()
+    mpimg.imsave(buffer, img.numpy(), format="png")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _bench(results: Path) -> dict[str, Any]:
+    """The benchmark tab's numbers, by the report code of the checkout this ndpe comes from."""
+    root = _HERE.parent.parent
+    report = root / "train" / "explore.py"
+    if not report.is_file():
+        raise ModuleNotFoundError("ndpe explore --results reads a run with the benchmark's report code, which ships "
+                                  "with a source checkout, not the wheel: pip install -e '.[train,viz]' in a clone of "
+                                  "ndpe")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from train.explore import bench_data  # type: ignore[import-not-found]
+
+    if Path(sys.modules["train"].__file__ or "").resolve().parent.parent != root.resolve():
+        raise ImportError(f"another 'train' package is already imported ({sys.modules['train'].__file__}); "
+                          f"ndpe explore needs the one of its own checkout ({root})")
+    return bench_data(Path(results))
+
+
+def build_data(results: Path | None = None, kinds: list[str] | None = None) -> dict[str, Any]:
+    """Every number the page draws (JSON-able). ``kinds``: a subset of the registered kinds (default: all)."""
+    require_matplotlib()
+    from .. import __version__
+    from ..registry import available
+    from . import data
+
+    kinds = list(available()) if kinds is None else kinds
+    unknown = sorted(set(kinds) - set(available()))
+    if unknown:
+        raise ValueError(f"unknown kinds {unknown}: pick from {sorted(available())}")
+    bench = None if results is None else _bench(Path(results))  # first: a wrong folder fails at once
+    with torch.no_grad():
+        out = {"meta": {"ndpe": __version__, "torch": torch.__version__.split("+")[0], "dim": data.DIM,
+                        "heads": data.HEADS, "python": platform.python_version(),
+                        "command": "ndpe explore" + (f" --results {results}" if results is not None else ""),
+                        "footer": "ndpe explorer: one page, no network. The settings are in the address (#...), "
+                                  "so a link opens this picture."},
+               "kinds": {k: v for k, v in data.kinds_table().items() if k in kinds},
+               "cmaps": data.colour_maps(), "content_note": data.content_note(),
+               "scene": {"png": scene_png(), "train_px": 96},
+               "growth": data.growth_data(kinds), "dials": data.dials_data(), "compare": data.compare_data(kinds),
+               "axes": data.axes_data(), "spec": data.spectrogram_data(), "bias": data.bias_data(kinds),
+               "bench": bench}
+    return out
+
+
+def render(payload: dict[str, Any]) -> str:
+    """The page: the template with the styles, the script and the data inline (``</`` escaped in the data)."""
+    blob = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    page = (_HERE / "page.html").read_text()
+    for marker, text in (("/*CSS*/", (_HERE / "explorer.css").read_text()),
+                         ("/*JS*/", (_HERE / "explorer.js").read_text()), ("/*DATA*/", blob)):
+        page = page.replace(marker, text, 1)
+    return page
+
+
+def write_page(out: Path, results: Path | None = None, kinds: list[str] | None = None) -> Path:
+    """Write ``out/index.html`` and return its path; refuses a page over :data:`SIZE_BUDGET` bytes."""
+    page = render(build_data(results, kinds))
+    size = len(page.encode())
+    if size > SIZE_BUDGET:
+        raise ValueError(f"the explorer page is {size} bytes, over its budget of {SIZE_BUDGET}: fewer settings")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "index.html"
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(page)
+    tmp.replace(path)  # never a half-written page
+    return path

@@ -1,0 +1,197 @@
+"""``ndpe explore``: the page's numbers are ndpe's, the page is one self-contained file, the benchmark tab agrees
+with the report. The same page in a real browser: tests/test_explore_browser.py."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import ndpe
+from ndpe.cli import main
+from ndpe.explore import SIZE_BUDGET, render, write_page
+from ndpe.explore import data as D
+from ndpe.viz.fields import content_of, relation
+
+from conftest import page_data
+
+pytestmark = pytest.mark.xdist_group("explore")  # one worker builds the page once
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ROOT / "runs" / "quick"
+
+
+@pytest.fixture(scope="module")
+def small(explorer_page):
+    """The page's data (the whole page, every kind, with the quick run's benchmark tab: tests/conftest.py)."""
+    return page_data(explorer_page.read_text())
+
+
+def test_pack_round_trip():
+    v = torch.tensor([0.25, -1.0, math.nan, -math.inf, 0.0])
+    back = D.unpack(D.pack(v))
+    assert torch.isnan(back[2]) and torch.isnan(back[3])
+    keep = torch.tensor([0, 1, 4])
+    assert torch.allclose(back[keep], v[keep], atol=1 / 127 / 2 + 1e-7)
+
+
+@pytest.mark.parametrize("kind,dims", [("rope", 2), ("learned", 2), ("alibi", 2), ("liere", 2), ("cope", 1),
+                                       ("sinusoidal", 3)])
+def test_compare_maps_are_ndpe_relations(small, kind, dims):
+    """Every cell of the click-a-query view is ndpe.viz.relation of the kind built as the page says."""
+    entry = small["compare"]["maps"][f"{kind}/{dims}"]
+    grid = D.COMPARE_GRIDS[dims]
+    pe = D.build(kind, dims, **D.kind_options(kind, dims, grid))
+    assert entry["made"] == D.made(kind, dims, **D.kind_options(kind, dims, grid))
+    rows = D.unpack(entry["rows"]).reshape(math.prod(grid), math.prod(grid))
+    pos, content = pe(grid), content_of(pe, grid)
+    for q in (0, math.prod(grid) // 2, math.prod(grid) - 1):
+        want = relation(pos, q, content=content)
+        finite = want.isfinite()
+        assert torch.equal(finite, rows[q].isfinite())
+        assert torch.allclose(rows[q][finite], want[finite], atol=entry["rows"]["scale"] / 2 + 1e-6)
+
+
+def test_growth_rows_follow_the_setting(small):
+    """A grown map is the relation on the grown grid of the query at the same content point; rope's scaling changes
+    it; the seen-offset outline covers the whole grid at growth 1 and less beyond."""
+    s = small["growth"]["settings"]
+    plain, pi = s["rope|index|none|2|zoom"], s["rope|index|pi|2|zoom"]
+    assert plain["grid"] == [16, 16] and plain["queries"][0] == 8 * 16 + 8  # centre of the same picture
+    assert s["rope|index|none|2|canvas"]["queries"][0] == 4 * 16 + 4  # same patch, more picture around it
+    pe = D.build("rope", 2, theta=100.0, coords="index")
+    want = relation(pe((16, 16)), plain["queries"][0])
+    assert torch.allclose(D.unpack(plain["rows"])[:256], want, atol=plain["rows"]["scale"] / 2 + 1e-6)
+    assert not torch.allclose(D.unpack(pi["rows"]), D.unpack(plain["rows"]))
+    assert set(s["rope|index|none|1|zoom"]["seen"][0]["offset"]) == {"1"}
+    assert "0" in plain["seen"][0]["offset"] and "1" in plain["seen"][0]["offset"]
+    assert "error" in s["rope|pixel|ntk|2|zoom"]  # ndpe's own refusal, shown on the page
+    assert "liere|centered|none|2|zoom" in s and "none|-|none|2|zoom" not in s
+
+
+def test_seen_masks():
+    c = D.seen_masks((16, 16), 0, "index")
+    assert int(c["offset"].sum()) == 8 * 8 and int(c["coord"].sum()) == 8 * 8  # corner query: offsets 0..7
+    p = D.seen_masks((16, 16), 0, "pixel")  # pixel coordinates span [-1, 1] at every size: all seen
+    assert bool(p["coord"].all()) and int(p["offset"].sum()) == 256
+
+
+def test_dials_are_rope_angles(small):
+    """Each pair's angle step is ndpe's frequency (inv_freq), PI divides it by the scale, angles seen grow with
+    the length."""
+    d = small["dials"]["settings"]
+    pe = ndpe.make(dims=1, kind="rope", dim=D.DIAL_HEAD_DIM, theta=100.0)
+    w = pe.axis_inv_freqs(torch.zeros(1, 1))[0].double()
+    plain, pi = d["100|none|2"], d["100|pi|2"]
+    assert torch.allclose(torch.tensor(plain["step"], dtype=torch.float64), w, rtol=1e-5)
+    assert torch.allclose(torch.tensor(pi["step"], dtype=torch.float64), w / 2, rtol=1e-5)
+    assert torch.allclose(torch.tensor(plain["train"]), torch.tensor(plain["step"]) * (D.DIAL_LENGTH - 1))
+    assert torch.allclose(torch.tensor(plain["test"]), torch.tensor(plain["step"]) * (2 * D.DIAL_LENGTH - 1))
+    assert "error" in d["100|yarn|1"]
+
+
+def test_axes_terms_mean_is_the_relation(small):
+    for alpha in ("0", "45"):
+        a = small["axes"]["settings"][alpha]
+        row, col, total = (D.unpack(a[k]) for k in ("row", "col", "total"))
+        assert torch.allclose((row + col) / 2, total, atol=0.02)
+    axial = small["axes"]["settings"]["0"]
+    grid = small["axes"]["grid"]
+    row = D.unpack(axial["row"]).reshape(grid)
+    assert torch.allclose(row, row[:, :1].expand_as(row), atol=0.01)  # axial: the row term ignores columns
+
+
+def test_spectrogram_axes():
+    """A relative time axis gives the same relation around the query on a longer clip; an absolute frequency axis
+    changes under a pitch shift where a relative one does not."""
+    t, f = D.SPEC_GRID
+    rel = D._spec_rows("rope", "rope", t, f, [5 * f + 2, 5 * f + 4])
+    same = rel[1].reshape(t, f)[:, 2:] - rel[0].reshape(t, f)[:, :f - 2]
+    assert same.abs().max() < 1e-5
+    ab = D._spec_rows("rope", "learned", t, f, [5 * f + 2, 5 * f + 4])
+    assert (ab[1].reshape(t, f)[:, 2:] - ab[0].reshape(t, f)[:, :f - 2]).abs().max() > 1e-2
+    # sinusoids are absolute values, yet their similarity depends on the offset alone: blind to the shift too
+    sin = D._spec_rows("rope", "sinusoidal", t, f, [5 * f + 2, 5 * f + 4])
+    assert (sin[1].reshape(t, f)[:, 2:] - sin[0].reshape(t, f)[:, :f - 2]).abs().max() < 1e-5
+
+
+def test_bias_heads_share_alibi_slopes(small):
+    b = small["bias"]["settings"]["alibi (euclidean)"]
+    assert b["slopes"] == pytest.approx(ndpe.make(dims=2, kind="alibi", dim=D.DIM, heads=D.BIAS_HEADS).slopes.tolist())
+    heads = D.unpack(b["heads"]).reshape(D.BIAS_HEADS, -1)
+    assert heads[:, small["bias"]["query"]].abs().max() == 0  # no penalty at the query
+    assert (heads.min(1).values.diff() > 0).all()  # narrower heads first: one shared scale shows it
+
+
+def test_bench_tab_agrees_with_the_report(small):
+    """The benchmark tab's means and verdicts are the report's (report.md of the same results.csv)."""
+    from train.report import check_claim, in_distribution, task_info
+    from train.results import aggregate, read_rows
+    from train.protocol import CLAIMS
+
+    rows = read_rows(QUICK / "results.csv")
+    agg, info = aggregate(rows), task_info(rows)
+    bench = small["bench"]
+    assert bench["run"] == "quick" and set(bench["tasks"]) == set(agg)
+    task = bench["tasks"]["image/shapes-zoom"]
+    rope = {p["ratio"]: p for p in task["series"]["rope"]["points"]}
+    assert rope[2.0]["mean"] == pytest.approx(agg["image/shapes-zoom"]["rope"][2.0].mean)
+    assert rope[2.0]["lo"] <= rope[2.0]["mean"] <= rope[2.0]["hi"] <= 1.0
+    claims = [c for c in CLAIMS if c.task == "image/shapes-zoom"]
+    assert [v["verdict"] for v in task["verdicts"]] == [check_claim(c, agg, info, in_distribution(rows)).label
+                                                       for c in claims]
+    report = (QUICK / "report.md").read_text()
+    for v in task["verdicts"]:
+        assert f"**{v['verdict']}**" in report
+    assert task["series"]["none"]["counts"] is False and task["series"]["floor: chance"]["floor"]
+
+
+def test_page_is_self_contained(tmp_path, small):
+    """One file, nothing fetched: no external script, style, image or font; under the size budget; it names the
+    ndpe version that made it."""
+    html = render(small)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "<link" not in html and "@import" not in html and "url(http" not in html
+    assert "fetch(" not in html and "XMLHttpRequest" not in html
+    data = page_data(html)
+    assert data["meta"]["ndpe"] == ndpe.__version__ and data["compare"] == small["compare"]
+    assert len(html.encode()) < SIZE_BUDGET
+
+
+def test_cli_writes_the_full_page(explorer_page):
+    """`ndpe explore --out DIR` (the fixture runs it) writes DIR/index.html with every registered kind selectable,
+    under the budget."""
+    path = explorer_page
+    data = page_data(path.read_text())
+    assert set(data["kinds"]) == set(ndpe.available()) and data["bench"]["run"] == "quick"
+    for kind, dims in ndpe.available().items():
+        for d in dims:
+            assert f"{kind}/{d}" in data["compare"]["maps"]
+    assert path.stat().st_size < SIZE_BUDGET
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    assert main(["explore", "--out", str(tmp_path), "--results", str(tmp_path / "nowhere")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ndpe explore: error: no results.csv in") and "\n" not in err
+    assert main(["explore", "--out", str(tmp_path), "--kinds", "ropee"]) == 1
+    assert "unknown kinds ['ropee']" in capsys.readouterr().err
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert main(["explore", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'ndpe[viz]'" in err and "\n" not in err
+    assert not (tmp_path / "index.html").exists()
+
+
+def test_write_page_refuses_over_budget(tmp_path, monkeypatch, small):
+    import ndpe.explore as explore
+
+    monkeypatch.setattr(explore, "build_data", lambda *a, **k: small)
+    monkeypatch.setattr(explore, "SIZE_BUDGET", 1000)
+    with pytest.raises(ValueError, match="over its budget of 1000"):
+        write_page(tmp_path)
+    assert not (tmp_path / "index.html").exists()
