@@ -1,56 +1,33 @@
 """The explorer page in a real browser: headless Chromium (Debian's package) driven by Selenium with Debian's
 chromedriver, the page opened from ``file://`` with every host unresolvable.
 
-scripts/setup.sh installs Chromium where it can (as root with apt-get); elsewhere these tests skip, except under
-CI (``CI=true``), where a missing browser is a failure.
+scripts/browser.sh (run by scripts/test.sh) installs Chromium where it can (root with apt-get); elsewhere these tests
+skip, except under CI (``CI=true``), where a missing browser is a failure.
 """
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from ndpe.explore.browser import chromium, missing
+
 pytestmark = pytest.mark.xdist_group("explore")  # the page fixture is built once per process (tests/conftest.py)
 
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 TABS = ("growth", "dials", "compare", "axes", "spec", "bias", "bench")
-
-
-def _missing() -> str | None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (the test extra)"
-    if CHROMIUM is None or DRIVER is None:
-        return "no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)"
-    return None
 
 
 @pytest.fixture(scope="module")
 def browser():
-    missing = _missing()
-    if missing:
+    reason = missing()
+    if reason:
         if os.environ.get("CI"):
-            pytest.fail(f"CI runs the browser tests: {missing}")
-        pytest.skip(missing)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tempfile.mkdtemp()}",
-                 "--window-size=1280,1000"):
-        options.add_argument(flag)
-    options.binary_location = CHROMIUM
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    yield driver
-    driver.quit()
+            pytest.fail(f"CI runs the browser tests: {reason}")
+        pytest.skip(reason)
+    with chromium(1280, 1000) as driver:
+        yield driver
 
 
 def open_tab(driver, page, tab: str, **params: str) -> None:
