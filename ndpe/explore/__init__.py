@@ -21,6 +21,7 @@ the page then agrees with that run's report.md. The page must stay under :data:`
 from __future__ import annotations
 
 import base64
+import importlib
 import importlib.util
 import io
 import json
@@ -74,12 +75,11 @@ def _bench(results: Path) -> dict[str, Any]:
                                   "ndpe")
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    from train.explore import bench_data  # type: ignore[import-not-found]
-
-    if Path(sys.modules["train"].__file__ or "").resolve().parent.parent != root.resolve():
-        raise ImportError(f"another 'train' package is already imported ({sys.modules['train'].__file__}); "
-                          f"ndpe explore needs the one of its own checkout ({root})")
-    return bench_data(Path(results))
+    module = importlib.import_module("train.explore")  # imported by name: the library never depends on train/
+    if Path(module.__file__ or "").resolve().parent.parent != root.resolve():
+        raise ImportError(f"another 'train' package is already imported ({module.__file__}); ndpe explore needs "
+                          f"the one of its own checkout ({root})")
+    return module.bench_data(Path(results))
 
 
 def build_data(results: Path | None = None, kinds: list[str] | None = None) -> dict[str, Any]:

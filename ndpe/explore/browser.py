@@ -40,9 +40,9 @@ def chromium(width: int = 1280, height: int = 1000) -> Iterator[Any]:
     with tempfile.TemporaryDirectory() as profile:
         for flag in (*FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"):
             options.add_argument(flag)
-        options.binary_location = shutil.which("chromium")
+        options.binary_location = str(shutil.which("chromium"))
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+        driver = webdriver.Chrome(service=Service(str(shutil.which("chromedriver"))), options=options)
         try:
             yield driver
         finally:

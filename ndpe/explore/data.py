@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import torch
 from torch import Tensor
@@ -56,10 +56,10 @@ def unpack(packed: dict[str, Any]) -> Tensor:
     return torch.where(q == -128, torch.full_like(q, math.nan), q * packed["scale"])
 
 
-def made(kind: str, dims: int, **options: Any) -> str:
+def made(kind: str, dims: int, *, dim: int = DIM, heads: int = HEADS, **options: Any) -> str:
     """The call that made a picture, as the page prints it."""
     args = "".join(f", {k}={v!r}" for k, v in options.items())
-    return f"ndpe.make(dims={dims}, kind={kind!r}, dim={DIM}, heads={HEADS}{args})"
+    return f"ndpe.make(dims={dims}, kind={kind!r}, dim={dim}, heads={heads}{args})"
 
 
 def kind_options(kind: str, dims: int, grid: Sequence[int]) -> dict[str, Any]:
@@ -72,9 +72,12 @@ def kind_options(kind: str, dims: int, grid: Sequence[int]) -> dict[str, Any]:
     return options
 
 
-def build(kind: str, dims: int, **options: Any):
-    torch.manual_seed(0)  # learned kinds draw their initial weights: the same picture on every build
-    return make(dims=dims, kind=kind, dim=DIM, heads=HEADS, **options).eval()
+def build(kind: str, dims: int, *, heads: int = HEADS, **options: Any):
+    """``ndpe.make`` in eval mode, learned weights drawn from seed 0 (the same picture on every build; torch's
+    global generator is left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return make(dims=dims, kind=kind, dim=DIM, heads=heads, **options).eval()
 
 
 @torch.no_grad()
@@ -89,12 +92,8 @@ def relation_rows(pe, grid: Sequence[int], queries: Sequence[int] | None = None)
 def kinds_table() -> dict[str, Any]:
     """Every registered kind: its dims, colour, marker, how it acts and what it is (the README's row)."""
     return {k: {"dims": list(d), "colour": colour(k), "marker": marker(k), "acts": acts_by(k),
-                "what": kind_class(k).description or "", "options": kind_options_note(k)}
+                "what": kind_class(k).description or "", "options": KIND_OPTIONS.get(k, ({}, ""))[1]}
             for k, d in available().items()}
-
-
-def kind_options_note(kind: str) -> str:
-    return KIND_OPTIONS.get(kind, ({}, ""))[1]
 
 
 def quantity_of(pe, grid: Sequence[int]) -> str:
@@ -260,8 +259,7 @@ def dials_data() -> dict[str, Any]:
                     "train": [float(x) * (DIAL_LENGTH - 1) for x in w],
                     "test": [float(x) * (round(growth * DIAL_LENGTH) - 1) for x in w_test],
                     "step": [float(x) for x in w_test],
-                    "made": f"ndpe.make(dims=1, kind='rope', dim={DIAL_HEAD_DIM}"
-                            + "".join(f", {k}={v!r}" for k, v in options.items()) + ")"}
+                    "made": made("rope", 1, dim=DIAL_HEAD_DIM, heads=1, **options)}
     return out
 
 
@@ -284,8 +282,9 @@ def axes_data() -> dict[str, Any]:
         pe = make(dims=2, kind="rope-mixed", dim=DIM, heads=HEADS, rotate=False)
         a = math.radians(alpha)
         turn = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
-        pe.freqs.copy_(torch.einsum("ab,hbp->hap", turn, pe.freqs))  # each pair's direction turned by alpha
-        cos, sin = pe(AXES_GRID).rot  # (H, N, P)
+        freqs = cast(Tensor, pe.freqs)
+        freqs.copy_(torch.einsum("ab,hbp->hap", turn, freqs))  # each pair's direction turned by alpha
+        cos, sin = cast("tuple[Tensor, Tensor]", pe(AXES_GRID).rot)  # (H, N, P)
         half = cos.shape[-1] // 2  # pairs of the axis-0 group, then the axis-1 group
         terms = []
         for sl in (slice(0, half), slice(half, None)):
@@ -369,8 +368,7 @@ def bias_data(kinds: Sequence[str]) -> dict[str, Any]:
     for kind in kinds:
         if 2 not in available()[kind] or kind == "none":
             continue
-        pe = make(dims=2, kind=kind, dim=DIM, heads=BIAS_HEADS, **kind_options(kind, 2, BIAS_GRID))
-        if shown_field(pe(BIAS_GRID)) != "bias":
+        if shown_field(build(kind, 2, heads=BIAS_HEADS, **kind_options(kind, 2, BIAS_GRID))(BIAS_GRID)) != "bias":
             continue
         if kind == "alibi":
             variants += [("alibi", {"distance": d}) for d in ("euclidean", "manhattan")]
@@ -378,16 +376,14 @@ def bias_data(kinds: Sequence[str]) -> dict[str, Any]:
             variants.append((kind, {}))
     for kind, extra in variants:
         options = {**kind_options(kind, 2, BIAS_GRID), **extra}
-        torch.manual_seed(0)
-        pe = make(dims=2, kind=kind, dim=DIM, heads=BIAS_HEADS, **options).eval()
-        bias = pe(BIAS_GRID).bias.float().reshape(-1, *pe(BIAS_GRID).bias.shape[-2:])[:, query]  # (H, N)
+        pe = build(kind, 2, heads=BIAS_HEADS, **options)
+        bias = pe(BIAS_GRID).bias
+        bias = bias.float().reshape(-1, *bias.shape[-2:])[:, query]  # (H, N)
         name = kind + "".join(f" ({v})" for v in extra.values())
         slopes = getattr(pe, "slopes", None)
-        out["settings"][name] = {
-            "heads": pack(bias), "made": f"ndpe.make(dims=2, kind={kind!r}, dim={DIM}, heads={BIAS_HEADS}"
-                                          + "".join(f", {k}={v!r}" for k, v in options.items()) + ")",
-            "slopes": None if slopes is None else [float(s) for s in slopes.flatten()],
-            "trained": False}
+        out["settings"][name] = {"heads": pack(bias), "made": made(kind, 2, heads=BIAS_HEADS, **options),
+                                 "slopes": None if slopes is None else [float(s) for s in slopes.flatten()],
+                                 "trained": False}
     out["query"] = query
     return out
 

@@ -293,7 +293,8 @@ function renderCompare() {
     const canvas = drawMap(vals[i], rows, cols, {quantity: m.quantity, lim, query: local, onpick: pick, cell: rows === 1 ? 14 : Math.floor(300 / cols), label: `${k}: relation of the query to every key`});
     canvas.id = "compare-map-" + "ab"[i];
     return el("figure", {}, el("b", {}, el("span", {class: "swatch", style: `background:${DATA.kinds[k].colour}`}), k),
-      canvas, colourBar(m.quantity, lim), el("figcaption", {}, DATA.kinds[k].what, el("div", {class: "made", text: m.made})));
+      canvas, colourBar(m.quantity, lim), el("figcaption", {}, DATA.kinds[k].what, DATA.kinds[k].options ? ` (${DATA.kinds[k].options})` : "",
+        el("div", {class: "made", text: m.made})));
   });
   const coords = frames > 1 ? `frame ${Math.floor(q / (rows * cols))}, row ${Math.floor(q / cols) % rows}, column ${q % cols}` : rows > 1 ? `row ${Math.floor(q / cols)}, column ${q % cols}` : `token ${q}`;
   document.getElementById("compare-view").replaceChildren(...figs,
