@@ -150,5 +150,7 @@ def test_relative_and_refusals():
         ndpe.make(dims=2, kind="vrope", dim=32, heads=2)
     with pytest.raises(ValueError, match="even head_dim"):
         ndpe.make(dims=3, kind="vrope", dim=30, heads=2)
+    with pytest.raises(ValueError, match="needs a token order"):  # no KV-cache decoding on a grid: one line
+        pe((1, 3, 3), past=4)
     with pytest.raises(ValueError, match="pairing"):
         ndpe.make(dims=3, kind="vrope", dim=32, heads=2, pairing="pairs")

@@ -25,8 +25,8 @@ takes an eigendecomposition per block and forward whose gradient divides by the 
 costs little. So it travels as LieRE does: the rotated ``q . k`` minus the plain ``q . k / sqrt(d)`` that SDPA adds.
 Cost (as ``liere`` with the same blocks): ``encode`` builds ``N x heads x head_dim / block_size`` exponentials of
 ``block_size x block_size`` matrices, once per forward; each layer multiplies q and k by them and materializes the
-``(B, heads, N, N)`` term. ``benchmarks/README.md`` ("Learned rotations") times it beside rope: about 29x rope's layer
-call at ViT-S 14 x 14 and 12x on video 8 x 14 x 14, with blocks of 8. Positions: ``coords="centered"`` (``[-1, 1]``;
+``(B, heads, N, N)`` term. ``benchmarks/README.md`` ("Learned rotations") times it beside rope: about 27x rope's layer
+call at ViT-S 14 x 14 and 11x on video 8 x 14 x 14 with blocks of 8 (3.2 and 75 MiB built), as LieRE's. Positions: ``coords="centered"`` (``[-1, 1]``;
 the reference's ``[0, 1]`` is half that range, so ``init_std=0.5`` here draws the reference's ``init_std=1`` angles).
 Decodes with a KV cache (the keys' rotations from their positions).
 

@@ -25,7 +25,8 @@ Ids are laid out as three numbers ``(u, a, b)``, the frame centre ``u = tL + (H 
 column) indices with ``grid_shape``) the kind lays them out itself; ``positions=`` alone are ``(u, a, b)`` ids as they
 are: a text token at index ``n`` is ``(n, 0, 0)`` (all four ids ``n``), so a text + video sequence is one
 ``positions=`` call. q . k depends on the offsets of ``(u, a, b)`` alone. Angles in float64, ``pairing="half"``
-(HF's ``rotate_half``, as the video LLMs the paper trains). A 3D kind: an image is a one-frame video.
+(HF's ``rotate_half``, as the video LLMs the paper trains). A 3D kind: an image is a one-frame video; ``past=``
+(KV-cache decoding) is refused as for every 3D kind, and a decoder passes each new token's ``(u, a, b)`` ids.
 
 >>> import ndpe
 >>> pe = ndpe.make(dims=3, kind="vrope", dim=64, heads=2)
