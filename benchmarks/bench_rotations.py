@@ -1,10 +1,11 @@
-"""Time and memory of the learned rotations (``string``, ``liere``) beside ``rope``: one attention layer at ViT-S (14 x 14 patches)
-and on video (8 x 14 x 14 tubelets), side by side in the same rounds.
+"""Time and memory of the learned rotations (``string``, ``liere``, ``comrope``) and ``vrope`` beside ``rope``: one
+attention layer at ViT-S (14 x 14 patches) and on video (8 x 14 x 14 tubelets), side by side in the same rounds.
 
-One call = ``pe(grid)`` (LieRE's matrix exponentials are built there, once per forward) then one attention layer:
-``apply_qk`` + ``attn_bias`` (LieRE's ``(B, heads, N, N)`` term) + SDPA, forward only. Memory: the bytes of the
-tensors each kind builds, read off them (LieRE's rotations ``R`` and its term; rope's cos/sin). Run from the
-repository root:
+One call = ``pe(grid)`` (LieRE's and ComRoPE's matrix exponentials are built there, once per forward) then one attention
+layer: ``apply_qk`` + ``attn_bias`` (their ``(B, heads, N, N)`` term) + SDPA, forward only. Memory: the bytes of the
+tensors each kind builds, read off them (LieRE's and ComRoPE's rotations ``R`` and term; rope's cos/sin). A kind
+that does not take a grid's dims (``comrope`` AP needs ``dims * block_size`` to divide head_dim 64; ``vrope`` is 3D)
+is left out of that grid. Run from the repository root:
 
     python benchmarks/bench_rotations.py --threads 1 --repeats 5 --json rotations.json
 """
@@ -24,7 +25,10 @@ import ndpe  # noqa: E402
 
 CASES = {"vit-s 14x14": ((14, 14), 384, 6), "video 8x14x14": ((8, 14, 14), 384, 6)}
 KINDS = {"rope": {}, "string (cayley)": {"init_std": 0.1}, "string (circulant)": {"orthogonal": "circulant", "init_std": 0.1},
-         "liere (blocks of 8)": {"block_size": 8}, "liere (dense)": {}}
+         "liere (blocks of 8)": {"block_size": 8}, "liere (dense)": {},
+         "comrope (ld, blocks of 8)": {"block_size": 8}, "comrope (ap, blocks of 8)": {"variant": "ap", "block_size": 8},
+         "vrope": {}}
+ONLY = {"comrope (ap, blocks of 8)": (2,), "vrope": (3,)}  # the grids' dims a kind takes (default: every one)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -60,8 +64,9 @@ def main(args) -> dict:
             n *= s
         q, k, v = (torch.randn(args.batch, heads, n, dim // heads) for _ in range(3))
         steps, sizes = {}, {}
-        for name, opts in KINDS.items():
-            kind = name.split()[0]
+        names = [name for name in KINDS if len(grid) in ONLY.get(name, (len(grid),))]
+        for name in names:
+            opts, kind = KINDS[name], name.split()[0]
             torch.manual_seed(0)
             pe = ndpe.make(dims=len(grid), kind=kind, dim=dim, heads=heads, **opts).eval()
 
@@ -75,9 +80,9 @@ def main(args) -> dict:
                 sizes[name] = built_bytes(pe, grid, q, k)
         times = time_interleaved(steps, args.repeats, torch.device("cpu"), clock(args.clock), warmup=1)
         results[case] = {name: {"seconds": times[name], "bytes": sizes[name], "x rope": times[name] / times["rope"]}
-                         for name in KINDS}
+                         for name in names}
         for name, r in results[case].items():
-            print(f"{case:14s} {name:20s} {r['seconds'] * 1e3:9.1f} ms  x{r['x rope']:7.1f}  "
+            print(f"{case:14s} {name:26s} {r['seconds'] * 1e3:9.1f} ms  x{r['x rope']:7.1f}  "
                   f"{r['bytes'] / 2 ** 20:9.2f} MiB", flush=True)
     save_json(args, results)
     return results

@@ -337,6 +337,60 @@ def string_directions():
     return fig
 
 
+@figure("liere", "comrope")
+def comrope_queries():
+    """ComRoPE beside LieRE with the same blocks: constant content from two queries; ComRoPE's commuting angle
+    matrices make its maps translates of one map, LieRE's need not be."""
+    grid = (12, 12)
+    queries = [(6, 6), (2, 9)]
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.4), layout="constrained")
+    for row, kind in enumerate(("liere", "comrope")):
+        pe = seeded(dims=2, kind=kind, dim=32, heads=1, block_size=4, init_std=0.5)
+        rels = []
+        for r, c in queries:
+            with torch.no_grad():
+                rels.append(encoding_relation(pe, grid, r * grid[1] + c))
+        style = color_scale(*rels)
+        for col, ((r, c), rel) in enumerate(zip(queries, rels)):
+            ax = axes[2 * row + col]
+            show_relation(ax, rel, grid, r * grid[1] + c, style)
+            ax.set_title(f"{kind}: query {(r, c)}", fontsize=9)
+    fig.suptitle("Constant q and k, two queries, blocks of 4 (random, std 0.5): LieRE's free generators per axis do not "
+                 "commute, its maps change shape;\nComRoPE-LD's commute, its maps are one map moved", fontsize=10)
+    return fig
+
+
+@figure("vrope", "rope")
+def vrope_ids():
+    """VRoPE: two of a frame's four ids (h + w and h - w, each also mirrored), and the score of q = k = 1 around the
+    centre query beside a text model's RoPE over the frame's raster index."""
+    frame, big = (5, 5), (1, 11, 11)
+    pe = seeded(dims=3, kind="vrope", dim=64, heads=1)
+    ids = pe.ids(pe.layout(pe.coords((1, *frame)), (1, *frame))).reshape(*frame, 4)
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6), layout="constrained")
+    for ax, c, name in ((axes[0], 0, "c0 = h + w"), (axes[1], 1, "c1 = h + (W-1-w)")):
+        ax.imshow(ids[..., c], cmap="Greens")
+        for (r, col), v in zip(torch.cartesian_prod(torch.arange(5), torch.arange(5)).tolist(), ids[..., c].flatten()):
+            ax.text(col, r, f"{int(v)}", ha="center", va="center", fontsize=8)
+        ax.set(title=f"{name} (c3, c2 mirror them)", xlabel="column w", ylabel="row h")
+    n = big[1] * big[2]
+    ones = torch.ones(1, 1, n, 64)
+    centre = centre_index(big[1:])
+    maps = []
+    for enc, grid in ((pe, big), (seeded(dims=1, kind="rope", dim=64, heads=1), (n,))):
+        with torch.no_grad():
+            rq, rk = ndpe.apply_qk(ones, ones, enc(grid))
+            maps.append((rq @ rk.transpose(-1, -2))[0, 0, centre] / 64 ** 0.5)
+    style = color_scale(*maps)
+    for ax, values, name in zip(axes[2:], maps, ("vrope", "rope over the raster index")):
+        show_relation(ax, values, big[1:], centre, style)
+        ax.set_title(f"{name}:\nq = k = 1, centre query", fontsize=9)
+    fig.suptitle("VRoPE (Liu et al. 2025), head_dim 64: frequency j turns by id c_(j mod 4); the score is the same at "
+                 "(dh, dw), (dw, dh) and their negatives,\nwhere a text model's RoPE over the raster order is not",
+                 fontsize=10)
+    return fig
+
+
 @figure("alibi")
 def alibi_1d_heads():
     pe = seeded(dims=1, kind="alibi", dim=64, heads=8)

@@ -239,6 +239,18 @@ CLAIMS = [
           "video/trajectory", [["videorope"], ["rope"]], measure="degradation",
           note="the paper measures long-video retrieval and understanding in a video LLM (Qwen2-VL); here a small "
                "video classifier at 1.5x and 2x the frames (a higher frame rate)"),
+    Claim("Liu et al. 2025", "on video, VRoPE (`vrope`) keeps its accuracy at more frames better than 3D RoPE",
+          "video/trajectory", [["vrope"], ["rope"]], measure="degradation",
+          note="the paper measures video understanding and long-video retrieval in video LLMs (Vicuna, Qwen2) whose "
+               "video tokens sit between text tokens; here a small video classifier at 1.5x and 2x the frames (a higher "
+               "frame rate), no text, so its continuity with text is not exercised"),
+    *[Claim("Yu et al. 2025", "at a larger resolution than trained, ComRoPE (`comrope`, LD) beats LieRE (`liere`) in a "
+            "ViT", task, [["comrope"], ["liere"]],
+            note="the paper trains ViT-B/16 on ImageNet-1K at 224 px and tests the same images at larger resolutions, "
+                 "positions normalized to the image, as here (a 2-block ViT, zoom, centered coordinates); its LieRE "
+                 "baseline shares ComRoPE's block size, here LieRE is dense (its own paper's) and ComRoPE-LD takes "
+                 "blocks of 6 (head_dim 12)")
+      for task in ("image/shapes-zoom", "image/digits-zoom")],
     *[Claim(source, f"learned rotations (`{kind}`) beat RoPE-Axial (`rope`) in a ViT", task, [[kind], ["rope"]],
             not_tested="the paper compares accuracy of ViTs trained at scale (CIFAR-100, ImageNet; 3D data) at their "
                        "training resolution; this task measures a 2-block ViT beyond its training size")

@@ -98,7 +98,7 @@ class LieRE(Encoding):
         if not torch.compiler.is_compiling():
             lead = positions.shape[0] if positions.ndim == 3 else 1
             check_memory(3 * 4 * lead * self.heads * positions.shape[-2] * self.head_dim * self.block_size,
-                         lambda: f"liere rotations ({lead} x {self.heads} heads x {positions.shape[-2]} tokens x "
+                         lambda: f"{self.kind} rotations ({lead} x {self.heads} heads x {positions.shape[-2]} tokens x "
                                  f"{self.head_dim // self.block_size} blocks of {self.block_size} x {self.block_size}, "
                                  "float32, with the exponential's intermediates)", "use a smaller block_size")
         return liere_rotations(positions, self.generators())
@@ -107,14 +107,15 @@ class LieRE(Encoding):
         rot_q = self._rotations(positions)
         rot_k = rot_q if key_positions is None else self._rotations(key_positions)
         n_q, n_k, heads = positions.shape[-2], (positions if key_positions is None else key_positions).shape[-2], self.heads
+        kind = self.kind
 
         def term(q: Tensor, k: Tensor) -> Tensor:
             if q.shape[-2] != n_q or k.shape[-2] != n_k:
-                raise ValueError(f"liere was encoded for {n_q} queries and {n_k} keys (grid tokens) but got q "
+                raise ValueError(f"{kind} was encoded for {n_q} queries and {n_k} keys (grid tokens) but got q "
                                  f"{tuple(q.shape)} and k {tuple(k.shape)}")
             if not torch.compiler.is_compiling():
                 check_memory(3 * 4 * q.shape[0] * heads * n_q * n_k,
-                             lambda: f"liere logits ({q.shape[0]} x {heads} heads x {n_q} x {n_k} float32, with "
+                             lambda: f"{kind} logits ({q.shape[0]} x {heads} heads x {n_q} x {n_k} float32, with "
                                      "intermediates)", "use shorter sequences")
             scale = q.shape[-1] ** -0.5
             rotated = rotate_blocks(q, rot_q) @ rotate_blocks(k, rot_k).transpose(-1, -2)
