@@ -19,7 +19,7 @@ from ..catalog import COLOURS, colour
 from ..contract import LogitsTerm, PosOut, TokenTerm
 from ..functional import apply_qk
 from ..registry import available
-from . import style
+from .style import scale as quantity_scale
 
 @dataclass(frozen=True)
 class Content:
@@ -349,4 +349,4 @@ def color_scale(*values: Tensor, pos: PosOut | None = None, quantity: str | None
     """
     if quantity is None:
         quantity = "relation" if pos is None else quantity_of(pos)
-    return style.scale(quantity, *values)
+    return quantity_scale(quantity, *values)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..contract import LogitsTerm, PosOut
-from . import style
+from .style import BIAS_CONTOUR, OUTSIDE_HATCH, TRAINED_RANGE_COLOUR, colourbar_label
 from .fields import (FIELD_ORDER, Content, as_image, centre_index, color_scale, content_of, encoding_relation,
                      is_pairwise, kind_colour, num_heads, offset_curve, quantity_of, relation, shown_field, table)
 
@@ -59,7 +59,7 @@ def _style(pos: PosOut, *values: Tensor) -> dict:
 
 def _colourbar_label(pos: PosOut) -> str:
     """The colourbar label of ``pos``'s relation maps: the quantity's words and unit, and how it is measured."""
-    return style.colourbar_label(quantity_of(pos), _what(pos))
+    return colourbar_label(quantity_of(pos), _what(pos))
 
 
 def _axis_names(dims: int) -> tuple[str, ...]:
@@ -99,7 +99,7 @@ def show_relation(ax, values: Tensor, grid: tuple[int, ...], query: int, style: 
     return image
 
 
-def bias_contour(ax, picture: Tensor, level: float = style.BIAS_CONTOUR):
+def bias_contour(ax, picture: Tensor, level: float = BIAS_CONTOUR):
     """Draw the contour ``bias = level`` (default -1: the keys whose attention weight is ``1/e`` of a key at bias 0)
     on a 2D bias map ``picture`` on ``ax`` when the map reaches it; returns the contour set, or None."""
     finite = picture[picture.isfinite()]
@@ -133,7 +133,7 @@ def _table_figure(pos: PosOut, name: str, grid: tuple[int, ...], content: Conten
     ax.set_title(f"{name}: {what}, grid {grid}")
     if len(what) > 40:  # long (content terms, rot_k): the default title size would not fit
         ax.title.set_fontsize(10)
-    fig.colorbar(image, ax=ax, label=style.colourbar_label(quantity, _table_label(pos)))
+    fig.colorbar(image, ax=ax, label=colourbar_label(quantity, _table_label(pos)))
     return fig
 
 
@@ -175,7 +175,7 @@ def _shade_outside(ax, lo: float, hi: float) -> None:
     left, right = ax.get_xlim()
     for a, b in ((left, lo), (hi, right)):
         if b > a:
-            ax.axvspan(a, b, facecolor="0.92", edgecolor="0.6", hatch=style.OUTSIDE_HATCH, lw=0, zorder=0,
+            ax.axvspan(a, b, facecolor="0.92", edgecolor="0.6", hatch=OUTSIDE_HATCH, lw=0, zorder=0,
                        gid="outside-trained")
     ax.set_xlim(left, right)
 
@@ -242,10 +242,10 @@ def mark_trained_range(ax, window: list[tuple[int, int]], shape: tuple[int, int]
              (-0.5, r0 - 0.5, c0, r1 - r0 + 1), (c1 + 0.5, r0 - 0.5, cols - 1 - c1, r1 - r0 + 1)]  # left, right
     for x, y, w, h in bands:
         if w > 0 and h > 0:
-            ax.add_patch(Rectangle((x, y), w, h, fill=False, hatch=style.OUTSIDE_HATCH, edgecolor="0.35", lw=0,
+            ax.add_patch(Rectangle((x, y), w, h, fill=False, hatch=OUTSIDE_HATCH, edgecolor="0.35", lw=0,
                                    gid="outside-trained"))
     outline = Rectangle((c0 - 0.5, r0 - 0.5), c1 - c0 + 1, r1 - r0 + 1, fill=False, lw=1.8, ls="--",
-                        edgecolor=style.TRAINED_RANGE_COLOUR, gid="trained-offsets")
+                        edgecolor=TRAINED_RANGE_COLOUR, gid="trained-offsets")
     ax.add_patch(outline)
     return outline
 
