@@ -185,13 +185,14 @@ def rope_scaling_freqs():
     kept = (yarn - 1).abs() < 1e-6
     divided = (yarn * scale - 1).abs() < 1e-6
     j = torch.arange(yarn.shape[0])
-    bands = [(kept, "#009E73", "YaRN keeps:\n> 32 turns over\nthe trained length"),
-             (~kept & ~divided, "#E69F00", "YaRN's ramp"),
-             (divided, "#56B4E9", f"YaRN divides by {scale:g}:\n< 1 turn over\nthe trained length")]
-    for mask, colour, text in bands:
+    # shaded in greys, apart from the lines' colours: kept darkest, the ramp lighter, the divided band left white
+    bands = [(kept, "0.82", "YaRN keeps:\n> 32 turns over\nthe trained length"),
+             (~kept & ~divided, "0.93", "YaRN's ramp"),
+             (divided, "none", f"YaRN divides by {scale:g}:\n< 1 turn over\nthe trained length")]
+    for mask, shade, text in bands:
         if bool(mask.any()):
             lo, hi = int(j[mask].min()), int(j[mask].max())
-            ax.axvspan(lo - 0.5, hi + 0.5, color=colour, alpha=0.12, lw=0)
+            ax.axvspan(lo - 0.5, hi + 0.5, color=shade, lw=0, zorder=0)
             ax.text((lo + hi) / 2, 1.12, text, ha="center", va="bottom", fontsize=7.5, color="0.25")
     for (label, ratio), (ls, marker) in zip(ratios.items(), VARIANT_LINES):
         ax.plot(ratio.numpy(), marker=marker, ms=4, ls=ls, lw=1.3, color=colours[label],
