@@ -151,8 +151,9 @@ def colourbar_label(name: str | Quantity, detail: str | None = None) -> str:
 
 def lut(name: str | Quantity, n: int = 256) -> list[str]:
     """``n`` colours ``"#rrggbb"`` sampling the colour map of quantity (or matplotlib colour map) ``name`` evenly
-    from its low end (``vmin``) to its high end (``vmax``): a web page painting value ``v`` with entry
-    ``round((v - vmin) / (vmax - vmin) * (n - 1))`` shows the figures' colours. Needs matplotlib.
+    from its low end (``vmin``) to its high end (``vmax``). With ``n = 256`` they are the colour map's own entries,
+    and a page painting value ``v`` with entry ``min(n - 1, floor(t * n))``, ``t = (v - vmin) / (vmax - vmin)``
+    clipped to [0, 1], picks what matplotlib picks: the figures' colours exactly. Needs matplotlib.
     """
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
