@@ -5,6 +5,10 @@
 
 Untrained learned parameters (learned tables, relative biases, RoPE-Mixed frequencies) are shown
 at their seeded initialisation; each figure says so. Kinds not registered are skipped with a note.
+
+Every map uses its quantity's colour map and one scale per figure wherever panels are compared
+(``ndpe.viz.style``: relations and biases red-blue around 0, encoding values purple-orange); the
+variants of one kind (RoPE's scalings) take the palette ``style.VARIANT_COLOURS``.
 """
 from __future__ import annotations
 
@@ -19,12 +23,15 @@ import torch  # noqa: E402
 
 import ndpe  # noqa: E402
 from ndpe.viz import (as_image, centre_index, color_scale, encoding_relation, kind_colour,  # noqa: E402
-                      make_figure, offset_curve, relation, save, shades, show_relation)
+                      make_figure, offset_curve, relation, save, show_relation, style)
+from ndpe.viz.figures import mark_trained_range, trained_window  # noqa: E402
 
 OUT = Path(__file__).parent / "figures"
 FIGURES = {}
-# line styles / markers of the variants of one kind in one figure (in shades of the kind's colour)
+# line styles / markers of the variants of one kind in one figure (each in its own colour, style.VARIANT_COLOURS):
+# the style and marker tell them apart in grey print too
 VARIANT_LINES = [("-", "o"), ("--", "v"), (":", "^"), ("-.", "s"), ((0, (3, 1, 1, 1, 1, 1)), "d")]
+RELATION = style.colourbar_label("relation", "normalized q.k")  # the colourbar of RoPE's relation maps
 
 
 def figure(*kinds):
@@ -57,13 +64,13 @@ def sinusoidal_2d_concat_vs_add():
     grid, query = (16, 16), (3, 11)
     index = query[0] * grid[1] + query[1]
     rel = {c: relation(seeded(dims=2, kind="sinusoidal", dim=64, combine=c)(grid), index) for c in ("concat", "add")}
-    style = {"cmap": "viridis", "vmin": min(float(r.min()) for r in rel.values()), "vmax": 1.0}
+    scale = color_scale(*rel.values())  # one scale: the two panels are compared
     fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), layout="constrained")
     for ax, combine in zip(axes, rel):
-        image = show_relation(ax, rel[combine], grid, index, style)
-        ax.plot(query[0], query[1], "o", mfc="none", mec="w", ms=9, mew=1.5)  # the mirror token (j, i)
+        image = show_relation(ax, rel[combine], grid, index, scale)
+        ax.plot(query[0], query[1], "o", mfc="none", mec="k", ms=9, mew=1.5)  # the mirror token (j, i)
         ax.set_title(f'combine="{combine}"')
-    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity")
+    fig.colorbar(image, ax=axes, shrink=0.8, label=style.colourbar_label("relation", "cosine similarity"))
     fig.suptitle(f"2D sinusoidal, dim 64: similarity of token {query} (+) to all; circle: its mirror "
                  f"{query[::-1]}", fontsize=10)
     return fig
@@ -71,17 +78,27 @@ def sinusoidal_2d_concat_vs_add():
 
 @figure("rope")
 def rope_2d_grow():
-    panels = [((8, 8), {}, "trained grid (8, 8)"), ((16, 16), {}, "(16, 16): extrapolate"),
-              ((16, 16), {"scaling": "linear", "scale": 2.0}, '(16, 16): scaling="linear", scale 2')]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [8, 16, 16]})
-    rels = [relation(seeded(dims=2, kind="rope", dim=32, **opts)(grid), centre_index(grid))
-            for grid, opts, _ in panels]
-    style = color_scale(*rels)  # one scale for the three panels, fitted to their values
-    for ax, (grid, opts, title), rel in zip(axes, panels, rels):
-        image = show_relation(ax, rel, grid, centre_index(grid), style)
+    """RoPE trained on 8x8, on a 24x24 grid: as it is (extrapolation: offsets beyond the training grid's, hatched)
+    and with position interpolation (every angle divided by 3: each offset's angles stay within the trained ones).
+    Theta 100, so the relation varies over these few tokens (theta 1e4's slow pairs barely turn over 24 tokens)."""
+    train, grow, s = (8, 8), (24, 24), 3.0
+    panels = [(train, {}, f"trained grid {train}"),
+              (grow, {}, f"{grow}: extrapolate\n(dashed: offsets seen in training)"),
+              (grow, {"scaling": "linear", "scale": s}, f'{grow}: scaling="linear", scale {s:g}\n'
+                                                        f"(every angle within those of the {train} grid)")]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.1), layout="constrained",
+                             gridspec_kw={"width_ratios": [train[1], grow[1], grow[1]]})
+    pes = [seeded(dims=2, kind="rope", dim=32, theta=100.0, **opts) for _, opts, _ in panels]
+    rels = [relation(pe(grid), centre_index(grid)) for pe, (grid, _, _) in zip(pes, panels)]
+    scale = color_scale(*rels)  # one scale for the three panels
+    for ax, pe, (grid, opts, title), rel in zip(axes, pes, panels, rels):
+        image = show_relation(ax, rel, grid, centre_index(grid), scale)
+        if grid != train and not opts:  # extrapolation: outline the trained offsets, hatch the others
+            mark_trained_range(ax, trained_window(pe, train, grid, centre_index(grid)), grid)
         ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="relation (normalized q.k)")
-    fig.suptitle("2D RoPE, head_dim 32, index coordinates: relation to the centre token as the grid grows", fontsize=10)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=RELATION)
+    fig.suptitle("2D RoPE, head_dim 32, theta 100, index coordinates: relation to the centre token as the grid grows; "
+                 "hatched: offsets the model never saw", fontsize=10)
     return fig
 
 
@@ -93,11 +110,11 @@ def rope_dinov3_zoom():
               ((16, 16), {"theta": 100.0}, "(16, 16), index coordinates: wider")]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [8, 16, 16]})
     rels = [relation(seeded(dims=2, kind="rope", dim=32, **opts)(grid), centre_index(grid)) for grid, opts, _ in panels]
-    style = color_scale(*rels)
+    scale = color_scale(*rels)
     for ax, (grid, opts, title), rel in zip(axes, panels, rels):
-        image = show_relation(ax, rel, grid, centre_index(grid), style)
+        image = show_relation(ax, rel, grid, centre_index(grid), scale)
         ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="relation (normalized q.k)")
+    fig.colorbar(image, ax=axes, shrink=0.8, label=RELATION)
     fig.suptitle("2D RoPE, head_dim 32, theta 100: relation to the centre token, DINOv3's periods on centred "
                  "coordinates (zoom) vs index coordinates (canvas)", fontsize=10)
     return fig
@@ -110,20 +127,25 @@ def rope_3d_frames():
     q = centre_index(grid)
     rel = relation(pe(grid), q)
     fig, axes = plt.subplots(1, 5, figsize=(12.5, 3.3), layout="constrained")
-    style = color_scale(rel)
+    scale = color_scale(rel)  # one scale for every frame
     ticks = list(range(0, grid[1], 3))
     for ax, frame in zip(axes, range(grid[0])):
-        image = ax.imshow(as_image(rel, grid, frame).numpy(), **style, interpolation="nearest")
+        image = ax.imshow(as_image(rel, grid, frame).numpy(), **scale, interpolation="nearest")
         ax.set_title(f"frame {frame} (offset {frame - grid[0] // 2:+d})", fontsize=9)
         ax.set(xticks=ticks, yticks=ticks)
         ax.tick_params(labelsize=7)
         ax.set_xlabel("column (axis 2)", fontsize=8)
         ax.set_ylabel("row (axis 1)", fontsize=8)
     axes[grid[0] // 2].plot(grid[2] // 2, grid[1] // 2, "k+", ms=8, mew=1.5)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="relation (normalized q.k)")
+    fig.colorbar(image, ax=axes, shrink=0.8, label=RELATION)
     fig.suptitle(f"3D RoPE (video grid {grid}, theta 100): relation of the centre token (+) to every frame",
                  fontsize=10)
     return fig
+
+
+# RoPE scaling figures: a trained length long enough that YaRN's three bands all exist at its defaults
+# (beta_fast 32, beta_slow 1): below about 200 tokens no frequency turns 32 times, and nothing is kept
+SCALING_TRAIN, SCALING_SCALE, SCALING_DIM = 1024, 4.0, 64
 
 
 def rope_scalings(train: int, scale: float) -> dict:
@@ -134,41 +156,81 @@ def rope_scalings(train: int, scale: float) -> dict:
             "yarn": {"scaling": "yarn", "scale": scale, "train_shape": train}}
 
 
+def scaling_colours(labels) -> dict:
+    """One colour per scaling: the unscaled baseline grey, the others the variant palette (style.VARIANT_COLOURS)."""
+    others = iter(style.VARIANT_COLOURS)
+    return {label: style.BASELINE_COLOUR if label == "no scaling" else next(others) for label in labels}
+
+
+def frequency_ratios(train: int, scale: float, dim: int) -> dict:
+    """Scaling label -> scaled / original frequency per rotary pair, read off the PosOut at the target length (the
+    angle at position 1 is the frequency: all below pi)."""
+    length = int(train * scale)
+    out = {}
+    for label, opts in rope_scalings(train, scale).items():
+        cos, sin = seeded(dims=1, kind="rope", dim=dim, **opts)((length,)).rot  # (1, length, dim / 2)
+        out[label] = torch.atan2(sin[0, 1], cos[0, 1]).double()
+    base = out["no scaling"]
+    return {label: freq / base for label, freq in out.items()}
+
+
 @figure("rope")
 def rope_scaling_freqs():
-    train, scale, dim = 64, 4.0, 64
-    length = int(train * scale)
-    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
-    base = None
-    for (label, opts), (ls, marker), colour in zip(rope_scalings(train, scale).items(), VARIANT_LINES,
-                                                   shades("rope", 5)):
-        cos, sin = seeded(dims=1, kind="rope", dim=dim, **opts)((length,)).rot  # (1, length, 32)
-        freq = torch.atan2(sin[0, 1], cos[0, 1]).double()  # angle at position 1 = the frequency (all < pi)
-        base = freq if base is None else base
-        ax.plot((freq / base).numpy(), marker=marker, ms=4, ls=ls, color=colour,
-                label=label + (" (at length 256)" if label == "dynamic-ntk" else ""))
-    ax.set(yscale="log", xlabel="frequency index j (fast to slow)", ylabel="scaled / original frequency",
-           title=f"1D RoPE, head_dim {dim}, theta 1e4: frequencies after scaling "
-                 f"(scale {scale:g}, trained length {train})")
-    ax.title.set_fontsize(10)
-    ax.legend(fontsize=8)
+    train, scale, dim = SCALING_TRAIN, SCALING_SCALE, SCALING_DIM
+    ratios = frequency_ratios(train, scale, dim)
+    colours = scaling_colours(ratios)
+    fig, ax = plt.subplots(figsize=(7.5, 4.3), layout="constrained")
+    # YaRN's bands, read off its ratios: kept (ratio 1), divided by the scale, and the ramp between
+    yarn = ratios["yarn"]
+    kept = (yarn - 1).abs() < 1e-6
+    divided = (yarn * scale - 1).abs() < 1e-6
+    j = torch.arange(yarn.shape[0])
+    # shaded in greys, apart from the lines' colours: kept darkest, the ramp lighter, the divided band left white
+    bands = [(kept, "0.82", "YaRN keeps:\n> 32 turns over\nthe trained length"),
+             (~kept & ~divided, "0.93", "YaRN's ramp"),
+             (divided, "none", f"YaRN divides by {scale:g}:\n< 1 turn over\nthe trained length")]
+    for mask, shade, text in bands:
+        if bool(mask.any()):
+            lo, hi = int(j[mask].min()), int(j[mask].max())
+            ax.axvspan(lo - 0.5, hi + 0.5, color=shade, lw=0, zorder=0)
+            ax.text((lo + hi) / 2, 1.12, text, ha="center", va="bottom", fontsize=7.5, color="0.25")
+    for (label, ratio), (ls, marker) in zip(ratios.items(), VARIANT_LINES):
+        ax.plot(ratio.numpy(), marker=marker, ms=4, ls=ls, lw=1.3, color=colours[label],
+                label=label + (f" (at length {int(train * scale)})" if label == "dynamic-ntk" else ""))
+    ax.set(yscale="log", ylim=(None, 2.6), xlim=(-0.5, yarn.shape[0] - 0.5), xlabel="frequency index j (fast to slow)",
+           ylabel="scaled / original frequency")
+    fig.suptitle(f"1D RoPE, head_dim {dim}, theta 1e4: frequencies after scaling (scale {scale:g}, trained length "
+                 f"{train})", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
 @figure("rope")
 def rope_scaling_offset():
-    train, scale = 64, 4.0
+    train, scale, dim = SCALING_TRAIN, SCALING_SCALE, SCALING_DIM
     length = int(train * scale)
-    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
-    for (label, opts), (ls, _), colour in zip(rope_scalings(train, scale).items(), VARIANT_LINES, shades("rope", 5)):
-        pe = seeded(dims=1, kind="rope", dim=64, **opts)
-        ax.plot(relation(pe((length,)), 0).numpy(), label=label, lw=1.0, ls=ls, color=colour)
-    ax.axvline(train - 1, color="gray", ls=":", lw=1)
-    ax.text(train, 0.95, "trained length 64", fontsize=8, color="gray")
-    ax.set(xlabel="offset (key - query), query at position 0", ylabel="relation (normalized q.k)", ylim=(-0.3, 1.02),
-           title=f"1D RoPE, head_dim 64, theta 1e4: relation vs offset, scale {scale:g} (target {length})")
-    ax.title.set_fontsize(10)
-    ax.legend(fontsize=8)
+    colours = scaling_colours(rope_scalings(train, scale))
+    fig, (near, far) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained", gridspec_kw={"width_ratios": [1, 1.6]})
+    for (label, opts), (ls, _) in zip(rope_scalings(train, scale).items(), VARIANT_LINES):
+        rel = relation(seeded(dims=1, kind="rope", dim=dim, **opts)((length,)), 0).numpy()
+        near.plot(rel[:65], label=label, lw=1.3, ls=ls, color=colours[label], marker=".", ms=3)
+        window = 64  # the far panel: the mean over windows of 64 offsets (the fast ripples averaged out)
+        far.plot(torch.arange(0, length, window).numpy() + window / 2,
+                 torch.tensor(rel).reshape(-1, window).mean(-1).numpy(), label=label, lw=1.4, ls=ls,
+                 color=colours[label])
+    far.axvspan(train - 0.5, length, facecolor="0.93", edgecolor="0.6", hatch=style.OUTSIDE_HATCH, lw=0, zorder=0)
+    far.axvline(train - 1, color="gray", ls=":", lw=1)
+    far.text(train + 40, 1.0, f"beyond the trained length {train}", fontsize=8, color="0.3", va="top")
+    near.set(xlabel="offset (key - query), query at position 0", ylabel=RELATION, title="offsets 0-64: local order",
+             ylim=(-0.3, 1.02))
+    far.set(xlabel="offset (key - query)",
+            title=f"offsets 0-{length - 1} (target length {length}), mean over windows of 64 offsets",
+            ylim=(-0.3, 1.02), xlim=(0, length))
+    near.legend(fontsize=8)
+    for ax in (near, far):
+        ax.title.set_fontsize(9)
+    fig.suptitle(f"1D RoPE, head_dim {dim}, theta 1e4: relation vs offset, scale {scale:g}, trained length {train}",
+                 fontsize=10)
     return fig
 
 
@@ -191,7 +253,7 @@ def learned_resize():
         grids = (small, large)
         channels = [pe(g).add[:, 2].reshape(g) for g in grids]  # channel 2 of (N, 32)
         rels = [relation(pe(g), centre_index(g)) for g in grids]
-        channel_style, rel_style = color_scale(*channels), color_scale(*rels)
+        channel_style, rel_style = color_scale(*channels, quantity="encoding"), color_scale(*rels)
         for col, grid in enumerate(grids):
             im0 = axes[0, col].imshow(channels[col].numpy(), interpolation="nearest", **channel_style)
             axes[0, col].set_title(f"channel 2, grid {grid}" + (" (stored)" if grid == small else " (bicubic)"),
@@ -199,8 +261,8 @@ def learned_resize():
             axes[0, col].set(xlabel="column (axis 1)", ylabel="row (axis 0)")
             im1 = show_relation(axes[1, col], rels[col], grid, centre_index(grid), rel_style)
             axes[1, col].set_title("cosine similarity to the centre", fontsize=9)
-    fig.colorbar(im0, ax=axes[0], shrink=0.8, label="value of channel 2")
-    fig.colorbar(im1, ax=axes[1], shrink=0.8, label="cosine similarity")
+    fig.colorbar(im0, ax=axes[0], shrink=0.8, label=style.colourbar_label("encoding", "channel 2"))
+    fig.colorbar(im1, ax=axes[1], shrink=0.8, label=style.colourbar_label("relation", "cosine similarity"))
     fig.suptitle("learned 8x8 table (set to a smooth stand-in pattern) resized bicubic to 16x16", fontsize=10)
     return fig
 
@@ -222,10 +284,10 @@ def dd_alibi_gates():
     closing[0, 12, 0] = torch.log(torch.tensor(0.02))  # token 12's gate: 0.02
     fig, ax = plt.subplots(figsize=(6.5, 3.4), layout="constrained")
     colour = kind_colour("dd-alibi")
-    for gates, style, label in ((constant, "-", f"every gate exp(-{m}): ALiBi's slope {m}"),
-                                (closing, "--", "token 12 closes its gate (0.02)")):
+    for gates, ls, label in ((constant, "-", f"every gate exp(-{m}): ALiBi's slope {m}"),
+                             (closing, "--", "token 12 closes its gate (0.02)")):
         row = forget_bias(gates)[0, 0, -1]  # the last query's bias to every key
-        ax.plot(range(n), row.numpy(), style, color=colour, marker="o", ms=3, label=label)
+        ax.plot(range(n), row.numpy(), ls, color=colour, marker="o", ms=3, label=label)
     ax.set(xlabel="key position j (query at 23)", ylabel="bias = sum of log gates after j")
     ax.legend(fontsize=8)
     ax.set_title("dd-alibi (Forgetting Transformer): the bias is the log of the gates between key and query",
@@ -292,18 +354,18 @@ def liere_queries():
     """LieRE's logits for constant content from two queries: rope's maps are translates, LieRE's need not be."""
     grid = (12, 12)
     queries = [(6, 6), (2, 9)]
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.4), layout="constrained")
-    for row, kind, opts in ((0, "rope", {}), (1, "liere", {"init_std": 0.5})):
+    fig, axes = plt.subplots(1, 4, figsize=(13.5, 3.4), layout="constrained")
+    panels = []
+    for kind, opts in (("rope", {}), ("liere", {"init_std": 0.5})):
         pe = seeded(dims=2, kind=kind, dim=32, heads=1, **opts)
-        rels = []
         for r, c in queries:
             with torch.no_grad():
-                rels.append(encoding_relation(pe, grid, r * grid[1] + c))
-        style = color_scale(*rels)
-        for col, ((r, c), rel) in enumerate(zip(queries, rels)):
-            ax = axes[2 * row + col]
-            show_relation(ax, rel, grid, r * grid[1] + c, style)
-            ax.set_title(f"{kind}: query {(r, c)}", fontsize=9)
+                panels.append((kind, (r, c), encoding_relation(pe, grid, r * grid[1] + c)))
+    scale = color_scale(*(rel for _, _, rel in panels))  # one scale: the four maps are compared
+    for ax, (kind, (r, c), rel) in zip(axes, panels):
+        image = show_relation(ax, rel, grid, r * grid[1] + c, scale)
+        ax.set_title(f"{kind}: query {(r, c)}", fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=style.colourbar_label("relation", "q.k, constant q and k"))
     fig.suptitle("Constant q and k, two queries: RoPE's maps are the same map moved; LieRE's dense generators "
                  "(random, std 0.5, 2 axes) do not commute, so its maps change shape", fontsize=10)
     return fig
@@ -327,11 +389,12 @@ def string_directions():
         with torch.no_grad():
             rq, rk = ndpe.apply_qk(q, k, pe(grid))
             maps.append((rq @ rk.transpose(-1, -2))[0, 0, query] / 32 ** 0.5)
-    style = color_scale(*maps)
+    scale = color_scale(*maps)  # one scale: the three maps are compared
     for ax, (kind, opts), row in zip(axes, panels, maps):
-        show_relation(ax, row, grid, query, style)
+        image = show_relation(ax, row, grid, query, scale)
         ax.set_title(kind + ("" if not opts else f" ({opts.get('orthogonal', 'cayley')}, std {opts['init_std']})"),
                      fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=style.colourbar_label("relation", "logit q.k / sqrt(d)"))
     fig.suptitle("One fixed q and k at every token, the centre query's logits, theta 100: STRING turns RoPE's "
                  "axis-aligned frequencies in a learned basis (random here)", fontsize=10)
     return fig
@@ -399,8 +462,8 @@ def alibi_1d_heads():
 
 @figure("alibi")
 def alibi_2d_heads():
-    pe = seeded(dims=2, kind="alibi", dim=64, heads=4)
-    return make_figure("heads", pe, (15, 15), name='alibi 2D, distance="euclidean"')
+    pe = seeded(dims=2, kind="alibi", dim=64, heads=8)  # slopes 1/2 .. 1/256: bias -1 at distances 2, 4, 8, 16, ...
+    return make_figure("heads", pe, (25, 25), name='alibi 2D, distance="euclidean", 8 heads')
 
 
 @figure("relative")
@@ -431,14 +494,14 @@ def coord_channels():
     grid = (8, 12)
     pe = seeded(dims=2, kind="coord", dim=64, with_r=True)
     cat = pe(grid).cat  # (N, 3)
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.2), layout="constrained")
+    scale = color_scale(cat, quantity="encoding")  # one scale for the three channels
     for ax, c, label in zip(axes, range(3), ("channel 0: row coordinate", "channel 1: column coordinate",
                                              "channel 2: r (distance to centre)")):
-        values = cat[:, c].reshape(grid)
-        image = ax.imshow(values.numpy(), interpolation="nearest", **color_scale(values))
+        image = ax.imshow(cat[:, c].reshape(grid).numpy(), interpolation="nearest", **scale)
         ax.set(title=label, xlabel="column (axis 1)", ylabel="row (axis 0)")
         ax.title.set_fontsize(9)
-        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=style.colourbar_label("encoding", "coordinate"))
     fig.suptitle('coord, grid (8, 12), coords="pixel", with_r=True', fontsize=10)
     return fig
 
@@ -450,11 +513,11 @@ def fourier_sigma():
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), layout="constrained")
     sigmas = (0.5, 2.0, 8.0)
     rels = [relation(seeded(dims=2, kind="fourier", dim=128, sigma=sigma, seed=0)(grid), q) for sigma in sigmas]
-    style = color_scale(*rels)  # one scale, so the panels compare
+    scale = color_scale(*rels)  # one scale, so the panels compare
     for ax, sigma, rel in zip(axes, sigmas, rels):
-        image = show_relation(ax, rel, grid, q, style)
+        image = show_relation(ax, rel, grid, q, scale)
         ax.set_title(f"sigma = {sigma:g}", fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity")
+    fig.colorbar(image, ax=axes, shrink=0.8, label=style.colourbar_label("relation", "cosine similarity"))
     fig.suptitle("fourier features, dim 128, pixel coords: similarity to the centre token", fontsize=10)
     return fig
 

@@ -154,6 +154,43 @@ def test_fixed_colours_across_plots():
         plt.close(fig)
 
 
+def test_many_encodings_are_drawn_in_panels_by_how_they_act():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from ndpe import catalog
+    from train.plots import BASELINE, FAINT, GROUPS, ONE_PANEL_MAX, group_of
+
+    kinds = ["none", "learned", "sinusoidal", "rope", "xpos", "alibi", "relative", "fire", "cpb"]
+    assert len(kinds) > ONE_PANEL_MAX
+    rows = runs({**{k: 0.5 for k in kinds}, "floor: chance": 0.1}, ratios=(1.0, 2.0), n=2)
+    rows += [row("rope", s, 2.0, 0.4, variant="yarn") for s in range(2)]
+    fig = task_figure("t", aggregate(rows)["text/copy"], [(1.0, "16L"), (2.0, "32L")], "acc")
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+    assert [ax.get_title() for ax in panels] == [g for g in GROUPS if any(group_of(k) == g for k in kinds[1:])]
+    for ax in panels:
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        group = [k for k in [*kinds[1:], "rope (yarn)"] if group_of(k) == ax.get_title()]
+        assert [x for x in legend if not x.startswith("floor")] == [BASELINE, *sorted(group)]  # the group, in colour
+        for label, colour in legend_colours(ax).items():
+            if not label.startswith("floor"):
+                assert colour == catalog.colour(label.split(" (")[0]), label  # each kind its catalog colour
+        faint = [ln for ln in ax.lines if to_hex(ln.get_color()) == FAINT["color"]]
+        assert len(faint) == len(kinds) + 1 - 1 - len(group)  # every other encoding, faint, as context
+    assert panels[0].get_shared_y_axes().joined(panels[0], panels[-1])  # one y scale: panels compare
+    plt.close(fig)
+
+
+def legend_colours(ax) -> dict:
+    """Label -> "#rrggbb" of each entry of ``ax``'s legend."""
+    from matplotlib.colors import to_hex
+
+    handles, labels = ax.get_legend_handles_labels()
+    lines = [h.lines[0] if hasattr(h, "lines") else h for h in handles]
+    return {label: to_hex(ln.get_color() if hasattr(ln, "get_color") else ln.get_edgecolor())
+            for ln, label in zip(lines, labels)}
+
+
 def styles(fig):
     handles, labels = fig.axes[0].get_legend_handles_labels()
     out = {}

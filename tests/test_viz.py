@@ -192,15 +192,71 @@ def test_main_rejects_bad_options_clearly(tmp_path, capsys, option, message):
 
 
 # -- colour scales and kind colours ------------------------------------------------------
-def test_color_scale_fits_the_values():
-    from ndpe.viz import color_scale
+def test_scale_is_one_symmetric_scale_for_all_maps_of_a_diverging_quantity():
+    from ndpe.viz import color_scale, style
 
-    assert color_scale(torch.tensor([0.4, 0.7, 1.0])) == {"cmap": "viridis", "vmin": pytest.approx(0.4), "vmax": 1.0}
-    assert color_scale(torch.tensor([-0.2, 0.5]), torch.tensor([0.8])) == {
-        "cmap": "RdBu_r", "vmin": pytest.approx(-0.8), "vmax": pytest.approx(0.8)}
-    assert color_scale(torch.tensor([-3.0, 0.0])) == {"cmap": "viridis", "vmin": -3.0, "vmax": 0.0}  # bias <= 0
-    flat = color_scale(torch.ones(4))
+    # every map passed shares the scale: the largest |value| of any of them, centred on 0, whatever the signs
+    assert style.scale("relation", torch.tensor([0.4, 1.0]), torch.tensor([-0.2, 0.5])) == {
+        "cmap": "RdBu_r", "vmin": -1.0, "vmax": 1.0}
+    assert style.scale("bias", torch.tensor([-3.0, 0.0]), [[-0.5]]) == {"cmap": "RdBu_r", "vmin": -3.0, "vmax": 3.0}
+    assert style.scale("encoding", [0.2, 0.5])["vmin"] == -0.5  # positive values too: centred on 0
+    assert style.scale("count", [3, 7], [5]) == {"cmap": "viridis", "vmin": 3.0, "vmax": 7.0}  # sequential: the range
+    assert style.scale("angle", [0.1])["vmin"] == pytest.approx(-math.pi)  # a fixed range
+    # blank entries (NaN, inf) are left out; a constant map still gets a range
+    assert style.scale("relation", [0.5, float("nan"), float("inf"), -2.0]) == {
+        "cmap": "RdBu_r", "vmin": -2.0, "vmax": 2.0}
+    for values in ([0.0], [float("nan")], []):
+        lo, hi = style.scale("bias", values)["vmin"], style.scale("bias", values)["vmax"]
+        assert lo == -hi < 0
+    flat = style.scale("magnitude", torch.ones(4))
     assert flat["vmin"] < 1.0 < flat["vmax"]
+    with pytest.raises(ValueError, match="unknown quantity"):
+        style.scale("relations", [1.0])
+    # color_scale is style.scale for the quantity of the field shown
+    bias = ndpe.PosOut(bias=torch.full((1, 3, 3), -2.0))
+    assert color_scale(torch.tensor([-2.0, 1.0]), pos=bias) == style.scale("bias", [-2.0, 1.0])
+    assert color_scale(torch.tensor([0.4, 1.0])) == style.scale("relation", [0.4, 1.0])
+
+
+def test_every_quantity_names_a_colour_map_and_relation_bias_encoding_differ_as_documented():
+    from matplotlib import colormaps
+
+    from ndpe.viz import QUANTITIES
+
+    assert {"relation", "bias", "encoding", "angle", "count", "magnitude"} <= set(QUANTITIES)
+    for name, q in QUANTITIES.items():
+        assert q.name == name and q.cmap in colormaps and q.label
+    assert QUANTITIES["relation"].diverging and QUANTITIES["bias"].diverging and QUANTITIES["encoding"].diverging
+    assert QUANTITIES["encoding"].cmap != QUANTITIES["relation"].cmap
+    assert QUANTITIES["angle"].cmap == "twilight" and QUANTITIES["bias"].unit == "logit"
+
+
+def test_lut_is_the_colour_map_sampled_as_hex():
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    from ndpe.viz import style
+
+    table = style.lut("relation")
+    assert len(table) == 256 and all(len(c) == 7 and c[0] == "#" and int(c[1:], 16) >= 0 for c in table)
+    cmap = colormaps["RdBu_r"]
+    assert table == [to_hex(cmap(i)) for i in range(256)]  # entry i is the colour map's i-th colour
+    assert style.lut("viridis", 5) == [to_hex(colormaps["viridis"](x)) for x in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    assert style.lut(style.QUANTITIES["encoding"], 3)[0] == to_hex(colormaps["PuOr_r"](0.0))
+    with pytest.raises(ValueError):
+        style.lut("relation", 1)
+
+
+def test_the_style_module_imports_neither_torch_nor_matplotlib():
+    import ast
+    from pathlib import Path
+
+    from ndpe.viz import style
+
+    tree = ast.parse(Path(style.__file__).read_text())
+    top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    top |= {(node.module or "").split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert not top & {"torch", "matplotlib", "numpy", "ndpe"}, top
 
 
 def test_kind_colours_match_the_benchmark_plots():
@@ -213,31 +269,63 @@ def test_kind_colours_match_the_benchmark_plots():
     assert kind_colour("rope") == "#d62728" and kind_colour("unheard-of") == "#636363"
 
 
-def test_rope_maps_use_their_own_range_and_curves_the_kind_colour():
+def test_one_quantity_one_colour_map_rope_and_rope_mixed_alike_and_curves_the_kind_colour():
     from matplotlib.colors import to_hex
 
-    from ndpe.viz import KIND_COLOURS, make_figure
+    from ndpe.viz import KIND_COLOURS, make_figure, style
 
-    fig = make_figure("similarity", ndpe.make(dims=2, kind="rope", dim=32), (8, 8))
-    image = fig.axes[0].images[0]
-    lo, hi = image.get_clim()
-    assert lo > 0.3 and hi == pytest.approx(1.0) and image.get_cmap().name == "viridis"  # values in 0.4..1
-    assert fig.axes[1].get_ylabel()  # the colorbar says what it shows
+    maps = {}
+    for kind in ("rope", "rope-mixed"):  # rope's relation is all positive, rope-mixed's is not: the same map anyway
+        fig = make_figure("similarity", ndpe.make(dims=2, kind=kind, dim=32, heads=2), (8, 8))
+        image = fig.axes[0].images[0]
+        maps[kind] = (image.get_cmap().name, image.get_clim())
+        assert "relation" in fig.axes[1].get_ylabel()  # the colorbar says what it shows
+    assert maps["rope"][0] == maps["rope-mixed"][0] == style.QUANTITIES["relation"].cmap
+    for lo, hi in (clim for _, clim in maps.values()):
+        assert lo == pytest.approx(-hi) and hi == pytest.approx(1.0)  # centred on 0; 1 at the query
     fig = make_figure("offset", ndpe.make(dims=1, kind="sinusoidal", dim=16), (8,))
     assert to_hex(fig.axes[0].lines[0].get_color()) == KIND_COLOURS["sinusoidal"]
 
 
 @pytest.mark.skipif("alibi" not in ndpe.available(), reason="alibi not registered yet")
-def test_heads_panels_have_their_own_scales_colorbars_and_labels():
-    from ndpe.viz import make_figure
+def test_heads_share_one_scale_one_colorbar_and_bias_maps_outline_minus_one():
+    from ndpe.viz import make_figure, style
 
-    fig = make_figure("heads", ndpe.make(dims=2, kind="alibi", dim=64, heads=4), (9, 9))
+    pe = ndpe.make(dims=2, kind="alibi", dim=64, heads=4)
+    fig = make_figure("heads", pe, (9, 9))
     panels = [ax for ax in fig.axes if ax.images]
-    assert len(panels) == 4 and len(fig.axes) == 8  # a colorbar per head
-    lows = [ax.images[0].get_clim()[0] for ax in panels]
-    assert lows[0] < 10 * lows[3] < 0  # head 3's slope is far smaller: its own scale, not head 0's
+    assert len(panels) == 4 and len(fig.axes) == 5  # one colorbar for all heads
+    clims = {ax.images[0].get_clim() for ax in panels}
+    assert len(clims) == 1  # one scale: head 3's small slope shows as a paler map, not as head 0's picture
+    (lo, hi), = clims
+    rows = [relation(pe((9, 9)), centre_index((9, 9)), head=h) for h in range(4)]
+    assert lo == pytest.approx(-hi) and lo == pytest.approx(float(rows[0].min()))  # head 0's, the steepest
+    assert {ax.images[0].get_cmap().name for ax in panels} == {style.QUANTITIES["bias"].cmap}
+    assert "logit" in fig.axes[-1].get_ylabel()
+    contoured = [bool(ax.collections) for ax in panels]  # slopes 1/4 .. 1/256: only head 0 reaches -1 here
+    assert contoured == [bool(r.min() < -1) for r in rows] == [True, False, False, False]
+    (level,) = panels[0].collections[0].levels
+    assert level == -1.0
     for ax in panels:
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+
+
+def test_grow_figure_outlines_the_offsets_seen_at_the_training_size():
+    from ndpe.viz import make_figure, trained_window
+
+    pe = ndpe.make(dims=2, kind="rope", dim=32)
+    fig = make_figure("grow", pe, (4, 5), grow=(10, 12))
+    grown = fig.axes[1]
+    (outline,) = [p for p in grown.patches if p.get_gid() == "trained-offsets"]
+    # the query (5, 6): offsets up to 3 rows and 4 columns seen at (4, 5)
+    assert outline.get_xy() == (1.5, 1.5) and (outline.get_width(), outline.get_height()) == (9, 7)
+    assert any(p.get_gid() == "outside-trained" for p in grown.patches)
+    assert not [p for p in fig.axes[0].patches if p.get_gid() == "trained-offsets"]  # the training grid: none
+    assert trained_window(pe, (4, 5), (10, 12), 5 * 12 + 6) == [(2, 8), (2, 10)]
+    pixel = ndpe.make(dims=2, kind="rope", dim=32, coords="pixel")  # coordinates keep their extent: all seen
+    assert trained_window(pixel, (4, 5), (10, 12), 5 * 12 + 6) == [(0, 9), (0, 11)]
+    one_d = make_figure("grow", ndpe.make(dims=1, kind="rope", dim=16), (6,), grow=(16,))
+    assert [p for p in one_d.axes[0].patches if p.get_gid() == "outside-trained"]
 
 
 # -- content-dependent fields (rot_k, logits, tokens) and every registered kind ------------------------------
@@ -363,13 +451,6 @@ def test_tokens_are_drawn_as_the_transformed_constant_token():
     torch.testing.assert_close(table(prefixed, content=content), ref)
     with pytest.raises(ValueError, match="depends on the content"):
         table(pos)
-
-
-def test_color_scale_leaves_out_blank_values():
-    from ndpe.viz import color_scale
-
-    assert color_scale(torch.tensor([0.5, float("nan"), 2.0])) == {"cmap": "viridis", "vmin": 0.5, "vmax": 2.0}
-    assert color_scale(torch.tensor([float("nan")]))["vmin"] < color_scale(torch.tensor([float("nan")]))["vmax"]
 
 
 @pytest.mark.skipif("xpos" not in ndpe.available(), reason="xpos not registered yet")

@@ -2,10 +2,13 @@
 
 Every kind keeps one colour and marker in every figure (:func:`kind_style`: the library's kinds declare theirs,
 ``ndpe.catalog``); a test-time variant ("rope (yarn)") takes its kind's colour with its own line style; floors are
-dashed grey steps.
+dashed grey steps. A task with more than :data:`ONE_PANEL_MAX` encodings is drawn as small multiples, one panel per
+way of acting (:func:`group_of`: absolute, rotary, bias, logits), on one shared y axis: each panel draws its group in
+colour over every other encoding in faint grey, and the NoPE baseline (``none``) and the floors in every panel.
 """
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from pathlib import Path
@@ -88,26 +91,49 @@ def step_edges(xs: list[float]) -> list[float]:
     return [xs[0] ** 2 / mids[0], *mids, xs[-1] ** 2 / mids[-1]]
 
 
-def task_figure(task: str, agg_task, sizes, metric: str, higher: bool | None = None):
-    """The figure of one task: each encoding (mean and 95 % t interval over runs, clipped to the metric's range) and each
-    floor (dashed grey steps) against the test size on a log axis; log y for perplexity."""
-    import matplotlib
+ONE_PANEL_MAX = 8  # encodings one panel shows legibly; more are split into panels by group
+BASELINE = "none"  # drawn in every panel: what a model without positions reaches
+# panels of a crowded figure: title -> how its kinds act (ndpe.catalog.acts_by); a kind in none of them is "other"
+GROUPS = {"absolute (add, concat, tokens)": ("add", "concat", "transforms tokens"),
+          "rotary (rotate q, k)": ("rotate q, k", "rotate q, k apart"),
+          "bias (added to the logits)": ("bias",), "logits from q, k": ("logits from q, k",)}
+OTHER_GROUP = "other"
+FAINT = {"color": "#bdbdbd", "linewidth": 0.8, "alpha": 0.6, "zorder": 1}  # the other panels' encodings, as context
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, NullLocator
 
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    encodings, floors = split_floors(agg_task)
-    for label, by_size in sorted(encodings.items()):
-        xs = [r for r, _ in sizes if r in by_size]
-        cells = [by_size[r] for r in xs]
-        ax.errorbar(xs, [c.mean for c in cells], yerr=clipped_errors(cells, metric), capsize=2, markersize=5,
-                    linewidth=1.4, label=label, **series_style(label))
+@functools.lru_cache(maxsize=None)
+def group_of(label: str) -> str:
+    """The panel (:data:`GROUPS`) of an encoding's label: how its kind acts, read from ``ndpe.catalog``; a benchmark
+    name "kind+augment" goes with its kind; anything else (the conv nets) is :data:`OTHER_GROUP`."""
+    kind = kind_of(label).split("+")[0]
+    if kind not in available():
+        return OTHER_GROUP
+    acts = set(catalog.acts_by(kind).split(" + "))
+    return next((title for title, ways in GROUPS.items() if acts & set(ways)), OTHER_GROUP)
+
+
+def _draw_encoding(ax, label: str, by_size, sizes, metric: str, faint: bool = False) -> None:
+    """One encoding's means against the test size: with its 95 % t intervals in its style, or a faint grey line."""
+    xs = [r for r, _ in sizes if r in by_size]
+    cells = [by_size[r] for r in xs]
+    if faint:
+        ax.plot(xs, [c.mean for c in cells], **FAINT)
+        return
+    ax.errorbar(xs, [c.mean for c in cells], yerr=clipped_errors(cells, metric), capsize=2, markersize=5,
+                linewidth=1.4, label=label, zorder=3, **series_style(label))
+
+
+def _draw_floors(ax, floors, sizes) -> None:
     for name, by_size in sorted(floors.items()):
         xs = [r for r, _ in sizes if r in by_size]
         ax.stairs([by_size[r].mean for r in xs], step_edges(xs), baseline=None, linewidth=1.3,
-                  label=FLOOR_PREFIX + name, **floor_style(name))
+                  label=FLOOR_PREFIX + name, zorder=2, **floor_style(name))
+
+
+def _format_axis(ax, sizes, metric: str) -> None:
+    """Test sizes on a log x axis, labelled; log y for perplexity; a light grid."""
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
     ratios = [r for r, _ in sizes]
     ax.set_xscale("log")
     ax.set_xticks(ratios, [size_label(name, r) for r, name in sizes], fontsize=8)
@@ -117,14 +143,64 @@ def task_figure(task: str, agg_task, sizes, metric: str, higher: bool | None = N
         plain = FuncFormatter(lambda v, _: f"{v:g}")
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(plain)
-    direction = "" if higher is None else f" ({'higher' if higher else 'lower'} is better)"
-    ax.set(xlabel="test size (× training size)", ylabel=metric, title=f"{task} — {metric}{direction}")
     ax.grid(alpha=0.25)
+
+
+def _legend(ax, floors: bool = True, **kwargs) -> None:
+    """The legend of ``ax``: encodings first, then the floors (left out with ``floors=False``)."""
     handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: is_floor(labels[i]))  # encodings first, then floors
-    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8,
-              ncol=1 if len(labels) <= 12 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
+    shown = [i for i in range(len(labels)) if floors or not is_floor(labels[i])]
+    order = sorted(shown, key=lambda i: is_floor(labels[i]))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, **kwargs)
+
+
+def task_figure(task: str, agg_task, sizes, metric: str, higher: bool | None = None):
+    """The figure of one task: each encoding (mean and 95 % t interval over runs, clipped to the metric's range) and each
+    floor (dashed grey steps) against the test size on a log axis; log y for perplexity. More than
+    :data:`ONE_PANEL_MAX` encodings: one panel per group (:func:`group_of`) sharing the y axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    encodings, floors = split_floors(agg_task)
+    direction = "" if higher is None else f" ({'higher' if higher else 'lower'} is better)"
+    title = f"{task} — {metric}{direction}"
+    if len(encodings) <= ONE_PANEL_MAX:
+        fig, ax = plt.subplots(figsize=(9, 4.8))
+        for label, by_size in sorted(encodings.items()):
+            _draw_encoding(ax, label, by_size, sizes, metric)
+        _draw_floors(ax, floors, sizes)
+        _format_axis(ax, sizes, metric)
+        ax.set(xlabel="test size (× training size)", ylabel=metric, title=title)
+        _legend(ax, ncol=1 if len(encodings) + len(floors) <= 12 else 2, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        return fig
+    groups: dict[str, list[str]] = {}
+    for label in sorted(encodings):
+        if label != BASELINE:
+            groups.setdefault(group_of(label), []).append(label)
+    order = [g for g in (*GROUPS, OTHER_GROUP) if g in groups]
+    cols = min(len(order), 2)
+    rows = math.ceil(len(order) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols + 1.6, 3.9 * rows + 0.7), sharey=True, squeeze=False,
+                             layout="constrained")
+    for i, (ax, group) in enumerate(zip(axes.flat, order)):
+        for label, by_size in sorted(encodings.items()):  # the others first, faint, under the group's
+            if label not in groups[group] and label != BASELINE:
+                _draw_encoding(ax, label, by_size, sizes, metric, faint=True)
+        for label in ([BASELINE] if BASELINE in encodings else []) + groups[group]:
+            _draw_encoding(ax, label, encodings[label], sizes, metric)
+        _draw_floors(ax, floors, sizes)
+        _format_axis(ax, sizes, metric)
+        ax.set_title(group, fontsize=10)
+        ax.set_xlabel("test size (× training size)", fontsize=9)
+        ax.set_ylabel(metric)
+        ax.tick_params(which="both", labelleft=True)  # shared y: still labelled in every panel
+        _legend(ax, floors=i == 0, loc="best", framealpha=0.85)  # the floors, the same in every panel, named once
+    for ax in list(axes.flat)[len(order):]:
+        ax.axis("off")
+    fig.suptitle(f"{title}; each panel: one group in colour, the other encodings faint grey", fontsize=11)
     return fig
 
 

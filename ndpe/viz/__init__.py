@@ -28,23 +28,28 @@ as an ``add`` table and its cosine similarity across positions; ``rot_k`` rotate
 queries, so the relation pairs query i's rotation with key j's (xPos: a decay with the offset).
 
 ``--figures`` (``figures=``) picks a subset. A ``PosOut`` with several fields (``ndpe.Combine``) is
-shown through one, the first of ``bias, logits, rot, tokens, add, cat`` (:func:`shown_field`). Colour scales fit the
-values drawn (:func:`color_scale`: diverging around 0 only when they straddle 0); per-head panels get one
-scale each; a kind's curves are drawn in its colour (:data:`KIND_COLOURS`, as in the benchmark report).
-The numbers
+shown through one, the first of ``bias, logits, rot, tokens, add, cat`` (:func:`shown_field`). Every map is drawn in
+its quantity's colour map (:mod:`ndpe.viz.style`: a relation or a bias red-blue centred on 0, an encoding's values
+purple-orange; :func:`quantity_of`, :func:`color_scale`), with one scale for the panels of a figure (per-head panels
+included, so heads compare; 2D bias maps outline ``bias = -1``) and a colourbar naming the quantity and its unit; the
+grow figure outlines the offsets seen on the training grid and hatches the rest. A kind's curves are drawn in its
+colour (:data:`KIND_COLOURS`, as in the benchmark report). The numbers
 (:func:`relation`, :func:`table`, :func:`offset_curve`) need only torch (:mod:`ndpe.viz.fields`); the pictures
 are drawn in :mod:`ndpe.viz.figures`, where :func:`make_figure` and :func:`show_relation` let a script compose
 its own figures (``docs/make_figures.py``); the command's arguments are parsed in :mod:`ndpe.cli`.
 Pictures need matplotlib: ``pip install "ndpe[viz]"`` (without it, drawing raises
 :class:`MissingDependencyError`, a ``ModuleNotFoundError`` whose one-line message names the extra).
 """
+from . import style
 from .fields import (CONTENT_FIELDS, FIELD_ORDER, KIND_COLOURS, OTHER_COLOUR, Content, as_image, centre_index,
                      color_scale, content_term, encoding_relation, grid_fields, kind_colour, num_heads, offset_curve,
-                     relation, shown_field, table)
-from .figures import (FIGURES, MAX_HEADS_SHOWN, MissingDependencyError, draw, make_figure, require_matplotlib, save,
-                      shades, show_relation)
+                     quantity_of, relation, shown_field, table)
+from .figures import (FIGURES, MAX_HEADS_SHOWN, MissingDependencyError, draw, make_figure, mark_trained_range,
+                      require_matplotlib, save, shades, show_relation, trained_window)
+from .style import QUANTITIES, Quantity
 
-__all__ = ["CONTENT_FIELDS", "FIELD_ORDER", "FIGURES", "KIND_COLOURS", "MAX_HEADS_SHOWN", "OTHER_COLOUR", "Content",
-           "MissingDependencyError", "as_image", "centre_index", "color_scale", "content_term", "draw",
-           "encoding_relation", "grid_fields", "kind_colour", "make_figure", "num_heads", "offset_curve", "relation",
-           "require_matplotlib", "save", "shades", "show_relation", "shown_field", "table"]
+__all__ = ["CONTENT_FIELDS", "FIELD_ORDER", "FIGURES", "KIND_COLOURS", "MAX_HEADS_SHOWN", "OTHER_COLOUR", "QUANTITIES",
+           "Content", "MissingDependencyError", "Quantity", "as_image", "centre_index", "color_scale", "content_term",
+           "draw", "encoding_relation", "grid_fields", "kind_colour", "make_figure", "mark_trained_range", "num_heads",
+           "offset_curve", "quantity_of", "relation", "require_matplotlib", "save", "shades", "show_relation",
+           "shown_field", "style", "table", "trained_window"]

@@ -1,8 +1,9 @@
 """What the teaching figures show, computed from an encoding's :class:`~ndpe.PosOut` with torch alone (no matplotlib).
 
 :func:`relation`, :func:`table` and :func:`offset_curve` are the numbers behind every figure of
-:mod:`ndpe.viz.figures`; :func:`color_scale` fits a colour scale to them and :func:`kind_colour` gives a kind's
-colour (:mod:`ndpe.catalog`). ``ndpe.viz`` re-exports all of them.
+:mod:`ndpe.viz.figures`; :func:`quantity_of` says which quantity a relation is (:mod:`ndpe.viz.style`),
+:func:`color_scale` fits that quantity's colour scale to them and :func:`kind_colour` gives a kind's colour
+(:mod:`ndpe.catalog`). ``ndpe.viz`` re-exports all of them.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..catalog import COLOURS, colour
 from ..contract import LogitsTerm, PosOut, TokenTerm
 from ..functional import apply_qk
 from ..registry import available
+from .style import scale as quantity_scale
 
 @dataclass(frozen=True)
 class Content:
@@ -320,23 +322,31 @@ def kind_colour(kind: str | None) -> str:
     return colour(kind) if kind in available() else OTHER_COLOUR
 
 
-def color_scale(*values: Tensor) -> dict:
-    """``imshow`` keywords (cmap, vmin, vmax) fitted to ``values``: a diverging scale centred on 0 when they
-    straddle 0, else a sequential one over their own range. NaN / inf entries (blanked keys, masks) are left out.
+def quantity_of(pos: PosOut) -> str:
+    """The :data:`~ndpe.viz.style.QUANTITIES` entry :func:`relation` of ``pos`` measures: ``"bias"`` when the field
+    shown is an additive bias, else ``"relation"`` (rotary scores, cosine similarity, content terms).
+
+    >>> import ndpe
+    >>> alibi = ndpe.make(dims=1, kind="alibi", dim=16, heads=2)
+    >>> quantity_of(alibi((4,))), quantity_of(ndpe.PosOut(add=torch.ones(4, 2)))
+    ('bias', 'relation')
+    """
+    return "bias" if shown_field(pos) == "bias" else "relation"
+
+
+def color_scale(*values: Tensor, pos: PosOut | None = None, quantity: str | None = None) -> dict:
+    """``imshow`` keywords (cmap, vmin, vmax): :func:`ndpe.viz.style.scale` of the quantity shown, one scale for
+    all ``values``. The quantity is ``quantity``, else :func:`quantity_of` ``pos``, else ``"relation"``; a
+    diverging one (relation, bias) is centred on 0 with symmetric limits, whatever the sign of the values, so the
+    same quantity always has the same colours. NaN / inf entries (blanked keys, masks) are left out.
 
     >>> color_scale(torch.tensor([0.4, 1.0]))
-    {'cmap': 'viridis', 'vmin': 0.4000000059604645, 'vmax': 1.0}
-    >>> color_scale(torch.tensor([-0.2, 1.0]))
     {'cmap': 'RdBu_r', 'vmin': -1.0, 'vmax': 1.0}
+    >>> color_scale(torch.tensor([-2.0, 0.0]), quantity="bias")
+    {'cmap': 'RdBu_r', 'vmin': -2.0, 'vmax': 2.0}
+    >>> color_scale(torch.tensor([0.5, 2.0]), quantity="magnitude")
+    {'cmap': 'viridis', 'vmin': 0.5, 'vmax': 2.0}
     """
-    flat = torch.cat([v.detach().float().flatten() for v in values])
-    flat = flat[flat.isfinite()]
-    if flat.numel() == 0:
-        flat = torch.zeros(1)
-    lo, hi = float(flat.min()), float(flat.max())
-    if lo < 0 < hi:
-        m = max(-lo, hi)
-        return {"cmap": "RdBu_r", "vmin": -m, "vmax": m}
-    if hi - lo < 1e-6:  # a constant map: any small range around it
-        lo, hi = lo - 0.5, hi + 0.5
-    return {"cmap": "viridis", "vmin": lo, "vmax": hi}
+    if quantity is None:
+        quantity = "relation" if pos is None else quantity_of(pos)
+    return quantity_scale(quantity, *values)
