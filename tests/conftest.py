@@ -43,6 +43,6 @@ def explorer_page(tmp_path_factory):
     from ndpe.cli import main
 
     out = tmp_path_factory.mktemp("explorer")
-    quick = Path(__file__).resolve().parent.parent / "runs" / "quick"
+    quick = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "quick"  # committed
     assert main(["explore", "--out", str(out), "--results", str(quick)]) == 0
     return out / "index.html"

@@ -19,7 +19,7 @@ from conftest import page_data
 
 pytestmark = pytest.mark.xdist_group("explore")  # one worker builds the page once
 ROOT = Path(__file__).resolve().parent.parent
-QUICK = ROOT / "runs" / "quick"
+QUICK = ROOT / "benchmarks" / "results" / "quick"  # the committed quick run
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """``ndpe explore``: one self-contained page that shows how every encoding behaves, and a benchmark run's results.
 
     ndpe explore --out explorer                        # explorer/index.html
-    ndpe explore --results runs/quick --out explorer   # with the benchmark tab of that run
+    ndpe explore --results benchmarks/results/standard --out explorer   # with the benchmark tab of that run
 
 The page is one file: its styles, scripts and data are inline, so it opens from ``file://`` with no server and no
 network. Every number on it is computed here by ndpe (:mod:`ndpe.explore.data`); the page's JavaScript only looks
