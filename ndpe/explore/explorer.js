@@ -126,7 +126,7 @@ const DEFAULTS = {
   dials: {theta: "100", scaling: "none", grow: "2"},
   compare: {a: "rope", b: "learned", dims: "2", q: "", frame: ""},
   axes: {alpha: "0"},
-  spec: {time: "rope", freq: "sinusoidal", view: "shift", shift: "2", q: ""},
+  spec: {time: "rope", freq: "learned", view: "shift", shift: "2", q: ""},
   bias: {kind: "alibi (euclidean)"},
   bench: {task: "", kinds: ""},
 };
@@ -173,6 +173,11 @@ function growthSetting(s) {
 }
 function renderGrowth() {
   const s = state.growth, G = DATA.growth;
+  if (!growthKinds().length) {
+    document.getElementById("growth-controls").replaceChildren();
+    document.getElementById("growth-view").replaceChildren(errorBox("This page holds no 2D kind (ndpe explore --kinds ...)."));
+    return;
+  }
   if (!growthKinds().includes(s.kind)) s.kind = growthKinds()[0];
   const info = growthSetting(s);
   const ctl = document.getElementById("growth-controls"), view = document.getElementById("growth-view");
@@ -272,7 +277,7 @@ function renderCompare() {
   const s = state.compare, C = DATA.compare;
   const kinds = Object.keys(DATA.kinds).filter(k => DATA.kinds[k].dims.includes(Number(s.dims)));
   if (!kinds.includes(s.a)) s.a = kinds.includes("rope") ? "rope" : kinds[0];
-  if (!kinds.includes(s.b)) s.b = kinds.find(k => k !== s.a);
+  if (!kinds.includes(s.b)) s.b = kinds.find(k => k !== s.a) || s.a;
   const {frames, rows, cols} = gridDims(s.dims), n = frames * rows * cols;
   let q = s.q === "" ? Math.floor(frames / 2) * rows * cols + Math.floor(rows / 2) * cols + Math.floor(cols / 2) : Math.min(n - 1, Number(s.q));
   const frame = s.frame === "" ? Math.floor(q / (rows * cols)) : Math.min(frames - 1, Number(s.frame));
@@ -324,7 +329,7 @@ function specImage(vals, frames, bins) {  // key index t * bins + b -> picture w
 }
 function renderSpec() {
   const s = state.spec, S = DATA.spec, [T, F] = S.grid;
-  const names = {none: "none", sinusoidal: "sinusoidal (absolute)", rope: "RoPE (relative)"};
+  const names = {none: "none", learned: "learned table (absolute)", sinusoidal: "sinusoidal (absolute values)", rope: "RoPE (relative)"};
   document.getElementById("spec-controls").replaceChildren(
     select("time axis", "spec-time", S.kinds.map(k => [k, names[k]]), s.time, v => set("spec", {time: v})),
     select("frequency axis", "spec-freq", S.kinds.map(k => [k, names[k]]), s.freq, v => set("spec", {freq: v})),
@@ -361,6 +366,11 @@ function renderSpec() {
 // ---- bias receptive field -----------------------------------------------------------------------------------
 function renderBias() {
   const s = state.bias, B = DATA.bias, names = Object.keys(B.settings);
+  if (!names.length) {
+    document.getElementById("bias-controls").replaceChildren();
+    document.getElementById("bias-view").replaceChildren(errorBox("This page holds no 2D bias kind (ndpe explore --kinds ...)."));
+    return;
+  }
   if (!names.includes(s.kind)) s.kind = names[0];
   document.getElementById("bias-controls").replaceChildren(select("kind", "bias-kind", names, s.kind, v => set("bias", {kind: v})));
   const d = B.settings[s.kind], [r, c] = B.grid, n = r * c, all = unpack(d.heads), heads = all.length / n;
