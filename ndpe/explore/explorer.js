@@ -324,7 +324,7 @@ function specImage(vals, frames, bins) {  // key index t * bins + b -> picture w
 }
 function renderSpec() {
   const s = state.spec, S = DATA.spec, [T, F] = S.grid;
-  const names = {none: "none", sinusoidal: "sinusoidal (absolute)", rope: "RoPE (relative)"};
+  const names = {none: "none", learned: "learned (absolute)", sinusoidal: "sinusoidal (absolute)", rope: "RoPE (relative)"};
   document.getElementById("spec-controls").replaceChildren(
     select("time axis", "spec-time", S.kinds.map(k => [k, names[k]]), s.time, v => set("spec", {time: v})),
     select("frequency axis", "spec-freq", S.kinds.map(k => [k, names[k]]), s.freq, v => set("spec", {freq: v})),
