@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import ndpe
+# the reference's rotation and attention are the same code for LieRE and ComRoPE (RoPESelfAttentionBase)
+from test_liere import full_logits, reference_logits, rotation_matrix as reference_rotation
 
 
 # ---- port of the reference ------------------------------------------------------------------------------------------
@@ -27,32 +29,7 @@ def reference_exponent(variant: str, freqs: torch.Tensor, multiplier: torch.Tens
     return skew.expand(-1, num_axes, -1, -1, -1) * mask.view(1, num_axes, total_blocks, 1, 1)
 
 
-def reference_rotation(A: torch.Tensor, positions: torch.Tensor, head_dim: int, block_size: int) -> torch.Tensor:
-    """``get_rotation_matrix``: ``(bs, len, heads, head_dim, head_dim)`` block-diagonal ``exp(sum_a A_a p_a)``."""
-    eye = torch.eye(block_size, dtype=A.dtype)
-    pos = positions[..., None, None, None] * eye  # (bs, len, axes, 1, b, b)
-    lnR = torch.matmul(A, pos.unsqueeze(2)).sum(dim=3)  # (bs, len, heads, blocks, b, b)
-    R = torch.matrix_exp(lnR)
-    selector = torch.kron(torch.eye(head_dim // block_size, dtype=torch.bool),
-                          torch.ones(block_size, block_size, dtype=torch.bool))
-    dense = torch.zeros(*R.shape[:3], head_dim, head_dim, dtype=R.dtype)
-    dense[:, :, :, selector] = R.reshape(*R.shape[:3], -1)
-    return dense
-
-
-def reference_logits(q, k, R):
-    """``forward``: ``(R q) . (R k)`` with q scaled by ``head_dim ** -0.5`` first."""
-    R = R.transpose(1, 2)  # (bs, heads, len, d, d)
-    Q = (R @ (q * q.shape[-1] ** -0.5).unsqueeze(-1)).squeeze(-1)
-    K = (R @ k.unsqueeze(-1)).squeeze(-1)
-    return Q @ K.transpose(-1, -2)
-
-
 # ---- helpers --------------------------------------------------------------------------------------------------------
-
-def full_logits(pe, q, k, **call):
-    return q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + pe(**call).logits(q, k)
-
 
 def dense_angle_matrices(pe) -> torch.Tensor:
     """The paper's ``A_i = diag(B_i1, ..., B_im)`` as dense ``(heads, dims, head_dim, head_dim)`` matrices, built from

@@ -12,8 +12,13 @@ import ndpe
 
 
 def reference_rotation(freqs: torch.Tensor, positions: torch.Tensor, head_dim: int, block_size: int) -> torch.Tensor:
-    """The port: ``(bs, len, heads, head_dim, head_dim)`` block-diagonal ``exp(sum_a A_a p_a)``."""
-    A = freqs - freqs.transpose(-1, -2)  # (heads, axes, blocks, b, b)
+    """The port (LieRE's ``get_exponent_matrix``, then ``get_rotation_matrix``)."""
+    return rotation_matrix(freqs - freqs.transpose(-1, -2), positions, head_dim, block_size)
+
+
+def rotation_matrix(A: torch.Tensor, positions: torch.Tensor, head_dim: int, block_size: int) -> torch.Tensor:
+    """``get_rotation_matrix`` (shared by the reference's LieRE and ComRoPE): angle matrices ``A`` ``(heads, axes,
+    blocks, b, b)`` -> ``(bs, len, heads, head_dim, head_dim)`` block-diagonal ``exp(sum_a A_a p_a)``."""
     eye = torch.eye(block_size, dtype=A.dtype)
     pos = positions[..., None, None, None] * eye  # (bs, len, axes, 1, b, b)
     lnR = torch.matmul(A, pos.unsqueeze(2)).sum(dim=3)  # (bs, len, heads, blocks, b, b)
