@@ -46,3 +46,17 @@ def explorer_page(tmp_path_factory):
     quick = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "quick"  # committed
     assert main(["explore", "--out", str(out), "--results", str(quick)]) == 0
     return out / "index.html"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Two matrices over every kind and dims run at each kind's largest dims in the default run, their other dims
+    in the slow one (``-m slow``): ``torch.compile`` (about 3 s a compile) and ``ndpe viz`` from the command line
+    (``draw`` itself still draws every kind at every dims by default)."""
+    per_kind = ("test_compile_fullgraph_changing_grids", "test_every_registered_kind_draws_from_the_command_line")
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        if getattr(item, "originalname", None) in per_kind and spec is not None:
+            kind, dims = spec.params["kind"], spec.params["dims"]
+            if dims != max(ndpe.available()[kind]):
+                item.add_marker(pytest.mark.slow)

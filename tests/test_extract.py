@@ -96,6 +96,13 @@ def test_unsafe_members_are_refused_before_writing(box, build, match):
     assert not os.path.exists("/tmp/ndpe_escaped_abs.txt")
 
 
+def test_member_limit_refuses_one_member_too_many(box):
+    archive = make(box / "eleven.tar.gz", lambda t: [add(t, f"f{i}") for i in range(11)])
+    refuse(box, archive, "max_members=10 ", max_members=10)
+    assert safe_extract(archive, box / "out", max_members=11) and (box / "out" / "f10").exists()
+
+
+@pytest.mark.slow  # builds a 200k-member archive (about 15 s) and times the refusal
 def test_member_limit_refuses_200k_members_quickly(box):
     path = box / "many.tar.gz"
     header = lambda i: tarfile.TarInfo(f"{i:07d}").tobuf(tarfile.GNU_FORMAT)  # noqa: E731 (empty regular files)
