@@ -50,13 +50,16 @@ def explorer_page(tmp_path_factory):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Two matrices over every kind and dims run at each kind's largest dims in the default run, their other dims
-    in the slow one (``-m slow``): ``torch.compile`` (about 3 s a compile) and ``ndpe viz`` from the command line
-    (``draw`` itself still draws every kind at every dims by default)."""
-    per_kind = ("test_compile_fullgraph_changing_grids", "test_every_registered_kind_draws_from_the_command_line")
+    """Three matrices over every kind and dims run one dims per kind in the default run, their other dims in the
+    slow one (``-m slow``): ``torch.compile`` (about 3 s a compile) and ``ndpe viz`` from the command line at each
+    kind's largest dims, ``ndpe.viz.draw`` at 2D where the kind has it (so the default run draws 1D, 2D and 3D)."""
+    largest = lambda kind, dims: dims == max(ndpe.available()[kind])  # noqa: E731
+    two_d = lambda kind, dims: dims == (2 if 2 in ndpe.available()[kind] else max(ndpe.available()[kind]))  # noqa: E731
+    default = {"test_compile_fullgraph_changing_grids": largest,
+               "test_every_registered_kind_draws_from_the_command_line": largest,
+               "test_every_registered_kind_draws_through_draw": two_d}
     for item in items:
         spec = getattr(item, "callspec", None)
-        if getattr(item, "originalname", None) in per_kind and spec is not None:
-            kind, dims = spec.params["kind"], spec.params["dims"]
-            if dims != max(ndpe.available()[kind]):
-                item.add_marker(pytest.mark.slow)
+        keep = default.get(getattr(item, "originalname", None) or "")
+        if keep is not None and spec is not None and not keep(spec.params["kind"], spec.params["dims"]):
+            item.add_marker(pytest.mark.slow)
