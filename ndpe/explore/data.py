@@ -18,7 +18,7 @@ from ..coords import COORD_MODES, axis_coords, grid_coords
 from ..registry import available, kind_class, make
 from ..registry import options as registry_options
 from ..scaling import NEEDS_TRAIN_SHAPE
-from ..viz.fields import Content, content_of, relation, shown_field
+from ..viz.fields import Content, centre_index, content_of, quantity_of, relation, shown_field
 
 # Settings of the pictures; the page names them beside each picture (``made``).
 DIM, HEADS = 128, 4  # head_dim 32: 8 rotary pairs per axis in 2D
@@ -81,12 +81,14 @@ def build(kind: str, dims: int, *, heads: int = HEADS, **options: Any):
 
 
 @torch.no_grad()
-def relation_rows(pe, grid: Sequence[int], queries: Sequence[int] | None = None) -> Tensor:
-    """:func:`ndpe.viz.relation` (mean over heads) of each query (default: every token) to all tokens, ``(Q, N)``."""
+def relation_rows(pe, grid: Sequence[int], queries: Sequence[int] | None = None) -> tuple[Tensor, str]:
+    """:func:`ndpe.viz.relation` (mean over heads) of each query (default: every token) to all tokens, ``(Q, N)``,
+    and the quantity they measure (:func:`ndpe.viz.quantity_of`: their colour map), from one encoding."""
     grid = tuple(grid)
     pos, content = pe(grid), content_of(pe, grid)
     n = math.prod(grid)
-    return torch.stack([relation(pos, q, content=content) for q in (range(n) if queries is None else queries)])
+    rows = torch.stack([relation(pos, q, content=content) for q in (range(n) if queries is None else queries)])
+    return rows, quantity_of(pos)
 
 
 def kinds_table() -> dict[str, Any]:
@@ -94,11 +96,6 @@ def kinds_table() -> dict[str, Any]:
     return {k: {"dims": list(d), "colour": colour(k), "marker": marker(k), "acts": acts_by(k),
                 "what": kind_class(k).description or "", "options": KIND_OPTIONS.get(k, ({}, ""))[1]}
             for k, d in available().items()}
-
-
-def quantity_of(pe, grid: Sequence[int]) -> str:
-    """The quantity a kind's relation maps show (its colour map): ``bias`` or ``relation``."""
-    return "bias" if shown_field(pe(tuple(grid))) == "bias" else "relation"
 
 
 def _attempt(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -123,8 +120,8 @@ def compare_data(kinds: Sequence[str]) -> dict[str, Any]:
                 pe = build(kind, dims, **options)
                 if kind == "none":
                     return {"error": "no position: every key relates to the query alike (nothing to draw)"}
-                return {"rows": pack(relation_rows(pe, grid)), "quantity": quantity_of(pe, grid),
-                        "made": made(kind, dims, **options)}
+                rows, quantity = relation_rows(pe, grid)
+                return {"rows": pack(rows), "quantity": quantity, "made": made(kind, dims, **options)}
 
             out["maps"][f"{kind}/{dims}"] = _attempt(one)
     return out
@@ -151,13 +148,12 @@ def seen_masks(grid: Sequence[int], query: int, coords: str) -> dict[str, Tensor
     kinds); ``coord``: the key's coordinates lie in the training grid's range (absolute kinds). ``coords``: the
     coordinate mode of the kind (``index`` for kinds without one).
     """
-    train_span = [float(axis_coords(n, coords)[-1] - axis_coords(n, coords)[0]) for n in TRAIN_2D]
-    lo = [float(axis_coords(n, coords)[0]) for n in TRAIN_2D]
-    hi = [float(axis_coords(n, coords)[-1]) for n in TRAIN_2D]
+    lo = torch.stack([axis_coords(n, coords)[0] for n in TRAIN_2D])
+    hi = torch.stack([axis_coords(n, coords)[-1] for n in TRAIN_2D])
     c = grid_coords(tuple(grid), coords)
     eps = 1e-6
-    offset = ((c - c[query]).abs() <= torch.tensor(train_span) + eps).all(-1)
-    inside = ((c >= torch.tensor(lo) - eps) & (c <= torch.tensor(hi) + eps)).all(-1)
+    offset = ((c - c[query]).abs() <= hi - lo + eps).all(-1)
+    inside = ((c >= lo - eps) & (c <= hi + eps)).all(-1)
     return {"offset": offset, "coord": inside}
 
 
@@ -202,7 +198,7 @@ def _growth_modes(kind: str, coords: str, scaling: str, growth: float) -> dict[s
     train_queries = {m: [query_index(TRAIN_2D, w, 1.0, m) for w in QUERIES.values()] for m in ("zoom", "canvas")}
     every = sorted({q for qs in queries.values() for q in qs})
     every_train = sorted({q for qs in train_queries.values() for q in qs})
-    rows, train_rows = relation_rows(pe, grid, every), relation_rows(train_pe, TRAIN_2D, every_train)
+    (rows, quantity), (train_rows, _) = relation_rows(pe, grid, every), relation_rows(train_pe, TRAIN_2D, every_train)
     coord_mode = coords if coords != "-" else "index"
     absolute = acts_by(kind) in ("add", "concat", "transforms tokens")
     return {mode: {"grid": list(grid), "queries": queries[mode],
@@ -210,7 +206,7 @@ def _growth_modes(kind: str, coords: str, scaling: str, growth: float) -> dict[s
                    "train_rows": pack(train_rows[[every_train.index(q) for q in train_queries[mode]]]),
                    "train_queries": train_queries[mode],
                    "seen": [{k: _bits(v) for k, v in seen_masks(grid, q, coord_mode).items()} for q in queries[mode]],
-                   "quantity": quantity_of(pe, grid), "made": made(kind, 2, **options), "absolute": absolute}
+                   "quantity": quantity, "made": made(kind, 2, **options), "absolute": absolute}
             for mode in ("zoom", "canvas")}
 
 
@@ -222,7 +218,7 @@ DIAL_GROWTHS = (1.0, 1.5, 2.0, 4.0)
 
 
 @torch.no_grad()
-def angle_steps(pe, length: int) -> Tensor:
+def angle_steps(pe) -> Tensor:
     """Each rotary pair's angle per unit of position, read from ndpe's ``rot`` at positions 0 and 1 (``(P,)``)."""
     positions = torch.tensor([[0.0], [1.0]])
     cos, sin = pe(positions=positions).rot
@@ -241,7 +237,7 @@ def dials_data() -> dict[str, Any]:
                            "scalings": list(SCALINGS), "settings": {}}
     for theta in DIAL_THETAS:
         train_pe = make(dims=1, kind="rope", dim=DIAL_HEAD_DIM, theta=theta)
-        w = angle_steps(train_pe, DIAL_LENGTH)
+        w = angle_steps(train_pe)
         for scaling, name in SCALINGS.items():
             for growth in DIAL_GROWTHS:
                 key = f"{theta:g}|{scaling}|{growth:g}"
@@ -254,7 +250,7 @@ def dials_data() -> dict[str, Any]:
                     if name in NEEDS_TRAIN_SHAPE:
                         options["train_shape"] = (DIAL_LENGTH,)
                 pe = make(dims=1, kind="rope", dim=DIAL_HEAD_DIM, **options)
-                w_test = angle_steps(pe, round(growth * DIAL_LENGTH))
+                w_test = angle_steps(pe)
                 out["settings"][key] = {
                     "train": [float(x) * (DIAL_LENGTH - 1) for x in w],
                     "test": [float(x) * (round(growth * DIAL_LENGTH) - 1) for x in w_test],
@@ -277,20 +273,21 @@ def axes_data() -> dict[str, Any]:
     ``rotate=False`` and its ``freqs`` turned): 0 is axial RoPE, other angles see diagonals.
     """
     out: dict[str, Any] = {"grid": list(AXES_GRID), "angles": list(AXES_ANGLES), "settings": {}}
-    query = (AXES_GRID[0] // 2) * AXES_GRID[1] + AXES_GRID[1] // 2
+    query = centre_index(AXES_GRID)
     for alpha in AXES_ANGLES:
         pe = make(dims=2, kind="rope-mixed", dim=DIM, heads=HEADS, rotate=False)
         a = math.radians(alpha)
         turn = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
         freqs = cast(Tensor, pe.freqs)
         freqs.copy_(torch.einsum("ab,hbp->hap", turn, freqs))  # each pair's direction turned by alpha
-        cos, sin = cast("tuple[Tensor, Tensor]", pe(AXES_GRID).rot)  # (H, N, P)
+        pos = pe(AXES_GRID)
+        cos, sin = cast("tuple[Tensor, Tensor]", pos.rot)  # (H, N, P)
         half = cos.shape[-1] // 2  # pairs of the axis-0 group, then the axis-1 group
         terms = []
         for sl in (slice(0, half), slice(half, None)):
             c, s = cos[..., sl], sin[..., sl]
             terms.append((c[:, query, None] * c + s[:, query, None] * s).mean(-1).mean(0))  # (N,) in [-1, 1]
-        total = relation(pe(AXES_GRID), query)
+        total = relation(pos, query)
         out["settings"][str(alpha)] = {"row": pack(terms[0]), "col": pack(terms[1]), "total": pack(total),
                                        "made": f"ndpe.make(dims=2, kind='rope-mixed', dim={DIM}, heads={HEADS}, "
                                                f"rotate=False), freqs turned by {alpha} degrees"}
@@ -311,7 +308,7 @@ def _axis_rows(kind: str, n: int, queries: Sequence[int], train_n: int) -> Tenso
     if kind == "none":
         return None
     pe = build(kind, 1, **kind_options(kind, 1, (train_n,)))
-    return relation_rows(pe, (n,), queries)
+    return relation_rows(pe, (n,), queries)[0]
 
 
 @torch.no_grad()
@@ -340,15 +337,16 @@ def spectrogram_data() -> dict[str, Any]:
 def _spec_rows(tk: str, fk: str, t: int, f: int, queries: Sequence[int]) -> Tensor:
     qt = [q // f for q in queries]
     qf = [q % f for q in queries]
-    time = _axis_rows(tk, t, sorted(set(qt)), SPEC_GRID[0])
-    freq = _axis_rows(fk, f, sorted(set(qf)), SPEC_GRID[1])
+    frames, bins = sorted(set(qt)), sorted(set(qf))
+    time = _axis_rows(tk, t, frames, SPEC_GRID[0])
+    freq = _axis_rows(fk, f, bins, SPEC_GRID[1])
     rows = []
     for a, b in zip(qt, qf):
         terms = []
         if time is not None:
-            terms.append(time[sorted(set(qt)).index(a)][:, None].expand(t, f))
+            terms.append(time[frames.index(a)][:, None].expand(t, f))
         if freq is not None:
-            terms.append(freq[sorted(set(qf)).index(b)][None, :].expand(t, f))
+            terms.append(freq[bins.index(b)][None, :].expand(t, f))
         rows.append(torch.stack(terms).mean(0).flatten())
     return torch.stack(rows)
 
@@ -363,7 +361,7 @@ BIAS_HEADS = 8
 def bias_data(kinds: Sequence[str]) -> dict[str, Any]:
     """Per 2D bias kind (and ALiBi's distances): the bias of the centre query to every key, per head."""
     out: dict[str, Any] = {"grid": list(BIAS_GRID), "heads": BIAS_HEADS, "settings": {}}
-    query = (BIAS_GRID[0] // 2) * BIAS_GRID[1] + BIAS_GRID[1] // 2
+    query = centre_index(BIAS_GRID)
     variants: list[tuple[str, dict[str, Any]]] = []
     for kind in kinds:
         if 2 not in available()[kind] or kind == "none":
@@ -382,8 +380,7 @@ def bias_data(kinds: Sequence[str]) -> dict[str, Any]:
         name = kind + "".join(f" ({v})" for v in extra.values())
         slopes = getattr(pe, "slopes", None)
         out["settings"][name] = {"heads": pack(bias), "made": made(kind, 2, heads=BIAS_HEADS, **options),
-                                 "slopes": None if slopes is None else [float(s) for s in slopes.flatten()],
-                                 "trained": False}
+                                 "slopes": None if slopes is None else [float(s) for s in slopes.flatten()]}
     out["query"] = query
     return out
 

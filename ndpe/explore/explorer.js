@@ -382,7 +382,7 @@ function renderBias() {
     figs.push(figure(drawMap(vals, r, c, {quantity: "bias", lim, query: B.query, contour, cell: 8, label: `head ${h}`}), `head ${h}${slope}`));
   }
   document.getElementById("bias-view").replaceChildren(...figs, el("div", {}, colourBar("bias", lim),
-    el("p", {class: "note", text: d.trained ? "" : "Learned kinds (fire, cpb, relative) at their initialization: training shapes them."}),
+    el("p", {class: "note", text: "Learned kinds (fire, cpb, relative) at their initialization: training shapes them."}),
     el("p", {class: "made", text: d.made})));
 }
 
