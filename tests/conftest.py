@@ -63,3 +63,47 @@ def pytest_collection_modifyitems(config, items):
         keep = default.get(getattr(item, "originalname", None) or "")
         if keep is not None and spec is not None and not keep(spec.params["kind"], spec.params["dims"]):
             item.add_marker(pytest.mark.slow)
+
+
+def assert_tells_apart(out: torch.Tensor, other: torch.Tensor, ref: torch.Tensor, *, rtol: float, atol: float) -> None:
+    """``out`` equals the reference ``ref`` within (``rtol``, ``atol``), and ``other`` (the same model with a wrong
+    option) differs from it by more than 100 x ``atol``: the test could tell the wrong option apart on any machine,
+    whatever rounding makes of ``out - ref`` (a ratio of two tiny differences could not)."""
+    torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
+    gap = (other - ref).abs().max().item()
+    assert gap > 100 * atol, f"the wrong option is only {gap:.3g} from the reference (needs > {100 * atol:.3g}): " \
+                             "the model barely depends on positions"
+
+
+def sharpen_attention(model: torch.nn.Module, qk_gain: float = 1.5) -> torch.nn.Module:
+    """Re-draw every attention's projections with std ``gain / sqrt(fan_in)`` (q and k: ``qk_gain``, logits of std
+    about ``qk_gain ** 2``; v and output: 1), in place, from the current random state.
+
+    A model's own init (std 0.02) makes attention nearly uniform and its branch small beside the residual stream,
+    so a random model barely depends on positions and a wrong encoding moves it by rounding-sized amounts; with
+    sharp attention of unit scale, positions matter. timm's layer-scale factors of the attention branch are set to 1
+    for the same reason. Handles fused ``qkv`` linears with ``proj`` (timm: rows q, k,
+    v) and separate ``q_proj`` / ``k_proj`` / ``v_proj`` with ``o_proj`` (Hugging Face) or ``proj`` (timm's EVA).
+    """
+    found = 0
+    with torch.no_grad():
+        for module in model.modules():
+            for name in ("gamma", "gamma_1"):  # timm's layer scale (LayerScale, EvaBlock), 1e-5 at init in some models
+                gamma = getattr(module, name, None)
+                if isinstance(gamma, torch.nn.Parameter):
+                    gamma.fill_(1.0)
+            qkv, proj = getattr(module, "qkv", None), getattr(module, "proj", None)
+            if isinstance(qkv, torch.nn.Linear) and isinstance(proj, torch.nn.Linear):
+                third = qkv.out_features // 3
+                draws = [(qkv.weight[:2 * third], qk_gain), (qkv.weight[2 * third:], 1.0), (proj.weight, 1.0)]
+            elif all(isinstance(getattr(module, n, None), torch.nn.Linear) for n in ("q_proj", "k_proj", "v_proj")):
+                out = getattr(module, "o_proj", proj)
+                draws = [(module.q_proj.weight, qk_gain), (module.k_proj.weight, qk_gain), (module.v_proj.weight, 1.0),
+                         *([(out.weight, 1.0)] if isinstance(out, torch.nn.Linear) else [])]
+            else:
+                continue
+            for weight, gain in draws:
+                weight.normal_(0.0, gain / weight.shape[1] ** 0.5)
+            found += 1
+    assert found, f"no attention projections found in {type(model).__name__}"
+    return model

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ndpe
+from tests.conftest import sharpen_attention
 from conftest import build
 
 timm = pytest.importorskip("timm")
@@ -92,7 +93,7 @@ def test_every_kind_trains_and_runs_at_another_size(kind, name):
 def test_positions_reach_the_attention(kind):
     """The swapped model sees patch order: shuffling patches changes its output (a none model does not care)."""
     torch.manual_seed(0)
-    model = ndpe.timm.use(tiny_models()["vit"](), kind).eval()
+    model = sharpen_attention(ndpe.timm.use(tiny_models()["vit"](), kind).eval())  # positions matter (conftest.py)
     plain = ndpe.timm.use(tiny_models()["vit"](), "none").eval()
     plain.load_state_dict(model.state_dict(), strict=False)
     x = torch.randn(1, 3, 32, 32)
@@ -100,7 +101,7 @@ def test_positions_reach_the_attention(kind):
     tiles = x.reshape(1, 3, 4, 8, 4, 8).permute(0, 2, 4, 1, 3, 5).reshape(1, 16, 3, 8, 8)[:, perm]
     shuffled = tiles.reshape(1, 4, 4, 3, 8, 8).permute(0, 3, 1, 4, 2, 5).reshape(1, 3, 32, 32)
     with torch.no_grad():
-        assert (model(shuffled) - model(x)).abs().max() > 1e-5
+        assert (model(shuffled) - model(x)).abs().max() > 1e-3
         assert (plain(shuffled) - plain(x)).abs().max() < 1e-5
 
 
