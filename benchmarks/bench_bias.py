@@ -7,12 +7,17 @@ Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 
     sdpa ms       F.scaled_dot_product_attention with no mask, then with the bias as attn_mask:
                   ``ndpe.attn_bias`` hands it over as (1, heads, N, N), which SDPA's fused CPU kernel
                   takes; "3-D" is the raw (heads, N, N) PosOut.bias, which sends SDPA to its math path
+                  (CPU only); "sdpa+build" builds the bias afresh per call (cache cleared), as a forward
+                  of a kind whose bias is not cached pays it
     flex ms       the same attention through torch.compile(flex_attention) with a score_mod
                   (no N x N tensor), after one compile per shape (compile time printed apart)
+    peak MiB      on CUDA: the memory one call allocates above what was there before it (sdpa+build, flex);
+                  a size whose materialized bias does not fit is reported as out of memory (the crossover)
 
     python benchmarks/bench_bias.py                  # all threads, N = 196 1024 4096
     python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --no-flex
     python benchmarks/bench_bias.py --kinds alibi relative fire cpb --sizes 196 1024 --no-sdpa   # bias kinds' paths
+    python benchmarks/bench_bias.py --device cuda --dtype bfloat16 --kinds alibi relative fire cpb --sizes 1024 4096 16384
 
 Old against new code: run it back to back with ``PYTHONPATH=<other checkout>`` (ndpe comes from PYTHONPATH first).
 """
@@ -29,13 +34,29 @@ import ndpe
 from ndpe import flex
 
 
-def timed(fn, repeats: int) -> float:
-    """Median wall time of ``fn()`` in ms, after one warm-up call."""
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, repeats: int, device: torch.device = torch.device("cpu"), peaks: dict | None = None,
+          name: str = "") -> float:
+    """Median wall time of ``fn()`` in ms, after one warm-up call; on CUDA ``peaks[name]`` gets the peak memory
+    (MiB) one call allocates above what was allocated before it."""
+    if device.type == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
     fn()
+    sync(device)
+    if device.type == "cuda" and peaks is not None:
+        peaks[name] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
     times = []
     for _ in range(repeats):
+        sync(device)
         t0 = time.perf_counter()
         fn()
+        sync(device)
         times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 2] * 1e3
 
@@ -46,50 +67,85 @@ def bench(kind: str, n: int, args) -> dict:
     if grid is None:
         raise SystemExit(f"--sizes must be square numbers (a 2D grid), got {n}")
     opts = {"max_distance": side - 1} if kind == "relative" else {}
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
-    pe = ndpe.make(dims=2, kind=kind, dim=args.heads * args.head_dim, heads=args.heads, **opts).eval()
-    q, k, v = (torch.randn(args.batch, args.heads, n, args.head_dim) for _ in range(3))
+    pe = ndpe.make(dims=2, kind=kind, dim=args.heads * args.head_dim, heads=args.heads, **opts).eval().to(device)
+    q, k, v = (torch.randn(args.batch, args.heads, n, args.head_dim, device=device, dtype=dtype) for _ in range(3))
     row = {"kind": kind, "N": n, "bias MB": args.heads * n * n * 4 / 2**20}
+    peaks: dict[str, float] = {}
+    timed_ = lambda fn, name="": timed(fn, args.repeats, device, peaks, name)  # noqa: E731
 
     def build():
         pe.clear_cache()
         return pe(grid).bias
 
     with torch.no_grad():
-        row["build ms"] = timed(build, args.repeats)
-        row["fwd ms"] = timed(lambda: pe(grid), args.repeats)
-        mask, mask3 = ndpe.attn_bias(pe(grid)), pe(grid).bias
-        if args.flex:
-            row["eager flex ms"] = timed(lambda: flex.attention(q, k, v, pe, grid, compiled=False), args.repeats)
+        row["build ms"] = timed_(build)
+        row["fwd ms"] = timed_(lambda: pe(grid))
+        if args.flex and args.eager_flex:
+            row["eager flex ms"] = timed_(lambda: flex.attention(q, k, v, pe, grid, compiled=False))
         if args.sdpa:
-            row["sdpa ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v), args.repeats)
-            row["sdpa+bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.repeats)
-            row["3-D bias ms"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask3), args.repeats)
+            row["sdpa ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v), "sdpa")
+            mask = ndpe.attn_bias(pe(grid)).to(dtype)
+            row["sdpa+bias ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            del mask
+            # the whole cost of a materialized bias: built (cache cleared) and handed to SDPA, per call
+            row["sdpa+build ms"] = timed_(lambda: F.scaled_dot_product_attention(
+                q, k, v, attn_mask=ndpe.attn_bias(build_pos(pe, grid)).to(dtype)), "sdpa+build")
+            if args.device == "cpu":
+                mask3 = pe(grid).bias
+                row["3-D bias ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask3))
         if args.flex:
             t0 = time.perf_counter()
             try:
                 out = flex.attention(q, k, v, pe, grid)
+                sync(device)
                 row["compile s"] = time.perf_counter() - t0
-                row["flex ms"] = timed(lambda: flex.attention(q, k, v, pe, grid), args.repeats)
-                row["flex err"] = (out - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).abs().max().item()
+                row["flex ms"] = timed_(lambda: flex.attention(q, k, v, pe, grid), "flex")
+                ref = F.scaled_dot_product_attention(q, k, v, attn_mask=ndpe.attn_bias(pe(grid)).to(dtype))
+                row["flex err"] = (out - ref).abs().max().item()
             except Exception as err:  # report, keep going
-                row["flex ms"] = f"unavailable: {type(err).__name__}"
+                row["flex ms"] = f"unavailable: {type(err).__name__}: {str(err)[:200]}"
+    for name, mib in peaks.items():
+        row[f"{name} peak MiB"] = mib
     return row
 
 
-def main(args) -> None:
+def build_pos(pe, grid):
+    """The encoding's output for ``grid`` built afresh (its cache cleared): what one forward pays."""
+    pe.clear_cache()
+    return pe(grid)
+
+
+def main(args) -> list[dict]:
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, heads {args.heads}, "
-          f"head_dim {args.head_dim}, median of {args.repeats}")
-    cols = (["kind", "N", "bias MB", "build ms", "fwd ms"] + (["sdpa ms", "sdpa+bias ms", "3-D bias ms"] if args.sdpa else [])
-            + (["eager flex ms", "flex ms", "compile s", "flex err"] if args.flex else []))
+    print(f"torch {torch.__version__}, device {args.device}, {args.dtype}, {torch.get_num_threads()} threads, batch "
+          f"{args.batch}, heads {args.heads}, head_dim {args.head_dim}, median of {args.repeats}")
+    cols = (["kind", "N", "bias MB", "build ms", "fwd ms"]
+            + (["sdpa ms", "sdpa+bias ms", "sdpa+build ms", "3-D bias ms"] if args.sdpa else [])
+            + (["eager flex ms", "flex ms", "compile s", "flex err"] if args.flex else [])
+            + (["sdpa+build peak MiB", "flex peak MiB"] if args.device != "cpu" else []))
     print(" | ".join(f"{c:>12}" for c in cols))
+    rows = []
     for n in args.sizes:
         for kind in args.kinds:
-            row = bench(kind, n, args)
+            try:
+                row = bench(kind, n, args)
+            except torch.OutOfMemoryError as err:  # the crossover: a materialized N x N bias no longer fits
+                row = {"kind": kind, "N": n, "error": f"OutOfMemoryError: {str(err)[:200]}"}
+                torch.cuda.empty_cache()
+            rows.append(row)
             cells = [row.get(c, "") for c in cols]
-            print(" | ".join(f"{c:>12.3g}" if isinstance(c, float) else f"{c!s:>12}" for c in cells), flush=True)
+            print(" | ".join(f"{c:>12.3g}" if isinstance(c, float) else f"{c!s:>12}" for c in cells)
+                  + (f"  {row['error']}" if "error" in row else ""), flush=True)
+    if args.json:
+        import json
+
+        meta = {"torch": torch.__version__, **{k: v for k, v in vars(args).items() if k != "json"}}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return rows
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -103,6 +159,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--no-flex", dest="flex", action="store_false", help="skip the flex_attention columns")
     p.add_argument("--no-sdpa", dest="sdpa", action="store_false", help="skip the SDPA columns")
+    p.add_argument("--no-eager-flex", dest="eager_flex", action="store_false", help="skip flex without compile")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--json", default=None, help="write the rows to this file")
     return p
 
 

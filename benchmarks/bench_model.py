@@ -1,10 +1,13 @@
 """Training-step time of a small reference ViT (``models.vit.ViT``) with rope or alibi vs no encoding.
 
-One step = forward, cross-entropy, backward, AdamW step. The models of one grid are timed in the
-same rounds, in a shuffled order per round, and the median is reported with the overhead of each
-encoding over ``none``. Goal: <= 5% on CPU. Run from the repository root:
+One step = forward, cross-entropy, backward, AdamW step (``--amp``: under bf16 autocast on CUDA, as
+``train.engine`` trains). The models of one grid are timed in the same rounds, in a shuffled order per
+round, and the median is reported with the overhead of each encoding over ``none`` and the loss of the
+last step. Goal: <= 5% on CPU. Run from the repository root:
 
     python benchmarks/bench_model.py --threads 1 --repeats 7 --json model.json
+    python benchmarks/bench_model.py --device cuda --amp --kinds none rope alibi rope-mixed --grids 14 --dim 384 \
+        --depth 12 --heads 6 --patch 16 --batch 64      # ViT-S/16 at 224 px
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # reference models live in a checkout
 from bench_rope import clock, time_interleaved  # noqa: E402  (same folder)
 from models.vit import ViT  # noqa: E402
+from train.engine import autocast  # noqa: E402
 from ndpe.functional import set_rotary_kernel  # noqa: E402
 
 ROTARY_KERNELS = ("auto", "eager", "compile", "triton")  # ndpe.functional.set_rotary_kernel
@@ -40,27 +44,38 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="default: cpu time on CPU with 1 thread (shared machine), wall time otherwise")
     p.add_argument("--rope-kernels", nargs="+", default=["auto", "compile"], choices=ROTARY_KERNELS,
                    help="time rope with each rotary kernel (set_rotary_kernel); the first is the plain 'rope' row")
+    p.add_argument("--kinds", nargs="+", default=["none", "rope", "alibi"],
+                   help="encodings to time ('none' first: the overheads are against it)")
+    p.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA only, as train.engine.autocast)")
     p.add_argument("--json", default=None)
     return p
 
 
-def train_step(model: ViT, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor) -> None:
-    loss = F.cross_entropy(model(images), labels)
+def train_step(model: ViT, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor,
+               amp: bool = False) -> torch.Tensor:
+    with autocast(images.device, amp):
+        loss = F.cross_entropy(model(images), labels)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
+    return loss.detach()
 
 
 def row_names(args) -> list[str]:
-    """``none``, ``rope`` (first rotary kernel), ``rope [kernel]`` for the others, ``alibi``."""
-    return ["none", "rope", *(f"rope [{k}]" for k in args.rope_kernels[1:]), "alibi"]
+    """Each of ``--kinds`` in order; rope with the first rotary kernel, then ``rope [kernel]`` for the others."""
+    if args.kinds[0] != "none":
+        raise SystemExit(f"--kinds must start with none (the overheads are against it), got {args.kinds}")
+    names = []
+    for kind in args.kinds:
+        names += [kind, *(f"rope [{k}]" for k in args.rope_kernels[1:])] if kind == "rope" else [kind]
+    return names
 
 
 def bench_grid(side: int, args, device: torch.device) -> dict[str, float]:
     """Median seconds per training step for each row of :func:`row_names` at a ``side x side`` patch grid."""
     images = torch.randn(args.batch, 3, side * args.patch, side * args.patch, device=device)
     labels = torch.randint(0, 10, (args.batch,), device=device)
-    steps = {}
+    steps, losses = {}, {}
     for name in row_names(args):
         kind = name.split()[0]
         kernel = name[len("rope ["):-1] if name.startswith("rope [") else args.rope_kernels[0]
@@ -69,11 +84,12 @@ def bench_grid(side: int, args, device: torch.device) -> dict[str, float]:
                     patch_size=args.patch).to(device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def step(model=model, opt=opt, kernel=kernel):
+        def step(model=model, opt=opt, kernel=kernel, name=name):
             set_rotary_kernel(kernel)  # rows run in shuffled order: each sets its own
-            train_step(model, opt, images, labels)
+            losses[name] = train_step(model, opt, images, labels, args.amp)
         steps[name] = step
-    return time_interleaved(steps, args.repeats, device, clock(args.clock), warmup=2)
+    times = time_interleaved(steps, args.repeats, device, clock(args.clock), warmup=2)
+    return times, {name: loss.item() for name, loss in losses.items()}
 
 
 def main(args) -> list[dict]:
@@ -86,12 +102,13 @@ def main(args) -> list[dict]:
           f"rope rows: rotary kernel {args.rope_kernels[0]!r}, then {args.rope_kernels[1:]}")
     rows = []
     for side in args.grids:
-        t = bench_grid(side, args, device)
+        t, loss = bench_grid(side, args, device)
         print(f"\ngrid {side}x{side} ({side * side} patches + cls)")
         for name in row_names(args):
             overhead = (t[name] / t["none"] - 1) * 100
-            print(f"  {name:16s} {t[name] * 1e3:9.1f} ms/step  {overhead:+6.1f}% vs none")
-            rows.append({"grid": [side, side], "kind": name, "ms_per_step": t[name] * 1e3, "overhead_pct": overhead})
+            print(f"  {name:16s} {t[name] * 1e3:9.1f} ms/step  {overhead:+6.1f}% vs none  loss {loss[name]:.4f}")
+            rows.append({"grid": [side, side], "kind": name, "ms_per_step": t[name] * 1e3, "overhead_pct": overhead,
+                         "loss": loss[name], "amp": args.amp})
     if args.json:
         meta = {"torch": torch.__version__, "device": str(device), "threads": torch.get_num_threads(),
                 "date": time.strftime("%Y-%m-%d %H:%M"), **{k: v for k, v in vars(args).items() if k != "json"}}

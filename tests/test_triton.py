@@ -268,6 +268,7 @@ def test_backward_takes_gradients_of_any_strides():
         torch.testing.assert_close(grad("triton", loss_fn), grad("eager", loss_fn), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled kernel, not the interpreter)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])

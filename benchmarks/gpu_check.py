@@ -1,0 +1,299 @@
+"""Everything ndpe should measure on a GPU, in one call: ``bash scripts/gpu_check.sh`` (this file does the work).
+
+Steps, in order (a step that fails is recorded and the next one runs; a step that would start after ``--budget``
+seconds is skipped and says so):
+
+1. ``env``      the GPU's name, torch / triton / Python versions, date, the commit (``NDPE_COMMIT`` or git).
+2. ``tests``    the tests that need CUDA (``pytest -m cuda``): their pass / fail / skip counts.
+3. ``rope``     ``benchmarks/bench_rope.py`` in float32 and bfloat16, forward and forward + backward: the floor
+                (``q.clone(); k.clone()``), eager, compile, triton, timm (and rotary-embedding-torch where it is
+                installed) side by side, as fractions of the floor's bandwidth, beside the CPU traffic proxy's
+                prediction (``benchmarks/rope_traffic.py``, committed in ``benchmarks/results/traffic.json``).
+4. ``bias``     ``benchmarks/bench_bias.py``: flex attention against SDPA with a materialized bias for alibi,
+                relative, fire and cpb at N = 1k, 4k, 16k tokens: time and peak memory.
+5. ``train``    a training step of the reference ViT-S (``benchmarks/bench_model.py``, bf16 autocast on CUDA):
+                rope, alibi and rope-mixed over none; the loss finite; a short run stopped, checkpointed and
+                resumed on the device against the same run uninterrupted.
+6. ``cells``    a few cells of the standard preset's image tasks on the device (bf16 autocast), with their time.
+
+Files under ``--out`` (flat, at most 8): ``env.json`` (with each step's status and wall time), ``tests.xml``,
+``rope.json``, ``bias.json``, ``train.json``, ``cells.csv``, ``summary.md``, ``log.txt`` (written by the shell
+script). ``--device cpu --smoke`` runs every step at tiny sizes (the test suite runs it: tests/test_gpu_check.py).
+
+    python benchmarks/gpu_check.py --out $OUT                      # on the GPU machine (scripts/gpu_check.sh)
+    python benchmarks/gpu_check.py --device cpu --smoke --out /tmp/check
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import bench_bias  # noqa: E402  (same folder)
+import bench_model  # noqa: E402
+import bench_rope  # noqa: E402
+
+FILES = ("env.json", "tests.xml", "rope.json", "bias.json", "train.json", "cells.csv", "summary.md", "log.txt")
+TRAFFIC = ROOT / "benchmarks" / "results" / "traffic.json"  # the CPU proxy's figures (rope_traffic.py)
+STEPS = ("env", "tests", "rope", "bias", "train", "cells")
+
+
+def sizes(args) -> dict:
+    """What each step runs: the GPU sizes, or tiny ones for ``--smoke``."""
+    if args.smoke:
+        return dict(rope_shapes=["tiny 2x2"], rope_args=["--repeats", "2", "--no-compile", "--batch", "2",
+                                                          "--heads", "2", "--head-dim", "16"],
+                    bias_args=["--sizes", "16", "--repeats", "1", "--no-flex", "--heads", "2", "--head-dim", "8"],
+                    vit=["--grids", "4", "--dim", "32", "--depth", "1", "--heads", "2", "--patch", "4", "--batch",
+                         "2", "--repeats", "1", "--rope-kernels", "auto"],
+                    resume_steps=4, cells=[("image/shapes-zoom", "rope")],
+                    cell_overrides=["default_steps=2", "steps={}", "items={}", "train_items=64", "test_items=16"])
+    return dict(rope_shapes=["vit-s 14x14", "32x32", "video 8x14x14", "1d 4096", "1d 32k"],
+                rope_args=["--repeats", "20", "--compile-rows", "kernel"],
+                bias_args=["--sizes", "1024", "4096", "16384", "--repeats", "5", "--no-eager-flex"],
+                vit=["--grids", "14", "--dim", "384", "--depth", "12", "--heads", "6", "--patch", "16", "--batch",
+                     "64", "--repeats", "10", "--rope-kernels", "auto", "triton", "compile"],
+                resume_steps=20, cells=[(t, k) for t in ("image/shapes-zoom", "image/digits-zoom")
+                                        for k in ("none", "rope")],
+                cell_overrides=[])
+
+
+def commit() -> str:
+    """``NDPE_COMMIT`` (set by whoever sent the tree), else git's HEAD with a dirty flag, else ``unknown``."""
+    if os.environ.get("NDPE_COMMIT"):
+        return os.environ["NDPE_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return head.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def step_env(args, out: Path) -> dict:
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cuda = torch.cuda.is_available() and args.device == "cuda"
+    return {"device": torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine(),
+            "device_type": args.device, "cuda": torch.version.cuda, "torch": torch.__version__,
+            "triton": triton_version, "python": platform.python_version(), "commit": commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "smoke": args.smoke,
+            "memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1) if cuda else None}
+
+
+def step_tests(args, out: Path) -> dict:
+    """``pytest -m cuda`` (the project's addopts replaced: the GPU machine may lack the test extra's plugins)."""
+    files = sorted(str(f.relative_to(ROOT)) for f in (ROOT / "tests").glob("test_*.py") if "mark.cuda" in f.read_text())
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-o", "addopts=", "-p", "no:cacheprovider",
+           f"--junitxml={out / 'tests.xml'}", *files]  # only the files that hold them: others may need other extras
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(out / "tests.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return {**counts, "returncode": proc.returncode, "tail": proc.stdout[-1500:]}
+
+
+def step_rope(args, out: Path, plan: dict) -> dict:
+    rows = []
+    for dtype in ("float32", "bfloat16"):
+        for grad in (False, True):
+            argv = ["--device", args.device, "--dtype", dtype, "--shapes", *plan["rope_shapes"], *plan["rope_args"]]
+            rows += bench_rope.main(bench_rope.get_args_parser().parse_args(argv + (["--grad"] if grad else [])))
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+    (out / "rope.json").write_text(json.dumps({"rows": rows}, indent=1))
+    return {"rows": len(rows)}
+
+
+def step_bias(args, out: Path, plan: dict) -> dict:
+    dtype = "bfloat16" if args.device == "cuda" else "float32"
+    argv = ["--device", args.device, "--dtype", dtype, "--kinds", "alibi", "relative", "fire", "cpb",
+            "--json", str(out / "bias.json"), *plan["bias_args"]]
+    rows = bench_bias.main(bench_bias.get_args_parser().parse_args(argv))
+    return {"rows": len(rows), "errors": sum("error" in r for r in rows)}
+
+
+def step_train(args, out: Path, plan: dict) -> dict:
+    argv = ["--device", args.device, "--kinds", "none", "rope", "alibi", "rope-mixed", "--amp", *plan["vit"]]
+    rows = bench_model.main(bench_model.get_args_parser().parse_args(argv))
+    resume = exact_resume(args, out, plan["resume_steps"])
+    result = {"steps": rows, "resume": resume}
+    (out / "train.json").write_text(json.dumps(result, indent=1))
+    finite = all(math.isfinite(r["loss"]) for r in rows)
+    if not finite:
+        raise RuntimeError(f"a training step's loss is not finite: {[(r['kind'], r['loss']) for r in rows]}")
+    return {"loss_finite": finite, "resume_exact": resume["exact"], "resume_max_diff": resume["max_diff"]}
+
+
+def exact_resume(args, out: Path, steps: int) -> dict:
+    """A short run of the shapes task (``train.main``, bf16 autocast on CUDA) stopped halfway, checkpointed and
+    resumed, against the same run uninterrupted: every weight compared."""
+    import tempfile
+
+    from train.config import load_config
+    from train.main import fit
+
+    with tempfile.TemporaryDirectory() as tmp:
+        def run(name, *extra):
+            cfg = load_config(ROOT / "configs" / "image_shapes.yaml", [
+                f"train.out_dir={Path(tmp) / name}", f"train.device={args.device}", f"train.steps={steps}",
+                "train.batch_size=16", "model.dim=64", "model.depth=2", "optim.warmup_steps=2", "train.log_every=1",
+                "data.options.size=512", *extra])
+            return fit(cfg)
+        full, _ = run("full")
+        run("split", f"train.stop_after={steps // 2}")
+        resumed, _ = run("split", f"train.resume={Path(tmp) / 'split' / 'checkpoint.pt'}")
+        diffs = {n: (a.float() - b.float()).abs().max().item()
+                 for (n, a), b in zip(full.state_dict().items(), resumed.state_dict().values()) if a.numel()}
+    worst = max(diffs, key=diffs.get)
+    return {"steps": steps, "exact": max(diffs.values()) == 0.0, "max_diff": diffs[worst], "worst": worst}
+
+
+def step_cells(args, out: Path, plan: dict) -> dict:
+    """Cells of the standard preset run through the benchmark's own cell function, on the device."""
+    import tempfile
+
+    from train import bench
+
+    rows, failures = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml", [
+            f"out_root={tmp}", f"device={args.device}", "lr_search=[]", *plan["cell_overrides"]])
+        for task, kind in plan["cells"]:
+            cell = bench.CellSpec(task, kind, seed=100, data_seed=0, lr=cfg.lr, weight_decay=cfg.weight_decay)
+            start = time.perf_counter()
+            cell_rows, _, error = bench.run_cell_safe((cfg, cell, tmp))
+            seconds = time.perf_counter() - start
+            if error:
+                failures.append(error)
+            for r in cell_rows:
+                rows.append({**r.__dict__, "cell_s": round(seconds, 2)})
+            print(f"cell {task} {kind}: {seconds:.1f} s" + (f" FAILED {error}" if error else ""), flush=True)
+    with open(out / "cells.csv", "w", newline="") as f:
+        if rows:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    if failures:
+        raise RuntimeError("; ".join(failures))
+    return {"cells": len(plan["cells"]), "rows": len(rows)}
+
+
+def summary(env: dict, status: dict, out: Path) -> str:
+    """``summary.md``: the measured tables, read back from the step files."""
+    lines = [f"# GPU check: {env.get('device')}", "",
+             f"torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}, Python "
+             f"{env.get('python')}; commit {env.get('commit')}; {env.get('date')}" + (" (smoke)" if env.get('smoke') else ""),
+             "", "| step | status | wall s |", "|---|---|---|"]
+    lines += [f"| {s} | {v['status']} | {v.get('seconds', '')} |" for s, v in status.items()]
+    if "tests" in status and status["tests"]["status"] == "ok":
+        t = status["tests"]["result"]
+        lines += ["", f"CUDA tests: {t['passed']} passed, {t['failures'] + t['errors']} failed, {t['skipped']} skipped."]
+    if (out / "rope.json").exists():
+        predicted = {}
+        if TRAFFIC.exists():
+            for r in json.loads(TRAFFIC.read_text())["rows"]:
+                if "predicted_floor_fraction" in r:
+                    predicted[(r["shape"], r["dtype"], r["kernel"])] = r["predicted_floor_fraction"]
+        lines += ["", "## RoPE on q and k: fraction of the floor's bandwidth (floor time / time)", "",
+                  "| shape | dtype | pass | method | ms | fraction of floor | predicted (CPU proxy) |", "|---|---|---|---|---|---|---|"]
+        for r in json.loads((out / "rope.json").read_text())["rows"]:
+            if "floor_fraction" not in r:
+                continue
+            kernel = next((k for k in ("eager", "triton", "compile") if k in r["method"]), None)
+            pred = predicted.get((r["shape"], r.get("dtype"), kernel)) if "half" in r["method"] else None
+            lines.append(f"| {r['shape']} | {r.get('dtype')} | {'fwd+bwd' if r['grad'] else 'fwd'} | {r['method']} | "
+                         f"{r['ms']:.3f} | {r['floor_fraction']:.2f} | {'' if pred is None else f'{pred:.2f}'} |")
+    if (out / "bias.json").exists():
+        lines += ["", "## Bias kinds: flex attention vs SDPA with a materialized bias", "",
+                  "| kind | N | sdpa+bias ms | sdpa+build ms | flex ms | sdpa+build peak MiB | flex peak MiB |",
+                  "|---|---|---|---|---|---|---|"]
+        fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v if v is not None else "")  # noqa: E731
+        for r in json.loads((out / "bias.json").read_text())["rows"]:
+            lines.append(f"| {r['kind']} | {r['N']} | " + " | ".join(fmt(r.get(c)) for c in (
+                "sdpa+bias ms", "sdpa+build ms", "flex ms", "sdpa+build peak MiB", "flex peak MiB"))
+                + (f" {r['error'][:60]}" if "error" in r else "") + " |")
+    if (out / "train.json").exists():
+        t = json.loads((out / "train.json").read_text())
+        lines += ["", "## A training step of the reference ViT-S", "", "| kind | ms / step | overhead vs none | loss |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['kind']} | {r['ms_per_step']:.1f} | {r['overhead_pct']:+.1f} % | {r['loss']:.4f} |"
+                  for r in t["steps"]]
+        res = t["resume"]
+        lines += ["", f"Stopped at {res['steps'] // 2} of {res['steps']} steps and resumed: "
+                      f"{'exact' if res['exact'] else 'not exact'} (largest weight difference {res['max_diff']:.3g}, "
+                      f"{res['worst']})."]
+    if (out / "cells.csv").exists() and (out / "cells.csv").stat().st_size:
+        with open(out / "cells.csv") as f:
+            cells = list(csv.DictReader(f))
+        seen = {}
+        for r in cells:
+            seen.setdefault((r["task"], r["kind"]), r["cell_s"])
+        lines += ["", "## Benchmark cells on the device", "", "| task | kind | s per cell |", "|---|---|---|"]
+        lines += [f"| {t} | {k} | {s} |" for (t, k), s in seen.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu_check", help="folder for the files (flat)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
+    p.add_argument("--smoke", action="store_true", help="every step at tiny sizes (the CPU dry run)")
+    p.add_argument("--budget", type=float, default=420.0, help="seconds; a step that would start later is skipped")
+    p.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS)
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here (use --device cpu --smoke for the dry run)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plan, start, status = sizes(args), time.perf_counter(), {}
+    env = step_env(args, out)
+    for name in args.steps:
+        if name == "env":
+            status[name] = {"status": "ok", "seconds": 0.0}
+            continue
+        elapsed = time.perf_counter() - start
+        if elapsed > args.budget:
+            status[name] = {"status": f"skipped: out of time ({elapsed:.0f} s > {args.budget:.0f} s)"}
+            continue
+        print(f"\n== {name} ({elapsed:.0f} s so far)", flush=True)
+        t0 = time.perf_counter()
+        try:
+            fn = {"tests": step_tests, "rope": step_rope, "bias": step_bias, "train": step_train,
+                  "cells": step_cells}[name]
+            result = fn(args, out) if name == "tests" else fn(args, out, plan)
+            status[name] = {"status": "ok", "result": result}
+        except Exception as err:  # recorded; the next step runs
+            traceback.print_exc()
+            status[name] = {"status": f"failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+        status[name]["seconds"] = round(time.perf_counter() - t0, 1)
+        (out / "env.json").write_text(json.dumps({**env, "steps": status}, indent=1))  # kept at every step
+    env["wall_s"] = round(time.perf_counter() - start, 1)
+    (out / "env.json").write_text(json.dumps({**env, "steps": status}, indent=1))
+    (out / "summary.md").write_text(summary(env, status, out))
+    print(f"\nwrote {sorted(f.name for f in out.iterdir())} in {env['wall_s']:.0f} s")
+    return 0 if all(v["status"] == "ok" for v in status.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
