@@ -211,13 +211,13 @@ def test_a_run_directory_of_other_settings_is_one_line_at_the_cli(tmp_path, caps
 
 
 def test_learning_rate_search_chooses_on_validation_then_trains_every_run(tmp_path):
-    """Each kind trains once per candidate (seed 0, first data seed); its runs then use the best on val."""
+    """Each kind trains once per candidate (the search seed, first data seed); its runs then use the best on val."""
     cfg = tiny(tmp_path, "lr_search=[0.001,0.01]", "seeds=[0,1]", "rope_variants=[]", "default_steps=1")
     bench.run(cfg, "test")
     rows = read_rows(tmp_path / "quick" / "results.csv")
     search = [r for r in rows if r.variant == SEARCH]
-    assert sorted((r.kind, r.lr) for r in search) == [("none", 0.001), ("none", 0.01), ("rope", 0.001), ("rope", 0.01)]
-    assert all(r.split == "val" and r.seed == 0 for r in search)
+    assert {(r.kind, r.lr) for r in search} >= {("none", 0.001), ("none", 0.01), ("rope", 0.001), ("rope", 0.01)}
+    assert all(r.split == "val" and r.seed == cfg.search_seed not in cfg.seeds for r in search)  # never reported
     for kind in ("none", "rope"):
         vals = {r.lr: r.value for r in search if r.kind == kind}
         best = max(sorted(vals), key=lambda lr: (vals[lr], -lr))
@@ -290,3 +290,51 @@ def test_a_nope_label_trains_the_text_model_with_position_free_blocks(tmp_path):
     assert {r.task for r in rows} == {"text/copy"} and {r.split for r in rows} == {"train", "val", "test"}
     saved = yaml.safe_load(next((tmp_path / "quick" / "cells").glob("text_copy_rope+nope2_*/config.yaml")).read_text())
     assert saved["model"]["nope_every"] == 2 and saved["model"]["pe"]["kind"] == "rope"
+
+
+def fake_search_cell(args):
+    """A cell that trains nothing: search points score ``-(log2(lr / 0.016))^2`` (best at 0.016), runs score 0.5."""
+    import math
+
+    cfg, cell, _ = args
+    task = bench.TASKS[cell.task]
+    if cell.kind == bench.FLOOR:
+        return [bench._row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
+    if cell.search:
+        return [bench._row(task, cell, SEARCH, task.train_size, -math.log2(cell.lr / 0.016) ** 2, 0.0, split="val")], 0.0, None
+    return [bench._row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
+
+
+def test_the_search_extends_its_grid_until_the_choice_is_interior(tmp_path):
+    cfg = tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]")
+    bench.run(cfg, "test", cell_fn=fake_search_cell)
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert sorted(r.lr for r in rows if r.variant == SEARCH) == [0.001, 0.002, 0.004, 0.008, 0.016, 0.032]
+    assert {r.lr for r in rows if r.variant == "-"} == {0.016}
+    search = (tmp_path / "quick" / "report.md").read_text().split("## Learning-rate search")[1]
+    assert [line for line in search.splitlines() if line.startswith("| text/copy | rope |") and "⚑" not in line]
+
+
+def test_the_search_stops_at_the_end_of_its_range_and_says_so(tmp_path):
+    cfg = tiny(tmp_path, "lr_search=[0.001,0.002]", "kinds=[rope]", "rope_variants=[]", "lr_range=[0.0001,0.004]")
+    bench.run(cfg, "test", cell_fn=fake_search_cell)
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert sorted(r.lr for r in rows if r.variant == SEARCH) == [0.001, 0.002, 0.004]  # 0.008 is past the range
+    assert {r.lr for r in rows if r.variant == "-"} == {0.004}
+    search = (tmp_path / "quick" / "report.md").read_text().split("## Learning-rate search")[1]
+    assert [line for line in search.splitlines() if line.startswith("| text/copy | rope |") and line.endswith("⚑ |")]
+
+
+def test_the_search_scores_copy_at_exactly_the_training_length(tmp_path, monkeypatch):
+    """Copy's bar is exact match at exactly L; validation draws lengths 1..L: the search is scored as the bar."""
+    import train.main as main
+
+    seen, real = [], main.evaluate_model
+
+    def spy(model, tcfg, split="test", **opts):
+        seen.append((split, opts))
+        return real(model, tcfg, split=split, **opts)
+    monkeypatch.setattr(main, "evaluate_model", spy)
+    cfg = tiny(tmp_path, "lr_search=[0.001]", "kinds=[none]", "rope_variants=[]", "lr_extend=0", "seeds=[]")
+    bench.run(cfg, "test")
+    assert seen == [("val", {"min_length": None, "length": 8})]

@@ -86,6 +86,10 @@ class BenchConfig:
     lrs: dict = field(default_factory=dict)  # task -> peak learning rate (lr otherwise)
     weight_decay: float = 0.05
     lr_search: list[float] = field(default_factory=list)  # candidate peak learning rates, searched per (task, kind)
+    lr_extend: int = 3  # rounds that extend the grid by lr_step past an edge choice, until it is interior
+    lr_step: float = 2.0  # factor between an edge learning rate and the one added beyond it
+    lr_range: list[float] = field(default_factory=lambda: [1e-4, 0.05])  # the extension stays in this range
+    search_seed: int = 1000  # the search's model seed: never one of the reported seeds
     wd_search: dict = field(default_factory=dict)  # task -> candidate weight decays searched with lr_search
     lr_file: str | None = None  # a search's choice file (lr_choices.yaml; relative paths from the checkout's root)
     warmup_steps: int = 20
@@ -178,6 +182,12 @@ def check_per_task(cfg: BenchConfig) -> None:
                           f"data_seeds={cfg.data_seeds}")
     if any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in cfg.lr_search):
         raise ConfigError(f"lr_search must hold finite numbers > 0, got {cfg.lr_search}")
+    if cfg.search_seed in cfg.seeds:
+        raise ConfigError(f"search_seed {cfg.search_seed} is one of the reported seeds {cfg.seeds}: the search must "
+                          "run on a model seed that is never reported")
+    if not (cfg.lr_step > 1 and len(cfg.lr_range) == 2 and 0 < cfg.lr_range[0] < cfg.lr_range[1] and cfg.lr_extend >= 0):
+        raise ConfigError(f"lr_step must be > 1, lr_range [low, high] with 0 < low < high and lr_extend >= 0, got "
+                          f"lr_step={cfg.lr_step}, lr_range={cfg.lr_range}, lr_extend={cfg.lr_extend}")
 
 
 EXECUTORS = ("local", "ray")
@@ -281,16 +291,51 @@ def cells_for(cfg: BenchConfig) -> list[CellSpec]:
 
 
 def search_cells(cfg: BenchConfig) -> list[CellSpec]:
-    """The learning-rate search: one run (seed 0, data seed 0) per (task, kind, lr, weight decay) candidate."""
-    return [CellSpec(t, k, 0, cfg.data_seeds[0], lr, wd, search=True) for t in cfg.tasks for k in kinds_for(cfg, t)
-            for lr in cfg.lr_search for wd in cfg.wd_search.get(t, [cfg.weight_decay])]
+    """The learning-rate search's first grid: one run (model seed ``search_seed``, never reported; the first data
+    seed) per (task, kind, lr, weight decay) candidate. :func:`extension_cells` adds points past an edge choice."""
+    return [CellSpec(t, k, cfg.search_seed, cfg.data_seeds[0], lr, wd, search=True) for t in cfg.tasks
+            for k in kinds_for(cfg, t) for lr in cfg.lr_search for wd in cfg.wd_search.get(t, [cfg.weight_decay])]
+
+
+def search_points(rows: list[Row]) -> dict[tuple[str, str], dict[tuple[float, float], float]]:
+    """(task, kind) -> {(lr, weight decay): the search metric, signed so that larger is better}."""
+    from .report import good
+
+    found: dict = {}
+    for r in rows:
+        if r.variant == SEARCH:
+            found.setdefault((r.task, r.kind), {})[(r.lr, r.weight_decay)] = good(r.value, r.higher_is_better)
+    return found
+
+
+def best_point(points: dict[tuple[float, float], float]) -> tuple[float, float]:
+    """The best (lr, weight decay); ties go to the smaller learning rate."""
+    return max(points, key=lambda p: (points[p], -p[0]))
+
+
+def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
+    """Search points that extend the grid past an edge choice: where a (task, kind)'s best learning rate (its first
+    grid done) is the smallest or largest tried at its weight decay, the next one beyond it (``lr_step``), while it
+    stays in ``lr_range``. Run in rounds (``lr_extend``) until every choice is interior or at the range's end."""
+    found, cells = search_points(rows), []
+    lo, hi = cfg.lr_range
+    for c in search_cells(cfg):
+        points = found.get((c.task, c.kind), {})
+        if (c.lr, c.weight_decay) != (cfg.lr_search[0], cfg.wd_search.get(c.task, [cfg.weight_decay])[0]):
+            continue  # one decision per (task, kind)
+        if not {(x.lr, x.weight_decay) for x in search_cells(cfg) if (x.task, x.kind) == (c.task, c.kind)} <= set(points):
+            continue  # its first grid is not done (or a point failed)
+        lr, wd = best_point(points)
+        lrs = sorted(x for x, w in points if w == wd)
+        beyond = lr * cfg.lr_step if lr == lrs[-1] else lr / cfg.lr_step if lr == lrs[0] else None
+        if beyond is not None and lo <= beyond <= hi:
+            cells.append(dataclasses.replace(c, lr=round(beyond, 12), weight_decay=wd))
+    return cells
 
 
 def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[float, float]]:
-    """(task, kind) -> (lr, weight decay): the best search point on the validation split (every search cell of
-    that kind done), else the choice file's, else the preset's ``lrs`` / ``lr`` and ``weight_decay``."""
-    from .report import good
-
+    """(task, kind) -> (lr, weight decay): the best search point (its first grid done; every point of it and of
+    its extensions considered), else the choice file's, else the preset's ``lrs`` / ``lr`` and ``weight_decay``."""
     chosen: dict = {}
     if cfg.lr_file:
         path = Path(cfg.lr_file)
@@ -303,13 +348,10 @@ def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[fl
     wanted: dict = {}
     for c in search_cells(cfg):
         wanted.setdefault((c.task, c.kind), set()).add((c.lr, c.weight_decay))
-    found: dict = {}
-    for r in rows:
-        if r.variant == SEARCH:
-            found.setdefault((r.task, r.kind), {})[(r.lr, r.weight_decay)] = good(r.value, r.higher_is_better)
+    found = search_points(rows)
     for key, points in wanted.items():
         if points <= set(found.get(key, {})):
-            chosen[key] = max(points, key=lambda p: (found[key][p], -p[0]))
+            chosen[key] = best_point(found[key])
     return chosen
 
 
@@ -534,7 +576,9 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
     train_time = time.perf_counter() - start
     model.eval()
     val = result["eval"][task.metric]
-    if cell.search:
+    if cell.search:  # scored as the bar is judged: the validation split drawn as the test split at the training size
+        if task.test_data:  # e.g. copy: exact match at exactly L (validation draws lengths 1..L)
+            val = evaluate_model(model, tcfg, split="val", **test_options(task, task.train_size))[task.metric]
         return [_row(task, cell, SEARCH, task.train_size, val, train_time, split="val")], time.perf_counter() - start
     rows = [_row(task, cell, "-", task.train_size, result["train"][task.metric], train_time, split="train"),
             _row(task, cell, "-", task.train_size, val, train_time, split="val")]
@@ -591,9 +635,11 @@ def check_fingerprint(cfg: BenchConfig, run_dir: Path, *, resuming: bool) -> Non
 
 
 def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:
-    """The rows of the cells this configuration selects (a run directory may hold more)."""
-    keys = {c.key for c in [*cells_for(cfg), *search_cells(cfg)]}
-    return [r for r in rows if r.cell in keys]
+    """The rows of the cells this configuration selects (a run directory may hold more); a selected (task, kind)'s
+    search rows include the points its grid was extended by."""
+    keys = {c.key for c in cells_for(cfg)}
+    searched = {(c.task, c.kind, c.seed) for c in search_cells(cfg)}
+    return [r for r in rows if r.cell in keys or (r.variant == SEARCH and (r.task, r.kind, r.seed) in searched)]
 
 
 def write_choices(cfg: BenchConfig, chosen: dict, path: Path) -> None:
@@ -681,6 +727,10 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         executor.prepare(run_data_job, data)
         print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
         dispatch(first)
+        for _ in range(cfg.lr_extend):  # until every choice is interior (or at the end of lr_range)
+            extend = [c for c in extension_cells(cfg, read_rows(results)) if c.key not in done]
+            total, todo = total + len(extend), todo + len(extend)
+            dispatch(extend)
         chosen = choices(cfg, read_rows(results))
         if cfg.lr_search:
             write_choices(cfg, chosen, run_dir / "lr_choices.yaml")

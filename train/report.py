@@ -405,11 +405,13 @@ def lr_section(rows: list[Row]) -> list[str]:
             used[(r.task, r.kind)].add((r.lr, r.weight_decay))
     higher = {r.task: r.higher_is_better for r in search}
     lines = ["## Learning-rate search", "",
-             "Every kind gets the same search: each candidate (peak learning rate, weight decay) trains one run "
-             "(model seed 0, the first data seed; that run is also the first of the reported runs) scored on the "
-             "validation split at the training size; the best (ties: the smaller learning rate) is used for every "
-             "run. ⚑: the choice is the grid's smallest or largest learning rate and strictly better than its "
-             "neighbour (the grid may not bracket the optimum).", "",
+             "Every kind gets the same search: each candidate (peak learning rate, weight decay) trains one run on a "
+             "model seed that is never reported (the first data seed), scored on the validation split drawn as the "
+             "bar's test split at the training size (copy: exact match at exactly L); the best (ties: the smaller "
+             "learning rate) is used for every run. Where the best is the grid's smallest or largest learning rate, "
+             "the grid is extended past it (x2 or /2) until the choice is interior. ⚑: the choice is still an edge "
+             "of its grid and strictly better than its neighbour: the extension reached the end of the searched "
+             "range (or its rounds), so the grid may not bracket the optimum.", "",
              "| task | kind | validation metric per (lr, wd) | runs trained with |", "|---|---|---|---|"]
     for (task, kind), vals in sorted(by.items()):
         chosen = sorted(used.get((task, kind), set()))
