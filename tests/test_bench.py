@@ -338,3 +338,20 @@ def test_the_search_scores_copy_at_exactly_the_training_length(tmp_path, monkeyp
     cfg = tiny(tmp_path, "lr_search=[0.001]", "kinds=[none]", "rope_variants=[]", "lr_extend=0", "seeds=[]")
     bench.run(cfg, "test")
     assert seen == [("val", {"min_length": None, "length": 8})]
+
+
+def test_a_coordinate_convention_label_sets_the_kinds_coords(tmp_path):
+    task = bench.TASKS["image/shapes-zoom"]
+    assert bench.pe_config("rope@centered", task, (8, 8), (16, 16))["options"]["coords"] == "centered"
+    assert "coords" not in bench.pe_config("rope", task, (8, 8), (16, 16))["options"]
+    assert bench.pe_config("liere@index", task, (8, 8), (16, 16))["options"]["coords"] == "index"
+    for label, match in (("rope@diagonal", "coordinates must be one of"), ("learned@centered", "has no coords option")):
+        with pytest.raises(ConfigError, match=match):
+            bench.kinds_for(tiny(tmp_path, "tasks=[image/shapes-zoom]", f"kinds=[{label}]", "task_kinds={}"),
+                            "image/shapes-zoom")
+    cfg = tiny(tmp_path, "tasks=[image/shapes-zoom]", "kinds=[none,rope@centered]", "task_kinds={}", "default_steps=1",
+               "rope_variants=[]", "test_items=4")
+    bench.run(cfg, "test")
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert {r.kind for r in rows} >= {"none", "rope@centered"}
+    assert "| image/shapes-zoom | rope@centered | coords=centered" in (tmp_path / "quick" / "report.md").read_text()

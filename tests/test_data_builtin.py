@@ -209,6 +209,36 @@ def test_trajectory_label_is_the_motion_and_time_order_matters(frames, frame_siz
         assert trajectory_oracle(video.flip(1)) == REVERSED[label]  # reversed time -> the mirrored class
 
 
+def test_trajectory_duration_growth_continues_the_motion_at_the_training_frame_rate():
+    """growth="duration": item i at 16 frames is its 8-frame clip followed by 8 more frames of the same motion (same
+    pixels where the noise is removed), moving at the same speed; every clip still holds its label."""
+    opts = dict(motions="linear", growth="duration", disk_radius=2.2, size=40)
+    short, long = build_dataset("trajectory", "test", frames=8, **opts), build_dataset("trajectory", "test", frames=16, **opts)
+    for i in range(len(short)):
+        (a, label), (b, label_b) = short[i], long[i]
+        assert label == label_b and trajectory_oracle(b) == label and trajectory_oracle(b.flip(1)) == REVERSED[label]
+        ta, tb = centroid_track(a), centroid_track(b)
+        np.testing.assert_allclose(ta, tb[:8], atol=0.35)  # the same motion over the first 8 frames
+        step = np.abs(np.diff(tb, axis=0)).max(1)
+        assert step.std() < 0.35 and abs(step[:7].mean() - step[8:].mean()) < 0.2  # one speed all along
+    rate = build_dataset("trajectory", "test", frames=8, motions="linear", disk_radius=2.2, size=40)
+    assert not torch.equal(rate[0][0], short[0][0])  # at 8 frames the rate growth shows the whole motion, faster
+
+
+def centroid_track(video: torch.Tensor) -> np.ndarray:
+    w = np.clip((video * 0.5 + 0.5).sum(0).numpy() - 0.4, 0, None)  # as trajectory_oracle
+    rows, cols = np.indices(w.shape[1:]) + 0.5
+    return np.stack([(w * rows).sum((1, 2)), (w * cols).sum((1, 2))], -1) / w.sum((1, 2))[:, None]
+
+
+@pytest.mark.parametrize("opts,match", [(dict(growth="duration"), "linear motions only"),
+                                        (dict(growth="duration", motions="linear", frames=20), "frames <= max_frames"),
+                                        (dict(growth="speed"), "growth")])
+def test_trajectory_duration_growth_refuses_what_it_cannot_continue(opts, match):
+    with pytest.raises(ValueError, match=match):
+        build_dataset("trajectory", "test", **opts)
+
+
 # ------------------------------------------------------------------ tones: ridge-track oracle
 def tones_oracle(mel: torch.Tensor) -> int:
     """Contours from the peak mel bin of the loud frames in each third of the clip."""

@@ -27,6 +27,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -221,17 +222,35 @@ def expand_kinds(kinds: list[str] | str) -> list[str]:
     return names
 
 
+COORDS = ("index", "centered", "pixel")  # a kind label's "@coords": the coordinate convention (ndpe.coords)
+
+
 def split_label(kind: str) -> tuple[str, str | None, dict]:
     """A kind label -> ``(kind, augmentation, model options)``: ``"rope"``, ``"rope+cape"`` (position augmentation,
-    ``ndpe.augment``) or ``"rope+nope4"`` (every 4th block position-free, iRoPE: the text model's ``nope_every``).
+    ``ndpe.augment``) or ``"rope+nope4"`` (every 4th block position-free, iRoPE: the text model's ``nope_every``);
+    a ``"@coords"`` suffix (``"rope@centered"``) is the coordinate convention, see :func:`label_coords`.
 
-    >>> split_label("rope+nope4"), split_label("sinusoidal+cape")
-    (('rope', None, {'nope_every': 4}), ('sinusoidal', 'cape', {}))
+    >>> split_label("rope+nope4"), split_label("sinusoidal+cape"), split_label("rope@centered")
+    (('rope', None, {'nope_every': 4}), ('sinusoidal', 'cape', {}), ('rope', None, {}))
     """
-    base, _, suffix = kind.partition("+")
+    base, _, suffix = kind.partition("@")[0].partition("+")
     if suffix.startswith("nope") and suffix[4:].isdigit() and int(suffix[4:]) >= 1:
         return base, None, {"nope_every": int(suffix[4:])}
     return base, suffix or None, {}
+
+
+def label_coords(kind: str) -> str | None:
+    """The coordinate convention a kind label asks for (``"rope@centered"`` -> ``"centered"``), or None: the kind's
+    own default. Index coordinates extrapolate to a larger grid; centred ones interpolate (a zoom keeps them)."""
+    coords = kind.partition("@")[2]
+    if not coords:
+        return None
+    base = split_label(kind)[0]
+    if coords not in COORDS:
+        raise ConfigError(f"kind label {kind!r}: coordinates must be one of {list(COORDS)}, got {coords!r}")
+    if base in ndpe.available() and "coords" not in inspect.signature(ndpe.registry.kind_class(base).__init__).parameters:
+        raise ConfigError(f"kind label {kind!r}: {base} has no coords option (its coordinates cannot be chosen)")
+    return coords
 
 
 def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
@@ -248,7 +267,10 @@ def kinds_for(cfg: BenchConfig, task_name: str) -> list[str]:
             return False
         return task.dims in ndpe.available()[base] and (causal or not ndpe.registry.kind_class(base).causal_only)
 
-    return [k for k in expand_kinds(cfg.task_kinds.get(task_name, cfg.kinds)) if applies(k)]
+    kinds = [k for k in expand_kinds(cfg.task_kinds.get(task_name, cfg.kinds)) if applies(k)]
+    for k in kinds:
+        label_coords(k)  # a bad convention is a ConfigError before anything trains
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -376,6 +398,8 @@ def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_gri
         dims=task.dims, causal=bool(task.model_opts.get("causal")), train_grid=train_grid, max_grid=max_grid)
     if base in task.kind_options:  # the protocol's choices (train/protocol.py, each with its reason)
         options = {**options, **task.kind_options[base].options(tuple(train_grid or ()), tuple(max_grid or ()))}
+    if coords := label_coords(kind):  # the label's coordinate convention wins
+        options = {**options, "coords": coords}
     return {"kind": base, "options": options, "augment": augment}
 
 

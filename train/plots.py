@@ -47,8 +47,9 @@ def kind_style(kind: str) -> tuple[str, str]:
 def series_style(label: str) -> dict:
     """Matplotlib keywords (color, marker, linestyle) for an encoding's label, the same in every figure."""
     kind = kind_of(label)
-    colour, marker = kind_style(kind)
-    linestyle = "-"
+    base, _, coords = kind.partition("@")  # "rope@centered": rope's colour, dotted (another coordinate convention)
+    colour, marker = kind_style(base)
+    linestyle = (0, (1, 1)) if coords else "-"
     if label != kind:
         variant = label[len(kind) + 2:-1]
         linestyle, marker = VARIANT_STYLES.get(variant, ((0, (3, 1, 1, 1, 1, 1)), "d"))
@@ -105,7 +106,7 @@ FAINT = {"color": "#bdbdbd", "linewidth": 0.8, "alpha": 0.6, "zorder": 1}  # the
 def group_of(label: str) -> str:
     """The panel (:data:`GROUPS`) of an encoding's label: how its kind acts, read from ``ndpe.catalog``; a benchmark
     name "kind+augment" goes with its kind; anything else (the conv nets) is :data:`OTHER_GROUP`."""
-    kind = kind_of(label).split("+")[0]
+    kind = kind_of(label).partition("@")[0].split("+")[0]
     if kind not in available():
         return OTHER_GROUP
     acts = set(catalog.acts_by(kind).split(" + "))

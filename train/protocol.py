@@ -116,6 +116,10 @@ ROPE_VIT = KindOption(lambda train, largest: {"theta": 100.0},
                       "RoPE-Axial at RoPE-ViT's theta 100 (Heo et al. 2024 code), not the language models' 10000")
 FIRE_L = KindOption(lambda train, largest: {"init_L": max(train[0] // 2, 1)},
                     "init_L at half the training length, so FIRE's progressive interpolation acts (Li et al. 2024)")
+T5_IN_CONTEXT = KindOption(lambda train, largest: {"max_distance": int(train[0])},
+                           "T5 buckets with max_distance at the training context, so every bucket is trained (the "
+                           "default 128 at a context of 64 leaves the last buckets, which hold most offsets at 2-8x, "
+                           "untrained); Press et al. 2022 compare T5's bias as trained")
 COPE_MAX = KindOption(lambda train, largest: {"max_pos": int(largest[0])},
                       "max_pos covers every offset of the largest test sequence (Golovneva et al. 2024)")
 CAUSAL_TEXT = {"data": {"causal": True, "min_length": 1}, "test_data": {"min_length": None},
@@ -164,12 +168,20 @@ TASKS = {t.name: t for t in [
          Bar("perplexity below the trigram's on the same test characters", floor="trigram"), "C",
          test_data={"score_last": 32, "align": 512}, model_opts={"causal": True}, protocol=PRESS_PROTOCOL,
          order_blind="measured: a softmax regression on the bag of the window's characters (train/floors.py)",
-         kind_options={"fire": FIRE_L}),
+         kind_options={"fire": FIRE_L, "relative": T5_IN_CONTEXT}),
     Task("video/trajectory", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, ORDER_BAR, "frames",
          data={"motions": "linear", "disk_radius": 2.2, "zero_background": True},
          model_opts={"tubelet": [1, 8, 8], "pool": "mean", "heads": 2},
          protocol="the same motion at a higher frame rate (more frames); one-frame tubelets, so only positions "
                   "tell the frame order (right/left, down/up)",
+         order_blind="the ceiling of a model blind to frame order: the axis of motion identified, the direction "
+                     "guessed (1/2)"),
+    Task("video/trajectory-long", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, ORDER_BAR, "frames",
+         data={"motions": "linear", "disk_radius": 2.2, "zero_background": True, "growth": "duration",
+               "max_frames": 16},
+         model_opts={"tubelet": [1, 8, 8], "pool": "mean", "heads": 2},
+         protocol="the motion continued at the training frame rate (more frames, a longer clip: VideoRoPE's and "
+                  "VRoPE's setting); one-frame tubelets, so only positions tell the frame order",
          order_blind="the ceiling of a model blind to frame order: the axis of motion identified, the direction "
                      "guessed (1/2)"),
     Task("coord/uniform", "onehot_pixel", "conv", 2, "split_mode", 1, (1,), "coord_err", False,
@@ -190,10 +202,13 @@ TASKS = {t.name: t for t in [
 class Claim:
     """A trend a paper reports on ``task``, as ordered pairs: every kind of a tier beats every kind of later tiers.
 
-    ``measure``: "largest" (the metric at the largest test size) or "degradation" (its worsening from
-    the training size to the largest, paired per run). ``threshold``: every kind of ``meets`` is on the
-    good side of it and every kind of ``misses`` is not. ``note``: how the protocol differs without
-    changing what is measured; ``not_tested``: a difference that does, so no verdict is given.
+    ``measure``: "largest" (the metric at the largest test size), "degradation" (its worsening from
+    the training size to the largest, paired per run) or "training" (the metric at the training size:
+    a claim about in-distribution quality). ``threshold``: every kind of ``meets`` is on the good side
+    of it and every kind of ``misses`` is not. ``keeps``: kinds said to keep their quality beyond the
+    training size (their retention at the largest size must stay above 0, train/claims.py). ``note``:
+    how the protocol differs without changing what is measured; ``not_tested``: a difference that
+    does, so no verdict is given.
     """
 
     source: str
@@ -204,6 +219,7 @@ class Claim:
     threshold: float | None = None
     meets: list[str] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)
+    keeps: list[str] = field(default_factory=list)  # kinds said to keep their quality beyond the training size
     note: str = ""
     not_tested: str = ""
 
@@ -211,60 +227,67 @@ class Claim:
 KAZEMNEJAD = ("Kazemnejad et al. 2023", "decoder-only causal models trained on lengths up to L, tested up to 2L: NoPE "
               "(`none`) and T5's relative bias length-generalize better than absolute (`learned`, `sinusoidal`) and "
               "rotary encodings; ALiBi in between")
-HEO = ("Heo et al. 2024", "RoPE-Mixed > RoPE-Axial (`rope-mixed`, `rope` at theta 100) > `learned`/`sinusoidal` at "
-       "the larger resolution")
+HEO = ("Heo et al. 2024", "RoPE-Mixed > RoPE-Axial (`rope-mixed`, `rope` at theta 100) > absolute (`sinusoidal`) at "
+       "the larger resolution, index coordinates (their code's: new patches get new indices, extrapolated)")
+HEO_CENTERED = ("Heo et al. 2024, centred coordinates", "RoPE-Mixed > RoPE-Axial > absolute at the larger resolution, "
+                "with every kind's coordinates interpolated (`@centered`: the image spans the same range at every "
+                "size; `learned`: its table resized): the same claim in the other convention")
+VIDEO_NOTE = ("the paper measures long-video understanding and retrieval in a video LLM; here a small video classifier "
+              "on clips 1.5x and 2x longer at the training frame rate")
 LIU_SOURCE = "Liu et al. 2018"
+ZOOM_TASKS = ("image/shapes-zoom", "image/digits-zoom", "image/mnist-zoom")
+CANVAS_NOTE = "on a canvas (positions extrapolated), not the paper's zoom: reported beside the zoom verdict"
 CLAIMS = [
     *[Claim(*KAZEMNEJAD, task, [["none", "relative"], ["alibi"], ["learned", "sinusoidal", "rope"]],
             note="a 2-layer model of width 48; their models are larger and trained longer")
       for task in ("text/copy", "text/reverse", "text/addition")],
-    Claim("Press et al. 2022", "on a causal LM, ALiBi and T5-style bias (`relative`) keep perplexity at longer "
-          "contexts where sinusoidal and RoPE degrade", "text/stdlib_lm", [["alibi", "relative"], ["sinusoidal", "rope"]],
-          measure="degradation", note="a character LM on Python sources, up to 8x the training context (the paper: "
-          "word-level WikiText-103 up to 16x)"),
+    Claim("Press et al. 2022", "on a causal LM, ALiBi and T5-style bias (`relative`) keep their perplexity at contexts "
+          "longer than trained, where sinusoidal and RoPE degrade", "text/stdlib_lm",
+          [["alibi", "relative"], ["sinusoidal", "rope"]], measure="degradation", keeps=["alibi", "relative"],
+          note="a character LM on Python sources, up to 8x the training context (the paper: word-level WikiText-103 up "
+          "to 16x). On these sources no kind gains from history beyond the training context, so this measures "
+          "robustness to unseen offsets, not the use of a longer context (the paper's headline)"),
     Claim("Sun et al. 2023", "on a causal LM, xPos (`xpos`) keeps perplexity at longer contexts better than RoPE",
           "text/stdlib_lm", [["xpos"], ["rope"]], measure="degradation",
           not_tested="the paper extrapolates with blockwise causal attention; the benchmark uses full attention"),
-    Claim("Li et al. 2024", "on a causal LM, FIRE (`fire`) keeps perplexity at longer contexts better than RoPE and "
-          "NoPE", "text/stdlib_lm", [["fire"], ["rope", "none"]], measure="degradation",
+    Claim("Li et al. 2024", "on a causal LM, FIRE (`fire`) keeps its perplexity at longer contexts, better than RoPE "
+          "and NoPE", "text/stdlib_lm", [["fire"], ["rope", "none"]], measure="degradation", keeps=["fire"],
           note="FIRE with init_L at half the training context, so its progressive interpolation acts"),
     Claim("Lin et al. 2025", "on a causal LM, the Forgetting Transformer's data-dependent ALiBi (`dd-alibi`, no other "
-          "encoding) keeps perplexity at longer contexts better than RoPE", "text/stdlib_lm", [["dd-alibi"], ["rope"]],
-          measure="degradation", note="one forget-gate projection shared by the 3 blocks (an ndpe encoding is computed "
-          "once per model; the paper has one per layer) and the plain LLaMA-style block, not FoX's Pro block"),
-    Claim("Gopalakrishnan et al. 2025", "on a causal LM, PoPE (`pope`) keeps perplexity at longer contexts better "
-          "than RoPE", "text/stdlib_lm", [["pope"], ["rope"]], measure="degradation",
+          "encoding) keeps its perplexity at longer contexts, better than RoPE", "text/stdlib_lm",
+          [["dd-alibi"], ["rope"]], measure="degradation", keeps=["dd-alibi"],
+          note="one forget-gate projection shared by the 3 blocks (an ndpe encoding is computed once per model; the "
+          "paper has one per layer) and the plain LLaMA-style block, not FoX's Pro block"),
+    Claim("Gopalakrishnan et al. 2025", "on a causal LM, PoPE (`pope`) keeps its perplexity at longer contexts, better "
+          "than RoPE", "text/stdlib_lm", [["pope"], ["rope"]], measure="degradation", keeps=["pope"],
           note="a character LM on Python sources up to 8x the training context; the paper's models are far larger"),
-    Claim("Wei et al. 2025", "on video, VideoRoPE (`videorope`) keeps its accuracy at more frames better than 3D RoPE",
-          "video/trajectory", [["videorope"], ["rope"]], measure="degradation",
-          note="the paper measures long-video retrieval and understanding in a video LLM (Qwen2-VL); here a small "
-               "video classifier at 1.5x and 2x the frames (a higher frame rate)"),
-    Claim("Liu et al. 2025", "on video, VRoPE (`vrope`) keeps its accuracy at more frames better than 3D RoPE",
-          "video/trajectory", [["vrope"], ["rope"]], measure="degradation",
-          note="the paper measures video understanding and long-video retrieval in video LLMs (Vicuna, Qwen2) whose "
-               "video tokens sit between text tokens; here a small video classifier at 1.5x and 2x the frames (a higher "
-               "frame rate), no text, so its continuity with text is not exercised"),
+    *[Claim(source, f"on longer videos, {name} (`{kind}`) keeps its accuracy better than 3D RoPE ({what})",
+            "video/trajectory-long", [[kind], ["rope"]], measure=measure, keeps=[kind], note=VIDEO_NOTE)
+      for source, name, kind in (("Wei et al. 2025", "VideoRoPE", "videorope"), ("Liu et al. 2025", "VRoPE", "vrope"))
+      for measure, what in (("degradation", "its worsening from 8 frames, paired per run"),
+                            ("largest", "accuracy at the longest clip"))],
     *[Claim("Yu et al. 2025", "at a larger resolution than trained, ComRoPE (`comrope`, LD) beats LieRE (`liere`) in a "
             "ViT", task, [["comrope"], ["liere"]],
-            note="the paper trains ViT-B/16 on ImageNet-1K at 224 px and tests the same images at larger resolutions, "
-                 "positions normalized to the image, as here (a 2-block ViT, zoom, centered coordinates); its LieRE "
-                 "baseline shares ComRoPE's block size, here LieRE is dense (its own paper's) and ComRoPE-LD takes "
-                 "blocks of 6 (head_dim 12)")
-      for task in ("image/shapes-zoom", "image/digits-zoom")],
-    *[Claim(source, f"learned rotations (`{kind}`) beat RoPE-Axial (`rope`) in a ViT", task, [[kind], ["rope"]],
-            not_tested="the paper compares accuracy of ViTs trained at scale (CIFAR-100, ImageNet; 3D data) at their "
-                       "training resolution; this task measures a 2-block ViT beyond its training size")
+            note=("the paper trains ViT-B/16 on ImageNet-1K at 224 px and tests the same images at larger resolutions, "
+                  "positions normalized to the image, as here (a 2-block ViT, centered coordinates); its LieRE "
+                  "baseline shares ComRoPE's block size, here LieRE is dense (its own paper's) and ComRoPE-LD takes "
+                  "blocks of 6 (head_dim 12)") + ("" if task in ZOOM_TASKS else "; " + CANVAS_NOTE))
+      for task in (*ZOOM_TASKS, "image/mnist-pair")],
+    *[Claim(source, f"learned rotations (`{kind}`) beat RoPE-Axial (`rope`) in a ViT at its training resolution", task,
+            [[kind], ["rope"]], measure="training",
+            note="the paper compares ViTs trained at scale (CIFAR-100, ImageNet; 3D data) at their training "
+                 "resolution; here a 2-block ViT on small images, compared at the training size")
       for source, kind in (("Ostmeier et al. 2024", "liere"), ("Schenck et al. 2025", "string"))
-      for task in ("image/shapes-zoom", "image/digits-zoom")],
+      for task in (*ZOOM_TASKS, "image/mnist-pair")],
     Claim("Golovneva et al. 2024", "beyond the training length, CoPE (`cope`) beats absolute encodings and RoPE",
           "text/copy", [["cope"], ["learned", "sinusoidal", "rope"]],
           not_tested="plain copy is not one of the paper's tasks (selective copy, counting, flip-flop), which the "
                      "benchmark does not have yet"),
-    *[Claim(*HEO, task, [["rope-mixed"], ["rope"], ["learned", "sinusoidal"]])
-      for task in ("image/shapes-zoom", "image/digits-zoom")],
-    *[Claim(*HEO, task, [["rope-mixed"], ["rope"], ["learned", "sinusoidal"]],
-            not_tested="extrapolation to a larger canvas, not the paper's protocol (which zooms the same image)")
-      for task in ("image/shapes", "image/digits-canvas")],
+    *[Claim(*heo, task, tiers, note="" if task in ZOOM_TASKS else CANVAS_NOTE)
+      for heo, tiers in ((HEO, [["rope-mixed"], ["rope"], ["sinusoidal"]]),
+                         (HEO_CENTERED, [["rope-mixed@centered"], ["rope@centered"],
+                                         ["learned", "sinusoidal@centered"]]))
+      for task in (*ZOOM_TASKS, "image/shapes", "image/digits-canvas", "image/mnist-pair")],
     Claim(LIU_SOURCE, "CoordConv is near-perfect (error under one pixel, 2/63) on the uniform split", "coord/uniform",
           threshold=ONE_PIXEL, meets=["conv+coord"]),
     Claim(LIU_SOURCE, "CoordConv is near-perfect (error under one pixel, 2/63) on the held-out quadrant, where plain "

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import stats
-from .protocol import CLAIMS, TASKS, Claim
+from .claims import LOG_METRICS, Verdict, check_claim, claim_line, measured_values, zoom_and_canvas  # noqa: F401
+from .protocol import CLAIMS, TASKS
 from .results import FLOOR_PREFIX, SEARCH, Cell, Row, aggregate, is_floor, kind_of, read_rows, size_label, split_floors
 
 NOPE = "none"  # the kind without positions: the control every "uses position" claim beats
@@ -180,105 +181,6 @@ def retention(agg_task, label: str, ratio: float, check: Competence) -> stats.Es
         if run in base.runs and d in f1_by and d in fk_by and good(base.runs[run] - f1_by[d], check.higher) > 0:
             values.append(good(v - fk_by[d], check.higher) / good(base.runs[run] - f1_by[d], check.higher))
     return stats.t_interval(values) if values else None
-
-
-# --- literature claims ------------------------------------------------------------------------------
-
-@dataclass
-class Verdict:
-    label: str  # agrees | disagrees | inconclusive | not tested
-    detail: str
-
-
-LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
-
-
-def measured_values(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool,
-                    metric: str = "") -> list[float]:
-    """Per run, what ``claim`` compares, signed so that larger is better: the metric at ``last``, or minus its
-    worsening from ``first`` to ``last`` (paired per run); perplexities as their log."""
-    by = agg_task.get(label, {})
-    f = math.log if metric in LOG_METRICS else (lambda v: v)
-    if claim.measure == "largest":
-        return [good(f(v), higher) for _, v in sorted(by[last].runs.items())] if last in by else []
-    if first not in by or last not in by:
-        return []
-    a, b = by[first].runs, by[last].runs
-    return [good(f(b[r]) - f(a[r]), higher) for r in sorted(a) if r in b]
-
-
-def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
-    """The verdict of one claim: ordered pairs tested by Welch t tests, Holm-corrected within the claim.
-
-    ``in_dist``: task -> the aggregate the competence rules read (:func:`in_distribution`; default ``agg``)."""
-    if claim.task not in agg:
-        return Verdict("not tested", "task not in this run")
-    if claim.not_tested:
-        return Verdict("not tested", claim.not_tested)
-    agg_task, row = agg[claim.task], info[claim.task]
-    higher = row.higher_is_better
-    check = competence(claim.task, (in_dist or agg)[claim.task], higher)
-    if not check.learned:
-        return Verdict("not tested", "the task was not learned at this budget (no kind passes its bar)")
-    first, last = check.ratio, max(max(by) for by in agg_task.values())
-    tiers = [[k for k in tier if k in agg_task and check.counts(k)] for tier in claim.tiers]
-    left_out = sorted(k for tier in claim.tiers for k in tier if k in agg_task and not check.counts(k))
-    missing = sorted(k for tier in claim.tiers for k in tier if k not in agg_task)
-    notes = []
-    if left_out:
-        notes.append(f"left out (do not count: below the bar or a floor): {', '.join(left_out)}")
-    if missing:
-        notes.append(f"not in this run: {', '.join(missing)}")
-    empty = ["[" + ", ".join(tier) + "]" for tier, kept in zip(claim.tiers, tiers) if not kept]
-    if empty:  # a claim about a tier that no kind represents is not tested, whatever the other pairs say
-        return Verdict("not tested", f"no kind of {' or '.join(empty)} counts; " + "; ".join(notes))
-    tests: list[tuple[str, stats.Estimate]] = []
-    for i, upper in enumerate(tiers):
-        for lower in tiers[i + 1:]:
-            for a in upper:
-                for b in lower:
-                    est = stats.welch(measured_values(agg_task, a, claim, first, last, higher, row.metric),
-                                      measured_values(agg_task, b, claim, first, last, higher, row.metric))
-                    tests.append((f"{a} vs {b}", est))
-    bound = claim.threshold
-    for label, should in [*[(k, True) for k in claim.meets], *[(k, False) for k in claim.misses]]:
-        if label in agg_task and last in agg_task[label] and bound is not None:
-            est = stats.above(agg_task[label][last].values, bound, higher)
-            side = "under" if not higher else "over"
-            tests.append((f"{label} {side} {bound:.3g}" if should else f"{label} not {side} {bound:.3g}",
-                          est if should else stats.Estimate(-est.mean, est.se, est.df, est.n)))
-    if not tests:
-        return Verdict("not tested", "nothing measured; " + "; ".join(notes))
-    adjusted = stats.holm([t.p_value for _, t in tests])
-    parts, signs = [], []
-    for (name, est), p in zip(tests, adjusted):
-        sign = 0 if not p < stats.ALPHA else (1 if est.mean > 0 else -1)
-        signs.append(sign)
-        parts.append(f"{name}: {est.fmt()} (Holm p={p:.2g})")
-    log = " of log ppl (nats per character)" if row.metric in LOG_METRICS else ""
-    what = f"worsening{log} from ×{first:g} to ×{last:g}" if claim.measure == "degradation" else \
-        f"{row.metric}{log} at ×{last:g}"
-    detail = f"{what}, differences signed so that positive agrees with the claim: " + "; ".join(parts)
-    if notes:
-        detail += ". " + ". ".join(n[0].upper() + n[1:] for n in notes)
-    if -1 in signs:
-        return Verdict("disagrees", detail)
-    if all(s == 1 for s in signs):
-        return Verdict("agrees", detail)
-    if all(est.se == 0 and est.mean == 0 for _, est in tests):
-        return Verdict("inconclusive", detail + ". Every kind compared scores the same in every run (a floor or a "
-                       "ceiling of the metric at this size), so no difference can be measured")
-    level = stats.ALPHA / len(tests)  # Holm's strictest step
-    detectable = [d for _, est in tests if not math.isnan(d := est.detectable(alpha=level))]
-    smallest = max(detectable) if detectable else math.nan
-    return Verdict("inconclusive", detail + f". The design detects differences of about {smallest:.3g} "
-                   f"(80 % power at Holm's strictest level, {level:.2g}, per pair)")
-
-
-def claim_line(claim: Claim, agg, info, in_dist=None) -> str:
-    verdict = check_claim(claim, agg, info, in_dist)
-    head = f"- **{claim.source}**, `{claim.task}` — {claim.text}" + (f" [{claim.note}]" if claim.note else "")
-    return f"{head}: **{verdict.label}**. {verdict.detail}."
 
 
 # --- tables -----------------------------------------------------------------------------------------
@@ -472,9 +374,12 @@ def write_report(run_dir: Path, header: str, select=None) -> Path:
                   f"![{task}]({plot.name})", ""]
     parts += lr_section(rows)
     parts += ["## Does it reproduce the literature?", "",
-              "Each claim is a set of ordered pairs; each pair a Welch t test on per-run values (a worsening is "
-              "paired per run first), Holm-corrected within the claim; only kinds that count take part.", ""]
+              "Each claim is judged whole (train/claims.py): each half (an ordered pair of kinds, a kind said to keep "
+              "its quality beyond the training size, a threshold) is a test on per-run values (a worsening is paired "
+              "per run first; two kinds measured on the same runs are compared paired, else by Welch), "
+              "Holm-corrected within the claim; only kinds that count take part, and a half left out is named.", ""]
     parts += [claim_line(c, agg, info, in_dist) for c in CLAIMS if c.task in agg]
+    parts += ["", *zoom_and_canvas(CLAIMS, agg, info, in_dist)]
     out = run_dir / "report.md"
     out.write_text("\n".join(parts) + "\n")
     return out

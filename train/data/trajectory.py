@@ -7,7 +7,11 @@ Classes (``classes``), paths over clip time ``t`` in [0, 1] (row axis points dow
     6 bounce-horizontal   7 bounce-vertical   out and back along one axis (either sign)
 
 The path is fixed in clip time and sampled at ``t_k = k / (frames - 1)``, so 12 or 16 frames
-(for extrapolation) show the same motion at a higher frame rate. Start point, extent, colour
+(for extrapolation) show the same motion at a higher frame rate (``growth="rate"``, the default). With
+``growth="duration"`` the frame rate is fixed instead: ``t_k = k / (base_frames - 1)``, so more frames
+continue the same motion over a longer clip (item ``i`` at 16 frames is its 8-frame clip and 8 frames
+more); the motion's speed is set so that the longest clip (``max_frames``) stays in the frame, so
+shorter clips show a shorter stretch of it (linear motions only). Start point, extent, colour
 (bright RGB) and a little pixel noise are random. Right/left, down/up and cw/ccw are time
 reversals of each other and cover the same pixels: the order of frames is the label.
 ``motions="linear"`` keeps classes 0-3 only: a model blind to frame order can tell the axis but
@@ -29,16 +33,18 @@ CLASSES = ("right", "left", "down", "up", "clockwise", "counter-clockwise", "bou
 LINEAR = {0: (0, 1), 1: (0, -1), 2: (1, 0), 3: (-1, 0)}  # class -> unit (d_row, d_col)
 DISK_RADIUS = 1.5  # pixels, at every frame size (default of the ``disk_radius`` option)
 MOTIONS = {"all": CLASSES, "linear": CLASSES[:4]}
+GROWTHS = ("rate", "duration")  # more frames: the same clip at a higher frame rate, or a longer clip at the same rate
 REVERSAL_GROUP = {"right": 0, "left": 0, "down": 1, "up": 1, "clockwise": 2, "counter-clockwise": 2,
                   "bounce-horizontal": 3, "bounce-vertical": 4}  # a bounce reversed is itself
 
 
-def path(label: int, t: np.ndarray, frame_size: int, rng, radius: float = DISK_RADIUS) -> np.ndarray:
-    """Disk centres ``(T, 2)`` (row, col) in pixel units for class ``label`` at clip times ``t``."""
+def path(label: int, t: np.ndarray, frame_size: int, rng, radius: float = DISK_RADIUS, span: float = 1.0) -> np.ndarray:
+    """Disk centres ``(T, 2)`` (row, col) in pixel units for class ``label`` at clip times ``t``; a linear motion
+    covers 40-60 % of the frame over clip times ``[0, span]`` (``span`` > 1: a clip longer than ``[0, 1]``)."""
     margin = radius + 1.0
     if label in LINEAR:
-        step = np.array(LINEAR[label]) * rng.uniform(0.4, 0.6) * frame_size
-        start = rng.uniform(margin + np.maximum(-step, 0), frame_size - margin - np.maximum(step, 0))
+        step = np.array(LINEAR[label]) * rng.uniform(0.4, 0.6) * frame_size / span
+        start = rng.uniform(margin + np.maximum(-step * span, 0), frame_size - margin - np.maximum(step * span, 0))
         return start + t[:, None] * step
     if label in (4, 5):
         radius = rng.uniform(0.2, 0.3) * frame_size
@@ -73,9 +79,19 @@ class Trajectory(SyntheticDataset):
     num_classes, classes = len(CLASSES), CLASSES
 
     def __init__(self, split: str, *, seed: int = 0, frames: int = 8, frame_size: int = 16, size: int | None = None,
-                 motions: str = "all", disk_radius: float = DISK_RADIUS, zero_background: bool = False):
+                 motions: str = "all", disk_radius: float = DISK_RADIUS, zero_background: bool = False,
+                 growth: str = "rate", base_frames: int = 8, max_frames: int = 16):
         super().__init__(split, seed=seed, size=size)
         check_min("frames", frames, 3)
+        check_choice("growth", growth, GROWTHS)
+        if growth == "duration":
+            check_min("base_frames", base_frames, 3)
+            if motions != "linear":
+                raise ValueError(f"growth='duration' continues linear motions only: pass motions='linear', got {motions!r}")
+            if not base_frames <= frames <= max_frames:
+                raise ValueError(f"growth='duration' needs base_frames <= frames <= max_frames, got {base_frames}, "
+                                 f"{frames}, {max_frames}")
+        self.growth, self.base_frames, self.max_frames = growth, int(base_frames), int(max_frames)
         check_min("frame_size", frame_size, 12)
         check_choice("motions", motions, tuple(MOTIONS))
         if not 0.5 <= disk_radius <= frame_size / 7:
@@ -91,7 +107,11 @@ class Trajectory(SyntheticDataset):
 
     def make(self, rng):
         label = int(rng.integers(self.num_classes))
-        centres = path(label, np.linspace(0, 1, self.frames), self.frame_size, rng, self.disk_radius)
+        if self.growth == "duration":  # the frame rate of base_frames over [0, 1]; the longest clip fits
+            t, span = np.arange(self.frames) / (self.base_frames - 1), (self.max_frames - 1) / (self.base_frames - 1)
+        else:
+            t, span = np.linspace(0, 1, self.frames), 1.0
+        centres = path(label, t, self.frame_size, rng, self.disk_radius, span)
         colour = rng.uniform(0.5, 1.0, 3)
         noise = rng.uniform(0, 0.05) * rng.standard_normal((3, self.frames, self.frame_size, self.frame_size))
         video = np.clip(render(centres, self.frame_size, colour, self.disk_radius) + noise, 0, 1)
