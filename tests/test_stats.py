@@ -139,12 +139,12 @@ def test_mann_whitney_is_exact_where_possible():
 
 
 def test_wilcoxon_paired_drops_zeros_and_is_exact_where_possible():
-    a, b = [0.9, 0.7, 0.95, 0.4, 0.85, 0.6], [0.5, 0.72, 0.3, 0.1, 0.2, 0.45]
+    a, b = [0.9, 0.7, 0.95, 0.4, 0.85, 0.6, 0.2], [0.1, 0.72, 0.3, 0.1, 0.2, 0.45, 0.5]
     test = stats.wilcoxon_paired(a, b)
     assert test.p_value == pytest.approx(sp.wilcoxon(a, b, method="exact").pvalue)
     d = np.subtract(a, b)
     walsh = [(d[i] + d[j]) / 2 for i in range(len(d)) for j in range(i, len(d))]
-    assert test.shift == pytest.approx(np.median(walsh))
+    assert test.shift == pytest.approx(np.median(walsh)) and test.shift != pytest.approx(np.median(d))
     # a zero difference is dropped: as the 5 positive differences alone, 2 / 2^5
     assert stats.wilcoxon_paired([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0] * 6).p_value == pytest.approx(0.0625)
     # tied differences: exact over the 2^4 sign flips, 2 as extreme -> 0.125 (the normal approximation says less)
