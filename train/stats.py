@@ -23,7 +23,7 @@ value, in the metric's units (a bar of 0.95 accuracy: one run at >= 0.95 and one
 that is nan (a run that diverged) counts as such a miss. Runs that all pass, or all miss, or miss only
 narrowly, keep the mean ± t interval.
 
->>> math.isclose(clopper_pearson(0, 5)[1], 1 - 0.025 ** (1 / 5))   # no success in 5: the upper end solves (1-p)^5 = alpha/2
+>>> math.isclose(clopper_pearson(0, 5)[1], 1 - 0.025 ** (1 / 5))   # 0 of 5: (1 - high)^5 = alpha / 2
 True
 >>> success_rate([1.0, 0.98, 0.1, 1.0, 0.2], bar=0.95, higher=True)[:3]
 (3, 5, 0.6)
@@ -304,7 +304,8 @@ def pair_by_run(a: dict, b: dict) -> tuple[list[float], list[float]]:
     """
     for name, runs in (("a", a), ("b", b)):
         if not isinstance(runs, dict):
-            raise ValueError(f"pair_by_run needs {name} as a dict of (seed, data seed) -> value, got {type(runs).__name__}")
+            raise ValueError(f"pair_by_run needs {name} as a dict of (seed, data seed) -> value, "
+                             f"got {type(runs).__name__}")
     shared = sorted(set(a) & set(b))
     return [a[k] for k in shared], [b[k] for k in shared]
 
@@ -320,7 +321,7 @@ def is_bimodal(values: Sequence[float], bar: float, higher: bool, margin: float 
     bar = _check_bar(bar)
     if margin is None:
         if bar == 0:
-            raise ValueError("is_bimodal needs an explicit margin for a bar of 0 (the default is a fraction of the bar)")
+            raise ValueError("is_bimodal needs an explicit margin for a bar of 0 (the default is a fraction of it)")
         margin = BIMODAL_MARGIN * abs(bar)
     if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
