@@ -91,3 +91,17 @@ def test_a_kill_during_append_leaves_the_old_file(tmp_path, monkeypatch):
     assert [dataclasses.replace(r, cell_rows=0) for r in read_rows(path)] == _two_cells()[:2]
 
 
+
+def test_provenance_columns_round_trip_and_old_rows_keep_empty_ones(tmp_path):
+    """An old results.csv (no provenance columns) takes a stamped row: rewritten whole, old rows read back as ""."""
+    old = ("domain,task,kind,variant,seed,train_size,test_size,size_ratio,metric,value,higher_is_better,train_time_s,"
+           "cell_rows,data_seed,split,lr,weight_decay\ntext,text/copy,rope,-,0,8L,8L,1.0,acc,0.5,True,2.0,1,0,test,0.001,0.05\n")
+    path = tmp_path / "r.csv"
+    path.write_text(old)
+    stamped = dataclasses.replace(row("alibi", 0, 1.0, 0.3), ndpe_version="0.1.0", commit="ab" * 20 + "-dirty",
+                                  protocol="0123456789ab")
+    append_rows(path, [stamped])
+    assert path.read_text().splitlines()[0].endswith(",ndpe_version,commit,protocol")
+    first, second = read_rows(path)
+    assert (first.ndpe_version, first.commit, first.protocol, first.lr) == ("", "", "", 0.001)
+    assert dataclasses.replace(second, cell_rows=0) == stamped

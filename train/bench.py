@@ -19,6 +19,8 @@ directory refuses cells trained under other settings (``fingerprint.txt``).
 Cells run in a local process pool (``executor=local``) or as tasks on a Ray cluster (``executor=ray``,
 see train/executors.py); either way workers return rows and only this driver writes results.csv.
 ``report.md`` and the plots are rewritten from the CSV at the end (``--report-only`` redoes them).
+Every row carries the ndpe version, the git commit and the protocol fingerprint of the driver's code, and every
+invocation appends a line to ``invocations.jsonl`` (train/provenance.py); the report's header lists them.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ import yaml
 import ndpe
 from ndpe.augment import AUGMENTS
 
+from . import provenance
 from .config import Config, ConfigError, apply_override, from_dict, load_yaml
 from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
@@ -713,8 +716,9 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         run_dir_w, cfg_w = run_dir, cfg
     workers_text = executor.describe()
     print(f"bench {cfg.name}: {total} cells ({total - todo} already done), {workers_text} -> {run_dir}", flush=True)
-    start = time.perf_counter()
-    finished, failures = 0, []
+    start, started = time.perf_counter(), provenance.utc_now()
+    finished, failures, written, status = 0, [], [], "interrupted"
+    stamp = provenance.stamp()  # where every row of this invocation comes from (train/provenance.py)
 
     def longest_first(cells):  # so the last minutes are not one worker finishing a slow cell alone
         return sorted(cells, key=lambda c: -int(cfg.steps.get(c.task, cfg.default_steps)) * (1 + len(TASKS[c.task].test_sizes)))
@@ -734,7 +738,9 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
                 failures.append(error)
                 print(f"{progress} FAILED {error} | {eta}", flush=True)
                 continue
+            rows = [dataclasses.replace(r, **stamp) for r in rows]
             append_rows(results, rows)
+            written.append(len(rows))
             shown = [r for r in rows if r.split == "test" or r.variant == SEARCH]
             at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" + ("" if r.variant in ("-", SEARCH) else f" {r.variant}")
                            for r in shown if r.variant in ("-", SEARCH) or r.kind == FLOOR)
@@ -766,8 +772,14 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
             print(f"FAILED {failures[-1]}", flush=True)
         dispatch([dataclasses.replace(c, lr=lr_wd[0], weight_decay=lr_wd[1]) for c in later
                   if (lr_wd := lr_of(cfg, chosen, c.task, c.kind)) is not None])
+        status = "failed" if failures else "finished"
     finally:
         executor.close()
+        provenance.append_invocation(run_dir, {  # also when interrupted: what it wrote stays traceable
+            "command": command, "start": started, "end": provenance.utc_now(), "status": status,
+            "wall_s": round(time.perf_counter() - start, 1), **stamp, "settings": fingerprint(cfg),
+            "cells_trained": len(written), "rows_written": sum(written), "cells_failed": len(failures),
+            "executor": workers_text, "machine": provenance.machine(cfg.device)})
     wall = time.perf_counter() - start
     info_path = run_dir / "run_info.json"
     if todo or not info_path.exists():  # an invocation that trained nothing keeps the last one's record
@@ -791,19 +803,20 @@ def option_text(opts: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
 
 
-def header(cfg: BenchConfig, info: dict) -> str:
-    """The report's first lines: what ran, where, when, how long (``info`` from run_info.json), the protocol and the
-    selection, and the options each kind gets on each task with the reason."""
+def header(cfg: BenchConfig, info: dict | None) -> str:
+    """The report's first lines: every invocation that wrote the run (invocations.jsonl; else ``info``, from
+    run_info.json) and the rows of other code (train/provenance.py), the machine, the protocol and the selection,
+    and the options each kind gets on each task with the reason."""
     cpu = platform.processor() or platform.machine()
     gpu = torch.cuda.get_device_name() if cfg.device != "cpu" and torch.cuda.is_available() else "none"
     search = (f"learning rate searched per (task, kind) over {cfg.lr_search}" + (
         f" (weight decay per task: {cfg.wd_search})" if cfg.wd_search else "") if cfg.lr_search else
               f"learning rates from {cfg.lr_file}" if cfg.lr_file else f"lr {cfg.lr} (per task: {cfg.lrs or 'none'})")
+    run_dir = Path(cfg.out_root) / cfg.name
     lines = [
         f"# ndpe benchmark report: `{cfg.name}`", "",
-        f"- command: `{info['command']}`",
-        f"- finished: {info['date']}; wall time of that invocation: {fmt_time(info['wall_s'])} "
-        f"({info.get('executor', f'{cfg.workers} worker process(es)')})",
+        *provenance.header_lines(run_dir, selected_rows(cfg, read_rows(run_dir / "results.csv")), info,
+                                 f"{cfg.workers} worker process(es)"),
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
         f"- runs per (task, kind): {len(cfg.seeds)} (model seeds {cfg.seeds}, data seeds {cfg.data_seeds} in turn); "
@@ -868,10 +881,11 @@ def main(argv: list[str] | None = None) -> Path:
     command = "python -m train.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.report_only:
         run_dir = Path(cfg.out_root) / cfg.name
-        if not (run_dir / "run_info.json").exists():
-            parser.error(f"{run_dir} holds no finished run (run_info.json): run the benchmark first")
-        return write_report(run_dir, header(cfg, json.loads((run_dir / "run_info.json").read_text())),
-                            select=lambda rows: selected_rows(cfg, rows))
+        info_path = run_dir / "run_info.json"
+        if not info_path.exists() and not provenance.read_invocations(run_dir):
+            parser.error(f"{run_dir} holds no run (run_info.json, {provenance.INVOCATIONS}): run the benchmark first")
+        info = json.loads(info_path.read_text()) if info_path.exists() else None
+        return write_report(run_dir, header(cfg, info), select=lambda rows: selected_rows(cfg, rows))
     try:
         return run(cfg, command)
     except (ConfigError, ResultsError, FileNotFoundError) as e:  # other settings, a damaged results.csv, no dataset

@@ -4,7 +4,9 @@ A row is a trained model (task, kind, seed, data seed) measured once: on a test 
 (``split="test"``), or in distribution on its training data (``"train"``: the last epoch's running
 metric) or validation split (``"val"``), or a *floor* (``kind="floor"``, ``variant=<floor name>``)
 computed from the data of one data seed. Learning-rate search cells are rows with ``split="val"``
-and ``variant="lr-search"``.
+and ``variant="lr-search"``. Every row also says where it comes from: the ndpe version, the git commit of the code
+(``-dirty`` when it had uncommitted changes) and the protocol fingerprint (train/provenance.py); rows written
+before those columns existed read them as "".
 """
 from __future__ import annotations
 
@@ -42,6 +44,10 @@ class Row:
     split: str = "test"  # test | val | train (in-distribution measurements of the same model)
     lr: float = 0.0  # the peak learning rate it trained with (0 for floors)
     weight_decay: float = 0.0
+    # provenance, stamped by the driver on every row it writes (train/provenance.py); "" in rows written before
+    ndpe_version: str = ""  # ndpe.__version__
+    commit: str = ""  # the 40-hex git HEAD, with "-dirty" when ndpe/, models/, train/ or configs/ differ; "unknown"
+    protocol: str = ""  # the protocol fingerprint: a hash of the code that says what the numbers mean
 
     @property
     def run(self) -> tuple[int, int]:
@@ -125,7 +131,8 @@ def _parse(d: dict) -> Row:
                metric=d["metric"], value=float(d["value"]), higher_is_better=d["higher_is_better"] == "True",
                train_time_s=float(d["train_time_s"]), cell_rows=int(d.get("cell_rows", 0)),
                data_seed=int(d.get("data_seed", 0)), split=d.get("split", "test"), lr=float(d.get("lr", 0.0)),
-               weight_decay=float(d.get("weight_decay", 0.0)))
+               weight_decay=float(d.get("weight_decay", 0.0)), ndpe_version=d.get("ndpe_version", ""),
+               commit=d.get("commit", ""), protocol=d.get("protocol", ""))
 
 
 def read_rows(path: Path) -> list[Row]:

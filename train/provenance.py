@@ -1,0 +1,193 @@
+"""Where each benchmark number comes from: the code's commit, the ndpe version, the protocol fingerprint.
+
+**Rows.** The driver (train/bench.py) stamps every row its cells return, before it writes them to results.csv
+(workers may run on other machines; the driver's checkout is the one recorded), with :func:`stamp`:
+
+- ``ndpe_version``: ``ndpe.__version__``;
+- ``commit``: the 40-hex git HEAD of the checkout, with ``-dirty`` appended when tracked files under
+  :data:`WATCHED` (ndpe/, models/, train/, configs/) differ from HEAD, staged or not; ``unknown`` when git is
+  missing or the code is not in a git checkout;
+- ``protocol``: :func:`protocol_fingerprint`, a hash of the code that says what the numbers mean.
+
+Rows written before these columns existed hold "" in each ("from before provenance was recorded").
+
+**Invocations.** Every ``python -m train.bench`` run appends one JSON object per line to
+``<run dir>/invocations.jsonl`` when it ends (finished, failed or interrupted by an exception or Ctrl-C: it is
+written from a ``finally``), in one ``write`` to a file opened for appending, then flushed and fsynced. A
+process killed outright loses only its own line; a line cut mid-write is skipped when read, and the next
+append starts on a new line. ``--report-only`` appends nothing: it rewrites only report.md and the plots,
+which it derives from results.csv and this file. The keys of a line:
+
+``command``, ``start``, ``end`` (ISO 8601 UTC), ``wall_s``, ``status`` (finished | failed | interrupted),
+``commit`` (as in the rows), ``dirty`` (true, false, or null when unknown), ``ndpe_version``, ``protocol``,
+``settings`` (the settings fingerprint of fingerprint.txt), ``cells_trained``, ``rows_written``,
+``cells_failed``, ``executor``, ``machine`` (``platform``, ``cpu``, ``cpu_count``, ``python``, ``torch``,
+``device``, ``gpu``).
+
+The report's header lists every invocation (:func:`header_lines`) and counts, per task, the rows whose
+protocol fingerprint differs from the newest invocation's and the rows from before provenance was recorded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: ndpe/, models/, train/, configs/
+WATCHED = ("ndpe", "models", "train", "configs")  # a tracked change here marks the commit "-dirty"
+# what the numbers mean, whatever the preset selects: the tasks, bars and claims, the floors, the data and the models
+PROTOCOL_SOURCES = ("train/protocol.py", "train/floors.py", "train/data", "models", "ndpe")
+UNKNOWN = "unknown"
+INVOCATIONS = "invocations.jsonl"
+
+
+def protocol_fingerprint(root: Path = ROOT) -> str:
+    """A 12-hex hash of the source text (``*.py``) of :data:`PROTOCOL_SOURCES`: each file's path relative to
+    ``root`` and its bytes, in sorted path order. The explorer's page assets do not change a number and are left
+    out. A missing source is an error naming it."""
+    files = []
+    for name in PROTOCOL_SOURCES:
+        path = root / name
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files += [p for p in path.rglob("*.py") if "__pycache__" not in p.parts]
+        else:
+            raise FileNotFoundError(f"protocol source {path} is missing: the protocol fingerprint needs it")
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:12]
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+def git_commit(root: Path = ROOT) -> tuple[str, bool | None]:
+    """``(commit, dirty)``: HEAD's 40 hex digits (``-dirty`` appended when tracked files under :data:`WATCHED`
+    differ from HEAD) and whether they do; ``("unknown", None)`` without git or outside a git checkout."""
+    try:
+        head = _git(root, "rev-parse", "--verify", "HEAD").strip()
+        changed = _git(root, "status", "--porcelain", "--untracked-files=no", "--", *WATCHED).strip()
+    except (OSError, subprocess.SubprocessError):  # no git, not a checkout, no commit yet, git hanging
+        return UNKNOWN, None
+    if len(head) != 40 or any(c not in "0123456789abcdef" for c in head):
+        return UNKNOWN, None
+    return (head + "-dirty" if changed else head), bool(changed)
+
+
+def stamp() -> dict[str, str]:
+    """The provenance columns of the rows this invocation writes (computed once per invocation)."""
+    import ndpe
+
+    return {"ndpe_version": ndpe.__version__, "commit": git_commit()[0], "protocol": protocol_fingerprint()}
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def machine(device: str) -> dict:
+    """The driver's machine: platform, CPU, core count, python and torch versions, the device asked for and its GPU."""
+    import torch
+
+    cuda = device != "cpu" and torch.cuda.is_available()
+    return {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "device": ("cuda" if device == "auto" else device) if cuda else "cpu",
+            "gpu": torch.cuda.get_device_name() if cuda else "none"}
+
+
+def append_invocation(run_dir: Path, record: dict) -> None:
+    """Append ``record`` as one line of ``run_dir/invocations.jsonl``: one write, flushed and fsynced. Its
+    ``dirty`` key is set from its ``commit``."""
+    path = Path(run_dir) / INVOCATIONS
+    if "commit" in record:
+        commit = record["commit"]
+        record = {**record, "dirty": None if commit == UNKNOWN else commit.endswith("-dirty")}
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with open(path, "ab") as f:
+        if f.tell() and not _ends_with_newline(path):  # a line cut by a kill: start on a new line
+            line = "\n" + line
+        f.write(line.encode())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def read_invocations(run_dir: Path) -> list[dict]:
+    """The invocations of ``run_dir``, oldest first ([] without invocations.jsonl); damaged lines are skipped."""
+    path = Path(run_dir) / INVOCATIONS
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        if isinstance(record, dict) and "command" in record:
+            out.append(record)
+    return out
+
+
+def _minutes(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}"
+
+
+def invocation_line(i: int, inv: dict) -> str:
+    """One invocation as a list item of the report's header."""
+    m = inv.get("machine", {})
+    commit = inv.get("commit", UNKNOWN)
+    short = commit if commit == UNKNOWN else commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+    status = "" if inv.get("status") == "finished" else f", **{inv.get('status', '?')}**"
+    return (f"  {i}. `{inv['command']}`: ended {inv.get('end', '?')}, wall time {_minutes(inv.get('wall_s', 0))}, "
+            f"commit {short}, ndpe {inv.get('ndpe_version', '?')}, protocol {inv.get('protocol', '?')}; "
+            f"{inv.get('cells_trained', 0)} cells trained, {inv.get('rows_written', 0)} rows written"
+            f"{status} ({m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs, torch {m.get('torch', '?')}, "
+            f"device {m.get('device', '?')})")
+
+
+def header_lines(run_dir: Path, rows: list, info: dict | None, workers: str) -> list[str]:
+    """The header's account of what wrote ``rows`` (the report's rows): every invocation of invocations.jsonl
+    (else the last one's run_info.json, ``info``), then the rows whose protocol fingerprint differs from the
+    newest invocation's (the current code's without invocations) and the rows without provenance, per task."""
+    invocations = read_invocations(run_dir)
+    if invocations:
+        lines = [f"- invocations that wrote to this run directory ({INVOCATIONS}, oldest first):",
+                 *(invocation_line(i, inv) for i, inv in enumerate(invocations, start=1))]
+        newest = invocations[-1].get("protocol", "")
+    else:
+        lines = [f"- command: `{info['command']}`" if info else "- command: not recorded",
+                 *([f"- finished: {info['date']}; wall time of that invocation: {_minutes(info['wall_s'])} "
+                    f"({info.get('executor', workers)})"] if info else [])]
+        newest = protocol_fingerprint()
+    other: Counter = Counter((r.task, r.protocol) for r in rows if r.protocol not in ("", newest))
+    for (task, protocol), n in sorted(other.items()):
+        lines.append(f"- **{n} rows of {task} come from code with another protocol fingerprint ({protocol})** than "
+                     f"the newest invocation's ({newest}): train/protocol.py, train/floors.py, train/data/, models/ "
+                     "or ndpe/ changed between them")
+    old = Counter(r.task for r in rows if not r.protocol)
+    if old:
+        lines.append("- rows from before provenance was recorded (no commit or protocol fingerprint): "
+                     + ", ".join(f"{n} of {task}" for task, n in sorted(old.items())))
+    dirty = Counter(r.task for r in rows if r.commit.endswith("-dirty"))
+    if dirty:
+        lines.append("- rows from a checkout with uncommitted changes (commit ...-dirty): "
+                     + ", ".join(f"{n} of {task}" for task, n in sorted(dirty.items())))
+    return lines
