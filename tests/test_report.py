@@ -348,3 +348,23 @@ def test_image_claims_are_shown_under_zoom_and_canvas_side_by_side():
     lines = zoom_and_canvas(claims, aggregate(rows), task_info(rows))
     assert "| claim | image/shapes-zoom (zoom) | image/shapes (canvas) |" in lines
     assert "| Someone 2020: a beats b | agrees | disagrees |" in lines
+
+
+def test_bimodal_runs_are_compared_by_a_rank_test_and_shown_as_a_success_rate(tmp_path):
+    """copy at 2L: relative succeeds in some runs and fails in others (bimodal); the pair takes the Wilcoxon
+    signed-rank test on the shared runs, and the table shows runs at the bar with an exact interval."""
+    claim = Claim("Someone 2020", "a beats b", "text/copy", [["relative"], ["rope"]])
+    at2 = {"relative": [0.97, 0.2, 0.96, 0.25, 0.98, 0.97, 0.3, 0.99], "rope": [0.1, 0.12, 0.05, 0.2, 0.08, 0.1, 0.11, 0.09]}
+    rows = [row("floor", d, r, 0.0, variant="chance", data_seed=d) for d in (0, 1) for r in (1.0, 2.0)]
+    for kind, values in at2.items():
+        rows += [row(kind, s, 1.0, 0.99) for s in range(8)] + [row(kind, s, 2.0, v) for s, v in enumerate(values)]
+    v = verdict(claim, rows)
+    assert "relative vs rope (Wilcoxon signed-rank)" in v.detail and "Hodges-Lehmann" in v.detail
+    assert v.label == "agrees"  # 8 of 8 runs better: exact p = 2 / 256
+    unimodal = [r if r.kind != "relative" or r.size_ratio != 2.0 else row("relative", r.seed, 2.0, 0.96 + 0.001 * r.seed)
+                for r in rows]
+    assert "relative vs rope (paired)" in verdict(claim, unimodal).detail
+    append_rows(tmp_path / "results.csv", rows)
+    text = write_report(tmp_path, "# test").read_text()
+    assert "runs at the bar ×1 → ×2" in text
+    assert "| relative | " in text and "8/8 [0.63, 1.00] → 5/8 [0.24, 0.91]" in text

@@ -5,7 +5,10 @@ A claim (``train/protocol.py``, :class:`~train.protocol.Claim`) has halves:
 - **ordered pairs** ``a`` better than ``b`` (every kind of a tier against every kind of later tiers), on the claim's
   measure: the metric at the largest test size (``largest``), its worsening from the training size (``degradation``,
   paired per run) or the metric at the training size (``training``: claims about in-distribution quality). Two kinds
-  measured on the same runs (same model seeds and data seeds) are compared *paired* per run; otherwise Welch.
+  measured on the same runs (same model seeds and data seeds) are compared *paired* per run (t test); otherwise
+  Welch. Where either kind's runs are bimodal at the compared size (``stats.is_bimodal``: some pass the task's bar,
+  some miss it far), a mean is the wrong summary: the pair takes a rank test instead (Wilcoxon signed-rank when
+  paired, Mann-Whitney otherwise) with the Hodges-Lehmann shift as its effect.
 - **keeps**: a kind said to keep its quality beyond the training size must keep its retention at the largest size
   above 0 (above the task's strongest floor there); an ordering alone is not enough (a kind can beat others that
   collapse harder while collapsing itself).
@@ -24,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from . import stats
-from .protocol import Claim
+from .protocol import TASKS, Claim
 from .results import kind_of
 
 LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
@@ -54,12 +57,43 @@ def measured_values(agg_task, label: str, claim: Claim, first: float | None, las
     return {r: good(f(b[r]) - f(a[r]), higher) for r in a if r in b}
 
 
-def compare(a: dict, b: dict) -> tuple[stats.Estimate, str]:
-    """``a`` minus ``b``: paired per run when both were measured on the same runs (two or more), else Welch."""
-    if len(a) >= 2 and set(a) == set(b):
+@dataclass(frozen=True)
+class RankEstimate:
+    """A rank test read as an estimate (the interface :func:`check_claim` reads): the Hodges-Lehmann shift."""
+
+    mean: float
+    p_value: float
+    se: float = math.nan
+
+    def fmt(self, digits: int = 3) -> str:
+        return f"{self.mean:.{digits}g} (Hodges-Lehmann shift)"
+
+    def detectable(self, alpha: float = stats.ALPHA) -> float:
+        return math.nan
+
+
+def compare(a: dict, b: dict, rank: bool = False) -> tuple[stats.Estimate | RankEstimate, str]:
+    """``a`` minus ``b``: paired per run when both were measured on the same runs (two or more), else Welch; with
+    ``rank`` (bimodal runs), the Wilcoxon signed-rank or Mann-Whitney test instead of the t test."""
+    paired = len(a) >= 2 and set(a) == set(b)
+    if rank:
+        if paired:
+            test = stats.wilcoxon_paired(*stats.pair_by_run(a, b))
+        else:
+            test = stats.mann_whitney(list(a.values()), list(b.values()))
+        return RankEstimate(test.shift, test.p_value), "Wilcoxon signed-rank" if paired else "Mann-Whitney"
+    if paired:
         runs = sorted(a)
         return stats.paired([a[r] for r in runs], [b[r] for r in runs]), "paired"
     return stats.welch(list(a.values()), list(b.values())), "Welch"
+
+
+def bimodal(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool) -> bool:
+    """Whether ``label``'s runs are bimodal against the task's bar value at a size the claim compares."""
+    bar = TASKS[claim.task].bar.value if claim.task in TASKS else None
+    by = agg_task.get(label, {})
+    sizes = {"largest": [last], "training": [first], "degradation": [first, last]}[claim.measure]
+    return bar is not None and any(size in by and stats.is_bimodal(by[size].values, bar, higher) for size in sizes)
 
 
 def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
@@ -99,8 +133,9 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
                     if reasons:
                         dropped.append(f"{a} vs {b} ({'; '.join(reasons)})")
                         continue
+                    rank = any(bimodal(agg_task, k, claim, first, last, higher) for k in (a, b))
                     est, how = compare(measured_values(agg_task, a, claim, first, last, higher, row.metric),
-                                       measured_values(agg_task, b, claim, first, last, higher, row.metric))
+                                       measured_values(agg_task, b, claim, first, last, higher, row.metric), rank)
                     tests.append((f"{a} vs {b} ({how})", est))
     for kind in claim.keeps:
         if reason := why_dropped(kind):

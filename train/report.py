@@ -218,6 +218,9 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
     head = ["encoding"] + [size_label(name, ratio) for ratio, name in sizes]
     if len(sizes) > 1:
         head.append(f"retention ×{last:g}")
+    bar = TASKS[check.task].bar.value if check.task in TASKS else None
+    if bar is not None:  # the success rate: runs at the bar's value, exact binomial interval (bimodal outcomes)
+        head.append(f"runs at the bar ×{sizes[0][0]:g} → ×{last:g}")
     head.append("train s/run")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     encodings, floors = split_floors(agg_task)
@@ -228,11 +231,20 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
             est = retention(agg_task, label, last, check)
             cells.append("–" if est is None else two(est.mean) if math.isnan(est.half_width) else
                          f"{two(est.mean)} [{two(est.low)}, {two(est.high)}]")
+        if bar is not None:
+            cells.append(" → ".join(rate_text(stats.success_rate(by_size[r].values, bar, check.higher))
+                                    if r in by_size else "–" for r in (sizes[0][0], last)))
         lines.append(f"| {label}{mark} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
     for name, by_size in sorted(floors.items()):
         cells = [f"{by_size[ratio].mean:.3g}" if ratio in by_size else "–" for ratio, _ in sizes]
-        lines.append(f"| {FLOOR_PREFIX}{name} | " + " | ".join(cells) + (" | –" if len(sizes) > 1 else "") + " | – |")
+        extra = (" | –" if len(sizes) > 1 else "") + (" | –" if bar is not None else "")
+        lines.append(f"| {FLOOR_PREFIX}{name} | " + " | ".join(cells) + extra + " | – |")
     return "\n".join(lines)
+
+
+def rate_text(rate: stats.Rate) -> str:
+    """``"7/10 [0.35, 0.93]"``: runs at the bar of all runs, with the exact (Clopper-Pearson) 95 % interval."""
+    return f"{rate.k}/{rate.n} [{two(rate.low)}, {two(rate.high)}]"
 
 
 def competence_lines(task: str, check: Competence, metric: str, train_agg: dict) -> list[str]:
@@ -359,8 +371,10 @@ def write_report(run_dir: Path, header: str, select=None) -> Path:
              "task's bar or a floor of its data), so it takes no part in any claim.", "",
              summary_table(agg, info, checks), "", "## Per task", "",
              "Cells: mean over runs [95 % t interval]. Retention: (m(×k) − f(×k)) / (m(×1) − f(×1)) per run, f the "
-             "strongest floor at that size (1: kept everything above the floor; 0: down to it). `floor:` rows come "
-             "from the data (mean over data seeds); the plots draw them as dashed grey steps.", ""]
+             "strongest floor at that size (1: kept everything above the floor; 0: down to it). Runs at the bar: "
+             "the runs whose metric reaches the task's bar value at the training and the largest size, k/n with the "
+             "exact binomial 95 % interval (the summary that fits outcomes split between success and failure). "
+             "`floor:` rows come from the data (mean over data seeds); the plots draw them as dashed grey steps.", ""]
     for task in sorted(agg):
         row = info[task]
         sizes = sizes_of(rows, task)
