@@ -287,6 +287,16 @@ def test_the_benchmark_caches_it_from_the_data_root(root, tmp_path):
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 2
 
 
+def test_the_benchmark_checks_the_files_before_any_cell(root, tmp_path, capsys):
+    from train import bench
+
+    bench.fetch_real(bench.load_bench_config(None, ["tasks=[image/mnist-pair]", f"data_root={root}"]))
+    assert "mnist_pair: checking" in capsys.readouterr().out
+    empty = bench.load_bench_config(None, ["tasks=[image/mnist-zoom]", f"data_root={tmp_path / 'empty'}"])
+    with pytest.raises(FileNotFoundError, match="download=true"):
+        bench.fetch_real(empty)
+
+
 @pytest.mark.skipif(not REAL.is_dir(), reason="the official MNIST files are not on this machine")
 def test_the_real_files(tmp_path, monkeypatch):
     monkeypatch.delenv(mnist.ENV, raising=False)

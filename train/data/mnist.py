@@ -9,7 +9,9 @@ checked against :data:`SHA256` (the official files). When they are missing or da
   into ``<root>/MNIST/raw/`` only (a temporary file in that folder, renamed into place once its sha256 matches);
 - ``download=True``: torchvision's own download (its mirrors, the md5 of each ``.gz`` checked), then the sha256.
 
-The idx format is parsed by torchvision (a header and raw bytes); nothing in the files is executed.
+The idx format is parsed by torchvision (a header and raw bytes); nothing in the files is executed. (Where an old
+torchvision left ``MNIST/processed/training.pt`` and ``test.pt``, torchvision reads those instead, with
+``torch.load(weights_only=True)``: tensors only; delete that folder to read the checked files.)
 
 Splits: "train" and "val" split MNIST's 60,000 training images with a permutation drawn from ``seed``
 (``val_size`` of them, default 5,000, go to val); "test" is its 10,000 test images. Pixels are scaled to
@@ -141,7 +143,8 @@ def stage_mnist(source_dir: str | Path, root: str | Path | None = None) -> Path:
     return folder
 
 
-def load(root: str | Path, train: bool, download: bool = False, source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def load(root: str | Path, train: bool, download: bool = False,
+         source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The split's images as uint8 ``(N, 28, 28)`` and int64 labels ``(N,)``, staged or fetched when missing."""
     source = source or os.environ.get(ENV) or None
     return _load(str(root), train, download, source, globals()["TorchvisionMNIST"], tuple(SHA256.items()))
@@ -149,6 +152,7 @@ def load(root: str | Path, train: bool, download: bool = False, source: str | No
 
 @lru_cache(maxsize=4)
 def _load(root: str, train: bool, download: bool, source: str | None, loader: type, pins: tuple):
+    # loader and pins (the sha256 table) are part of the key: tests swap both
     folder, names = raw_folder(root), split_files(train)
     if bad_files(folder, names):
         if source:
