@@ -294,7 +294,7 @@ def test_not_so_clevr_splits_and_targets(split_mode):
 @pytest.mark.parametrize(
     "call,error,words",
     [
-        (lambda: build_dataset("mnist", "train"), ValueError, ["mnist", "shapes", "copy"]),
+        (lambda: build_dataset("imagenet", "train"), ValueError, ["imagenet", "shapes", "copy"]),
         (lambda: build_dataset("copy", "dev"), ValueError, ["dev", "train", "val", "test"]),
         (lambda: build_dataset("copy", "train", lenght=4), TypeError, ["lenght", "length"]),
         (lambda: build_dataset("not_so_clevr", "train", split_mode="corner"), ValueError, ["corner", "quadrant"]),

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from train.data import DATASETS, build_dataset
-from train.data.digits import SPLIT_SIZES, Digits, load, split_indices
+from train.data.digits import SPLIT_SEED, SPLIT_SIZES, Digits, load, split_entropy, split_indices
 
 pytest.importorskip("sklearn")
 
@@ -23,7 +23,8 @@ def foreground(x: torch.Tensor, threshold: float = 0.25) -> int:
 
 # ------------------------------------------------------------------ digits: interface, splits
 def test_digits_items_and_registry():
-    assert DATASETS["digits"].options == {"image_size": 32, "growth": "zoom", "digit_size": 32, "channels": 3}
+    assert DATASETS["digits"].options == {"image_size": 32, "growth": "zoom", "digit_size": 32, "channels": 3,
+                                          "split_seed": None}
     data = build_dataset("digits", "train")
     assert (data.domain, data.task, data.num_classes) == ("image", "classify", 10)
     x, y = data[0]
@@ -36,26 +37,45 @@ def test_digits_items_and_registry():
 
 def test_digits_labels_match_sklearn():
     images, labels = load()
-    data = Digits("val")
+    data = Digits("val", seed=3)
     for k in (0, 7, 179):
-        i = split_indices()["val"][k]
+        i = data.indices[k]
         assert data[k][1] == labels[i]
         small = down(data[k][0], 8)[0].numpy() * 0.5 + 0.5  # bilinear blur: close, not equal
         assert np.corrcoef(small.ravel(), images[i].ravel())[0, 1] > 0.95 and np.abs(small - images[i]).mean() < 0.1
 
 
-def test_digits_splits_fixed_disjoint_stratified():
-    idx = split_indices()
+def check_disjoint_stratified(idx: dict) -> None:
     assert {s: len(v) for s, v in idx.items()} == SPLIT_SIZES and sum(SPLIT_SIZES.values()) == 1797
     assert len(np.unique(np.concatenate(list(idx.values())))) == 1797  # disjoint, complete
-    assert SPLIT_SIZES["test"] >= 512
     labels = load()[1]
     for split, size in SPLIT_SIZES.items():
         counts = np.bincount(labels[idx[split]], minlength=10)
         assert counts.min() >= 0.09 * size and counts.max() <= 0.11 * size  # ~10 % per class
-    for split in ("train", "test"):  # the split does not depend on the seed
-        np.testing.assert_array_equal(Digits(split, seed=0).indices, Digits(split, seed=3).indices)
-        assert torch.equal(Digits(split, seed=0)[5][0], Digits(split, seed=3)[5][0])  # zoom: no per-item randomness
+
+
+def test_digits_split_follows_the_data_seed():
+    splits = {seed: {s: Digits(s, seed=seed).indices for s in SPLIT_SIZES} for seed in (0, 1, 2)}
+    for seed, idx in splits.items():
+        check_disjoint_stratified(idx)
+        np.testing.assert_array_equal(idx["test"], Digits("test", seed=seed).indices)  # a pure function of the seed
+    for a, b in ((0, 1), (1, 2), (0, 2)):
+        for split in SPLIT_SIZES:
+            overlap = len(np.intersect1d(splits[a][split], splits[b][split])) / SPLIT_SIZES[split]
+            assert overlap < 0.8  # other images, not a shuffle of the same ones
+    assert not np.array_equal(Digits("test", seed=0).indices, split_indices()["test"])  # not the fixed split
+    assert split_entropy(5, 7) == 7 and split_entropy(5, None) != split_entropy(6, None)
+
+
+def test_digits_splits_fixed_disjoint_stratified():
+    idx = split_indices()
+    check_disjoint_stratified(idx)
+    assert SPLIT_SIZES["test"] >= 512
+    for split in ("train", "test"):  # split_seed: the fixed split, whatever the seed
+        fixed = [Digits(split, seed=s, split_seed=SPLIT_SEED) for s in (0, 3)]
+        np.testing.assert_array_equal(fixed[0].indices, split_indices()[split])
+        np.testing.assert_array_equal(fixed[1].indices, split_indices()[split])
+        assert torch.equal(fixed[0][5][0], fixed[1][5][0])  # zoom: no per-item randomness
 
 
 def test_digits_deterministic_and_canvas_offsets_follow_the_seed():

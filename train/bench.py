@@ -483,10 +483,11 @@ def data_jobs(cfg: BenchConfig) -> list[tuple]:
 def fetch_real(cfg: BenchConfig) -> None:
     """Open (with ``download``: fetch) every real dataset the tasks read, in the driver before any cell, so that a
     missing one is one error (with the command that fetches it) and the cells never download concurrently. With
-    the Ray executor on several machines, ``data_root`` must be a folder every worker sees."""
-    from .data import build_dataset
+    the Ray executor on several machines, ``data_root`` must be a folder every worker sees. Every dataset with a
+    ``download`` option is read from disk (MNIST too, though it is cached like a built-in one)."""
+    from .data import DATASETS, build_dataset
 
-    for name in dict.fromkeys(TASKS[t].dataset for t in cfg.tasks if TASKS[t].dataset in REAL):
+    for name in dict.fromkeys(TASKS[t].dataset for t in cfg.tasks if "download" in DATASETS[TASKS[t].dataset].options):
         print(f"{name}: {'fetching if missing' if cfg.download else 'checking'} in {cfg.data_root or 'the default data folder'}",
               flush=True)
         build_dataset(name, "test", root=cfg.data_root, download=cfg.download)

@@ -9,7 +9,12 @@ name                domain  task      item                                 optio
 ``stdlib_lm``       text    lm        x (C,), y (C,) next characters       context (128)
 ``shapes``          image   classify  (3, S, S), 4 relations               image_size (32; 48, 64), growth ("canvas"), size
 ``cifar10``         image   classify  (3, 32, 32), 10 classes              download, augment, val_size, image_size
-``digits``          image   classify  (3, S, S), 10 digits (sklearn 8x8)   image_size (32), growth ("zoom"), digit_size
+``digits``          image   classify  (3, S, S), 10 digits (sklearn 8x8)   image_size (32), growth ("zoom"), digit_size,
+                                                                           split_seed (None: from ``seed``)
+``mnist``           image   classify  (1, S, S), 10 digits (MNIST 28x28)   image_size (28; 42, 56), channels (1), size,
+                                                                           download, source, val_size (5000)
+``mnist_pair``      image   classify  (1, 28, W), is the left digit        width (64; 96, 128), channels (1), size,
+                                      larger (2 classes)                   download, source, val_size (5000)
 ``tones``           audio   classify  (1, 64, 1+100 d), 27 sequences       duration (1.0 s; 1.5, 2.0), size
 ``speech_commands`` audio   classify  (1, 64, 1+100 d), 12 or 35 words     classes (12), duration, download, ...
 ``spoken``          audio   classify  (1, 64, 1+100 d), 35 words (espeak)  duration (1.0 s; 1.5, 2.0), size
@@ -20,10 +25,14 @@ name                domain  task      item                                 optio
 
 Splits: "train", "val", "test". Every dataset has ``domain``, ``task``, ``num_classes``
 (classes; vocabulary size for "lm"; output size for "regress") and, for text, ``vocab_size``.
-Tag targets are -100 where not scored. Built-in datasets (all but cifar10 and
-speech_commands) need no download and are a pure function of ``(seed, split, options)``;
+Tag targets are -100 where not scored. Built-in datasets (all but cifar10, speech_commands
+and the two MNIST ones) need no download and are a pure function of ``(seed, split, options)``;
 ``size`` sets how many items they have (default 8192 train, 1024 val/test;
-``digits`` has a fixed 1077 / 180 / 540 split; ``spoken`` needs the extra ``speech``). ``root`` is
+``digits`` has a 1077 / 180 / 540 stratified split drawn from ``seed``, or from ``split_seed``
+when given; ``spoken`` needs the extra ``speech``). ``mnist`` and ``mnist_pair`` read MNIST's
+files (``download=True``, or ``$NDPE_MNIST_FILES``: a folder of the official files, staged into
+``root``) and are then a pure function of ``(seed, split, options)`` too: ``seed`` draws the
+train / val split of MNIST's 60,000 training images, the ``size`` subset and the pairs. ``root`` is
 where on-disk data lives (default ``$NDPE_DATA`` or ``~/.cache/ndpe/data``); for
 ``stdlib_lm`` it replaces the stdlib folder; the generated datasets ignore it.
 
@@ -42,6 +51,7 @@ from ._base import SPLITS, check_split
 from .cifar import CIFAR10
 from .coord import NotSoClevr, OneHotPixel
 from .digits import Digits
+from .mnist import MNIST, MNISTPair
 from .shapes import Shapes
 from .speech_commands import SpeechCommands
 from .spoken import SpokenWords
@@ -71,8 +81,8 @@ def _info(cls: type) -> DatasetInfo:
 
 DATASETS: dict[str, DatasetInfo] = {
     cls.name: _info(cls)
-    for cls in (CopyTask, ReverseTask, AdditionTask, StdlibLM, Shapes, CIFAR10, Digits, Tones, SpeechCommands, SpokenWords, Trajectory, NotSoClevr,
-                OneHotPixel)
+    for cls in (CopyTask, ReverseTask, AdditionTask, StdlibLM, Shapes, CIFAR10, Digits, MNIST, MNISTPair, Tones,
+                SpeechCommands, SpokenWords, Trajectory, NotSoClevr, OneHotPixel)
 }
 
 

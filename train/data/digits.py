@@ -16,8 +16,10 @@ training-side dependency (``pip install 'ndpe[train]'``). Two ways to grow the i
   positions in a larger field, with the same object size in pixels: an extrapolation of the
   position range. Offsets are a pure function of ``(seed, split, index, image_size, digit_size)``.
 
-Splits: one fixed stratified split of the 1,797 images (seeded with a constant, the same for every
-``seed``): 1,077 train / 180 val / 540 test; ``seed`` only drives the canvas offsets. Pixels are
+Splits: a stratified split of the 1,797 images, 1,077 train / 180 val / 540 test (60 / 10 / 30 % of each
+class), drawn from ``seed`` (the benchmark's data seed), so each data seed trains and tests on other images;
+``seed`` also drives the canvas offsets. ``split_seed`` (an int) draws the split from that number instead, the
+same for every ``seed``: ``split_seed=SPLIT_SEED`` (20240101) is the fixed split of earlier versions. Pixels are
 scaled to [0, 1] (grey level / 16), then normalised with mean = std = 0.5; the grey image is
 repeated over ``channels`` (3 by default, so the RGB ViT configs run unchanged). Item
 ``(float (C, S, S), int)``.
@@ -36,7 +38,7 @@ from ._base import SPLITS, check_choice, check_min, check_split
 
 GROWTHS = ("zoom", "canvas")
 SPLIT_SIZES = {"train": 1077, "val": 180, "test": 540}  # 60 / 10 / 30 % of 1,797
-SPLIT_SEED = 20240101  # fixed: the split does not depend on the run's seed
+SPLIT_SEED = 20240101  # split_seed=SPLIT_SEED: the fixed split of earlier versions (the same for every seed)
 
 
 @lru_cache(maxsize=1)
@@ -50,11 +52,17 @@ def load() -> tuple[np.ndarray, np.ndarray]:
     return (bunch.images / 16.0).astype(np.float32), bunch.target.astype(np.int64)
 
 
-@lru_cache(maxsize=1)
-def split_indices() -> dict[str, np.ndarray]:
-    """Disjoint sorted indices of each split: per class, a seeded permutation cut in 60 / 10 / 30 % shares."""
+def split_entropy(seed: int, split_seed: int | None) -> int | tuple[int, int]:
+    """The generator seed of the split: ``split_seed`` when given, else drawn from the dataset's ``seed``."""
+    return int(split_seed) if split_seed is not None else (zlib.crc32(b"digits-split"), int(seed))
+
+
+@lru_cache(maxsize=8)
+def split_indices(entropy: int | tuple[int, int] = SPLIT_SEED) -> dict[str, np.ndarray]:
+    """Disjoint sorted indices of each split: per class, a permutation (``numpy`` seeded with ``entropy``) cut in
+    60 / 10 / 30 % shares. The default is the fixed split (:data:`SPLIT_SEED`)."""
     _, labels = load()
-    rng = np.random.default_rng(SPLIT_SEED)
+    rng = np.random.default_rng(entropy)
     per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in range(10)]
     # largest-remainder allocation of each split's size over the classes, in class proportion
     out, start = {}, np.zeros(10, int)
@@ -77,13 +85,15 @@ class Digits(Dataset):
     (torch.Size([3, 32, 32]), True, 1077, 540)
     >>> Digits("test", growth="canvas", image_size=64, digit_size=32)[0][0].shape
     torch.Size([3, 64, 64])
+    >>> bool((Digits("test", seed=1).indices != Digits("test", seed=2).indices).any())  # the seed draws the split
+    True
     """
 
     name, domain, task, num_classes = "digits", "image", "classify", 10
     classes = tuple(str(d) for d in range(10))
 
     def __init__(self, split: str, *, seed: int = 0, image_size: int = 32, growth: str = "zoom",
-                 digit_size: int = 32, channels: int = 3):
+                 digit_size: int = 32, channels: int = 3, split_seed: int | None = None):
         self.split, self.seed = check_split(split), int(seed)
         check_choice("growth", growth, GROWTHS)
         check_choice("channels", channels, (1, 3))
@@ -93,7 +103,8 @@ class Digits(Dataset):
             raise ValueError(f"digit_size={digit_size} must be <= image_size={image_size} with growth='canvas'")
         self.image_size, self.growth, self.digit_size, self.channels = int(image_size), growth, int(digit_size), channels
         images, labels = load()
-        self.indices = split_indices()[split]
+        self.split_seed = split_seed
+        self.indices = split_indices(split_entropy(self.seed, split_seed))[split]
         self.images, self.labels = images[self.indices], labels[self.indices]
 
     def __len__(self) -> int:
