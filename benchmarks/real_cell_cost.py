@@ -3,7 +3,7 @@ GPU and Ray cluster estimates the preset states, derived from that measurement a
 
     python benchmarks/real_cell_cost.py [--steps 12] [--kinds none rope] [--json out.json]
 
-For each real task (image/cifar10, audio/speech_commands) and kind, the cell's own model and optimizer are built
+For each real task (image/cifar10, audio/speech_commands, image/mnist-zoom, image/mnist-pair) and kind, the cell's own model and optimizer are built
 exactly as the benchmark builds them (``train.bench.train_config`` with the preset), then timed on random batches
 of the item shape (data loading and augmentation are timed separately, per item, on synthetic items of the same
 format, since the datasets are not on this machine): ``--steps`` optimizer steps after 2 warm-up steps, and
@@ -35,9 +35,11 @@ from train.main import build_optimizer  # noqa: E402
 from train.protocol import TASKS  # noqa: E402
 
 PRESET = Path(__file__).resolve().parents[1] / "configs" / "bench" / "real.yaml"
-ITEM = {"image/cifar10": (3, 32, 32), "audio/speech_commands": (1, 64, 101)}  # at the training size
-EVAL_ITEMS = {"image/cifar10": (5_000, 10_000), "audio/speech_commands": (4_360, 4_810)}  # (val, test per size)
-NUM_CLASSES = {"image/cifar10": 10, "audio/speech_commands": 12}
+ITEM = {"image/cifar10": (3, 32, 32), "audio/speech_commands": (1, 64, 101), "image/mnist-zoom": (1, 28, 28),
+        "image/mnist-pair": (1, 28, 64)}  # at the training size
+EVAL_ITEMS = {"image/cifar10": (5_000, 10_000), "audio/speech_commands": (4_360, 4_810),
+              "image/mnist-zoom": (5_000, 5_000), "image/mnist-pair": (5_000, 5_000)}  # (val, test per size)
+NUM_CLASSES = {"image/cifar10": 10, "audio/speech_commands": 12, "image/mnist-zoom": 10, "image/mnist-pair": 10}
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA's H100 SXM datasheet (dense bf16)
 # Assumptions of the GPU estimate (no GPU was measured): the model FLOPs utilisation a 192-wide, 6-block model reaches
 # (small matmuls: far below a large model's 40 %), and the per-step floor of ~500 kernel launches (forward, backward,
@@ -48,8 +50,10 @@ DATA_WORKERS = (0, 8)  # the preset's data_workers: 0 (its default) and 8 (what 
 
 def item_shape(task: str, size) -> tuple[int, ...]:
     c, h, w = ITEM[task]
-    if task == "image/cifar10":
+    if task in ("image/cifar10", "image/mnist-zoom"):
         return (c, size, size)
+    if task == "image/mnist-pair":
+        return (c, h, size)
     return (c, h, 1 + int(round(100 * size)))
 
 
@@ -115,6 +119,8 @@ def data_seconds_per_item(task: str, n: int = 64) -> float:
     import numpy as np
 
     rng = np.random.default_rng(0)
+    if task.startswith("image/mnist"):  # cached as tensors once per cell (train/cache.py): no per-item work
+        return 0.0
     if task == "image/cifar10":
         from train.data.cifar import transforms
 

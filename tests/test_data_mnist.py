@@ -310,3 +310,21 @@ def test_the_real_files(tmp_path, monkeypatch):
     assert len(build_dataset("mnist", "val", root=str(tmp_path))) == 5000
     assert os.environ.get(mnist.ENV) is None
     mnist._load.cache_clear()
+
+
+def test_pairs_can_ask_for_the_left_digit(root, fixture_pins):
+    """target="left": the label is the value of the digit on the left (10 classes); swapping the offsets gives the
+    other digit's value; a model blind to which digit is left reaches 1/2 (the floors say so)."""
+    from train.floors import floors
+
+    labels = fixture_pins[1]["t10k-labels-idx1-ubyte"]
+    data = build_dataset("mnist_pair", "test", root=root, size=100, seed=4, target="left")
+    assert data.num_classes == 10
+    for i in range(100):
+        left, right, lx, rx = data.pair(i)
+        assert data[i][1] == labels[left] and data.render(left, right, rx, lx)[1] == labels[right]
+    train, val, test = (build_dataset("mnist_pair", s, root=root, val_size=VAL, size=100, target="left")
+                        for s in ("train", "val", "test"))
+    assert floors(train, val, test)["order-blind"] == 0.5
+    with pytest.raises(ValueError, match="target"):
+        build_dataset("mnist_pair", "test", root=root, target="right")

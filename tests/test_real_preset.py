@@ -76,7 +76,8 @@ class QuietHandler(SimpleHTTPRequestHandler):
 
 
 SHRINK = ["kinds=[none,rope]", "seeds=[0]", "default_steps=2", "batch_size=4", "warmup_steps=0", "dim=16", "depth=1",
-          "heads=2", "workers=1", "device=cpu"]
+          "heads=2", "workers=1", "device=cpu",
+          "tasks=[image/cifar10,audio/speech_commands]"]  # MNIST's download: tests/test_data_mnist.py (a local mirror)
 
 
 @pytest.fixture

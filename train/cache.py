@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-META = ("domain", "task", "num_classes", "vocab_size", "order_blind_groups", "order_blind_bag")
+META = ("domain", "task", "num_classes", "vocab_size", "order_blind_groups", "order_blind_bag", "order_blind_ceiling")
 
 
 def cache_path(cache_dir: Path, name: str, split: str, seed: int, opts: dict) -> Path:

@@ -9,7 +9,8 @@ task        floors
 classify    ``chance`` (1 / classes); ``majority`` (the most common training label, scored on the test set);
             ``order-blind`` where the dataset says which labels differ only by order
             (``order_blind_groups``: label -> group): the ceiling of a model that identifies the group
-            perfectly and guesses its most common training label; audio only, at the training
+            perfectly and guesses its most common training label (or the dataset's ``order_blind_ceiling``,
+            where the label depends on the pair of items: mnist_pair's left digit, 1/2); audio only, at the training
             duration: ``time-profile`` / ``frequency-profile``, a logistic regression on the log-mel
             averaged over frequency / over time
 tag         ``chance``; ``most-common-symbol`` (every scored slot gets the most common symbol of the
@@ -58,6 +59,8 @@ def floors(train: Dataset, val: Dataset, test: Dataset, metric: str | None = Non
     if task == "classify":
         out = classify_floors(tensors(train)[1], tensors(test)[1], int(train.num_classes),
                               getattr(train, "order_blind_groups", None))
+        if getattr(train, "order_blind_ceiling", None) is not None:  # stated by the dataset (mnist_pair: 1/2)
+            out["order-blind"] = float(train.order_blind_ceiling)
         if train.domain == "audio" and tensors(train)[0].shape[1:] == tensors(test)[0].shape[1:]:
             out.update(summary_floors(*tensors(train), *tensors(test)))
         return out

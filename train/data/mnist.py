@@ -22,9 +22,10 @@ Splits: "train" and "val" split MNIST's 60,000 training images with a permutatio
   ``image_size``), so item ``i`` is the same digit at every size. Item ``(float (C, S, S), int 0-9)``.
 - ``mnist_pair`` (canvas, position matters): a black canvas of height 28 and ``width`` px holding two MNIST
   digits of different values, 28x28 each, at y = 0 and x offsets drawn uniformly over every placement where they
-  do not overlap horizontally. Label 1 iff the LEFT digit's value is larger. Each placement and the one with the
-  two digits' offsets swapped are equally likely and have opposite labels, so a model that sees the two digits
-  but not which is left (blind to the order of patches) cannot beat 0.5. (A bag of patches still sees each
+  do not overlap horizontally. ``target="larger"``: label 1 iff the LEFT digit's value is larger;
+  ``target="left"``: the label is the LEFT digit's value (10 classes). Each placement and the one with the two
+  digits' offsets swapped are equally likely and have other labels, so a model that sees the two digits but not
+  which is left (blind to the order of patches) cannot beat 0.5 (``order_blind_ceiling``). (A bag of patches still sees each
   digit's alignment to the patch grid, ``x mod patch``, a weak cue.) A wider canvas puts digits at offsets never
   seen in training: position extrapolation. ``size`` pairs (default 8192 train, 1024 val / test), a pure
   function of ``(seed, split, width, index)``. Item ``(float (C, 28, width), int 0-1)``.
@@ -54,6 +55,7 @@ SHA256 = {  # of each unpacked official file (module constant: tests swap in the
     "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
     "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
 }
+TARGETS = ("larger", "left")  # mnist_pair: is the left digit larger, or which digit is left
 MAX_FILE_BYTES = 64 << 20  # an unpacked file larger than this is refused (the largest official one: 47 MB)
 DIGIT = 28
 TorchvisionMNIST = torchvision.datasets.MNIST  # looked up at call time (tests swap in a subclass with fixture md5s)
@@ -246,17 +248,24 @@ def placements(width: int) -> np.ndarray:
 
 
 class MNISTPair(_MNISTBase):
-    """Two MNIST digits side by side on a ``width``-px canvas: is the left one larger? (position matters)."""
+    """Two MNIST digits side by side on a ``width``-px canvas: is the left one larger, or which is it? (position
+    matters)."""
 
-    name, num_classes = "mnist_pair", 2
-    classes = ("left smaller", "left larger")
-    order_blind_groups = [0, 0]  # only the left/right order decides the label: blind to it, both labels look alike
+    name = "mnist_pair"
+    order_blind_ceiling = 0.5  # knowing both digits but not which is left: a coin flip between the two labels
 
     def __init__(self, split: str, *, seed: int = 0, root: str | None = None, download: bool = False,
                  source: str | None = None, width: int = 64, channels: int = 1, size: int | None = None,
-                 val_size: int = 5000):
+                 val_size: int = 5000, target: str = "larger"):
+        check_choice("target", target, TARGETS)
         super().__init__(split, seed=seed, root=root, download=download, source=source, val_size=val_size,
                          channels=channels)
+        self.target = target
+        if target == "larger":
+            self.num_classes, self.classes = 2, ("left smaller", "left larger")
+            self.order_blind_groups = [0, 0]  # only the left/right order decides the label
+        else:
+            self.num_classes, self.classes = 10, tuple(str(d) for d in range(10))
         if width < 2 * DIGIT:
             raise ValueError(f"width must be >= {2 * DIGIT} (two 28-px digits side by side), got {width}")
         self.width = int(width)
@@ -284,8 +293,8 @@ class MNISTPair(_MNISTBase):
         canvas = np.zeros((DIGIT, self.width), np.uint8)
         for image, x in ((left, left_x), (right, right_x)):
             canvas[:, x:x + DIGIT] = self.images[image]
-        label = int(self.labels[left] > self.labels[right]) if left_x < right_x else \
-            int(self.labels[right] > self.labels[left])
+        first, second = (left, right) if left_x < right_x else (right, left)  # in reading order
+        label = int(self.labels[first] > self.labels[second]) if self.target == "larger" else int(self.labels[first])
         return to_image(canvas, None, self.channels), label
 
     def __getitem__(self, index: int):
