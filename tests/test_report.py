@@ -368,3 +368,19 @@ def test_bimodal_runs_are_compared_by_a_rank_test_and_shown_as_a_success_rate(tm
     text = write_report(tmp_path, "# test").read_text()
     assert "runs at the bar ×1 → ×2" in text
     assert "| relative | " in text and "8/8 [0.63, 1.00] → 5/8 [0.24, 0.91]" in text
+
+
+def test_the_search_winners_are_compared_with_the_reported_runs(tmp_path):
+    """Winners above the reported mean in every (task, kind): the sign test says so (a best-of-N would show it)."""
+    from train.results import SEARCH
+
+    rows = [row("floor", d, 1.0, 0.0, variant="chance", data_seed=d) for d in (0, 1)]
+    for kind in ("rope", "alibi", "none", "learned", "relative", "sinusoidal"):
+        rows += [row(kind, s, 1.0, 0.96) for s in range(3)]
+        search = row(kind, 1000, 1.0, 0.99, variant=SEARCH)
+        rows.append(search.__class__(**{**search.__dict__, "split": "val", "lr": 0.002}))
+    rows = [r.__class__(**{**r.__dict__, "lr": 0.002}) if r.kind != "floor" else r for r in rows]
+    append_rows(tmp_path / "results.csv", rows)
+    text = write_report(tmp_path, "# test").read_text()
+    assert "in 6 of 6 (task, kind) pairs (ties left out) the search's winning run scores above" in text
+    assert "sign test p = 0.031" in text
