@@ -19,9 +19,9 @@ VIEW = "tab=growth&kind=rope&mode=zoom&grow=2&coords=index&scaling=none&q=centre
 
 
 def main(out: Path = ROOT / "docs" / "figures" / "explorer.png") -> Path:
-    os.chdir(ROOT)  # the page names the run as given: benchmarks/results/standard
+    os.chdir(ROOT)  # the page names the run as given: benchmarks/results/standard-v1
     with tempfile.TemporaryDirectory() as tmp:
-        page = write_page(Path(tmp), results=Path("benchmarks/results/standard"))
+        page = write_page(Path(tmp), results=Path("benchmarks/results/standard-v1"))
         with chromium(1100, 900) as driver:
             driver.get(f"file://{page}#{VIEW}")
             end = time.time() + 20

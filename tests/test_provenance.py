@@ -153,7 +153,7 @@ def test_a_cut_invocation_line_is_skipped_and_the_next_starts_on_its_own_line(tm
 
 
 @pytest.mark.parametrize("record,preset", [("quick", ["--quick"]),
-                                           ("standard", ["--config", str(bench.CONFIG_DIR / "standard.yaml")])])
+                                           ("standard-v1", ["--config", str(bench.CONFIG_DIR / "standard.yaml")])])
 def test_committed_records_without_provenance_load_and_write_a_report(tmp_path, record, preset):
     """The committed results.csv files predate the provenance columns: they read as "" and still report."""
     run_dir = tmp_path / record
