@@ -824,7 +824,7 @@ def header(cfg: BenchConfig, info: dict | None) -> str:
         f"model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads} (per task: {cfg.models or 'none'}; the task's "
         "own options win); batch "
         f"{cfg.batch_size}; {search}; weight decay {cfg.weight_decay}; steps: {cfg.default_steps} (per task: "
-        f"{cfg.steps or 'none'}); {cfg.train_items} training items (per task: {cfg.items or 'none'}), "
+        f"{cfg.steps or 'none'}); {cfg.train_items} training items (per task: {cfg.items or 'none'}; fewer where the dataset has fewer: digits 1,077), "
         f"{cfg.test_items} test items per size (fewer where the dataset has fewer)",
         "- protocol (train/protocol.py): each model is trained at the first size and evaluated at every size; "
         "`(pi)`, `(ntk)`, `(yarn)` rows are the same rope model evaluated with test-time scaling; floors are computed "
