@@ -355,3 +355,18 @@ def test_a_coordinate_convention_label_sets_the_kinds_coords(tmp_path):
     rows = read_rows(tmp_path / "quick" / "results.csv")
     assert {r.kind for r in rows} >= {"none", "rope@centered"}
     assert "| image/shapes-zoom | rope@centered | coords=centered" in (tmp_path / "quick" / "report.md").read_text()
+
+
+def test_the_search_does_not_extend_a_plateau(tmp_path):
+    """Every rate at the ceiling: the edge choice ties its neighbour, so the grid is not walked off to its range."""
+    def flat(args):
+        cfg, cell, _ = args
+        task = bench.TASKS[cell.task]
+        if cell.search:
+            return [bench._row(task, cell, SEARCH, task.train_size, 1.0, 0.0, split="val")], 0.0, None
+        return fake_search_cell(args)
+
+    bench.run(tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]"), "test", cell_fn=flat)
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert sorted(r.lr for r in rows if r.variant == SEARCH) == [0.001, 0.002, 0.004]
+    assert {r.lr for r in rows if r.variant == "-"} == {0.001}

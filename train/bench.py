@@ -340,8 +340,9 @@ def best_point(points: dict[tuple[float, float], float]) -> tuple[float, float]:
 
 def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
     """Search points that extend the grid past an edge choice: where a (task, kind)'s best learning rate (its first
-    grid done) is the smallest or largest tried at its weight decay, the next one beyond it (``lr_step``), while it
-    stays in ``lr_range``. Run in rounds (``lr_extend``) until every choice is interior or at the range's end."""
+    grid done) is the smallest or largest tried at its weight decay and strictly better than its neighbour, the next
+    one beyond it (``lr_step``), while it stays in ``lr_range``. Run in rounds (``lr_extend``) until every choice is
+    interior, ties its neighbour (a plateau: the metric cannot tell the rates apart), or is at the range's end."""
     found, cells = search_points(rows), []
     lo, hi = cfg.lr_range
     for c in search_cells(cfg):
@@ -352,8 +353,13 @@ def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
             continue  # its first grid is not done (or a point failed)
         lr, wd = best_point(points)
         lrs = sorted(x for x, w in points if w == wd)
-        beyond = lr * cfg.lr_step if lr == lrs[-1] else lr / cfg.lr_step if lr == lrs[0] else None
-        if beyond is not None and lo <= beyond <= hi:
+        if len(lrs) < 2 or lr not in (lrs[0], lrs[-1]):
+            continue  # interior (or nothing to compare with)
+        neighbour = lrs[1] if lr == lrs[0] else lrs[-2]
+        if not points[(lr, wd)] > points[(neighbour, wd)]:
+            continue  # a tie with its neighbour: a plateau (e.g. every rate at the ceiling), nothing to bracket
+        beyond = lr * cfg.lr_step if lr == lrs[-1] else lr / cfg.lr_step
+        if lo <= beyond <= hi:
             cells.append(dataclasses.replace(c, lr=round(beyond, 12), weight_decay=wd))
     return cells
 
