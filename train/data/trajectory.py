@@ -8,10 +8,12 @@ Classes (``classes``), paths over clip time ``t`` in [0, 1] (row axis points dow
 
 The path is fixed in clip time and sampled at ``t_k = k / (frames - 1)``, so 12 or 16 frames
 (for extrapolation) show the same motion at a higher frame rate (``growth="rate"``, the default). With
-``growth="duration"`` the frame rate is fixed instead: ``t_k = k / (base_frames - 1)``, so more frames
-continue the same motion over a longer clip (item ``i`` at 16 frames is its 8-frame clip and 8 frames
-more); the motion's speed is set so that the longest clip (``max_frames``) stays in the frame, so
-shorter clips show a shorter stretch of it (linear motions only). Start point, extent, colour
+``growth="duration"`` the frame rate is fixed instead: item ``i`` is one motion of ``max_frames`` frames at
+the rate of ``base_frames`` frames over ``[0, 1]``, and a clip of ``frames`` frames is a window of it at an
+offset drawn per item (uniform over ``0 .. max_frames - frames``): more frames show more of the same motion at
+the same rate, and the longest clip shows all of it (linear motions only). The window is random so that where
+the disk is does not tell the direction: a first-half window would sit on the start side of the frame, a cue
+that a model blind to frame order could read. Start point, extent, colour
 (bright RGB) and a little pixel noise are random. Right/left, down/up and cw/ccw are time
 reversals of each other and cover the same pixels: the order of frames is the label.
 ``motions="linear"`` keeps classes 0-3 only: a model blind to frame order can tell the axis but
@@ -107,11 +109,14 @@ class Trajectory(SyntheticDataset):
 
     def make(self, rng):
         label = int(rng.integers(self.num_classes))
-        if self.growth == "duration":  # the frame rate of base_frames over [0, 1]; the longest clip fits
-            t, span = np.arange(self.frames) / (self.base_frames - 1), (self.max_frames - 1) / (self.base_frames - 1)
+        if self.growth == "duration":  # the frame rate of base_frames over [0, 1]; a window of the longest clip
+            span = (self.max_frames - 1) / (self.base_frames - 1)
+            centres = path(label, np.arange(self.max_frames) / (self.base_frames - 1), self.frame_size, rng,
+                           self.disk_radius, span)
+            offset = int(rng.integers(self.max_frames - self.frames + 1))  # drawn at every size: same colour after
+            centres = centres[offset:offset + self.frames]
         else:
-            t, span = np.linspace(0, 1, self.frames), 1.0
-        centres = path(label, t, self.frame_size, rng, self.disk_radius, span)
+            centres = path(label, np.linspace(0, 1, self.frames), self.frame_size, rng, self.disk_radius)
         colour = rng.uniform(0.5, 1.0, 3)
         noise = rng.uniform(0, 0.05) * rng.standard_normal((3, self.frames, self.frame_size, self.frame_size))
         video = np.clip(render(centres, self.frame_size, colour, self.disk_radius) + noise, 0, 1)
