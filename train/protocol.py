@@ -187,7 +187,7 @@ TASKS = {t.name: t for t in [
                      "guessed (1/2)"),
     Task("video/trajectory-long", "trajectory", "video", 3, "frames", 8, (8, 12, 16), "acc", True, ORDER_BAR, "frames",
          data={"motions": "linear", "disk_radius": 2.2, "zero_background": True, "growth": "duration",
-               "max_frames": 16},
+               "max_frames": 16, "frame_size": 32},
          model_opts={"tubelet": [1, 8, 8], "pool": "mean", "heads": 2},
          protocol="the motion continued at the training frame rate (more frames, a longer clip: VideoRoPE's and "
                   "VRoPE's setting); one-frame tubelets, so only positions tell the frame order",
