@@ -324,7 +324,7 @@ def search_cells(cfg: BenchConfig) -> list[CellSpec]:
 
 def search_points(rows: list[Row]) -> dict[tuple[str, str], dict[tuple[float, float], float]]:
     """(task, kind) -> {(lr, weight decay): the search metric, signed so that larger is better}."""
-    from .report import good
+    from .competence import good
 
     found: dict = {}
     for r in rows:

@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass
 
 from . import stats
+from .competence import competence, good, retention
 from .protocol import TASKS, Claim
-from .results import kind_of
 
 LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
 
@@ -44,8 +44,6 @@ def measured_values(agg_task, label: str, claim: Claim, first: float | None, las
     """Per run (model seed, data seed), what ``claim`` compares, signed so that larger is better: the metric at
     ``last`` (``largest``) or at ``first`` (``training``), or minus its worsening from ``first`` to ``last``
     (``degradation``, paired per run); perplexities as their log."""
-    from .report import good
-
     by = agg_task.get(label, {})
     f = math.log if metric in LOG_METRICS else (lambda v: v)
     if claim.measure in ("largest", "training"):
@@ -100,8 +98,6 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
     """The verdict of one claim from every half of it (see the module docstring).
 
     ``in_dist``: task -> the aggregate the competence rules read (``report.in_distribution``; default ``agg``)."""
-    from .report import competence, retention
-
     if claim.task not in agg:
         return Verdict("not run", "the task is not in this run")
     if claim.not_tested:
@@ -211,4 +207,4 @@ def zoom_and_canvas(claims: list[Claim], agg, info, in_dist=None) -> list[str]:
     return lines + [""]
 
 
-__all__ = ["LOG_METRICS", "Verdict", "check_claim", "claim_line", "compare", "kind_of", "measured_values", "zoom_and_canvas"]
+__all__ = ["LOG_METRICS", "Verdict", "check_claim", "claim_line", "compare", "measured_values", "zoom_and_canvas"]
