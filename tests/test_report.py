@@ -142,7 +142,8 @@ def test_protocol_claims_name_their_papers_protocols():
     canvas = by[("Heo et al. 2024", "image/shapes")]  # not the paper's protocol: judged and reported beside zoom
     assert not canvas.not_tested and "beside the zoom verdict" in canvas.note
     assert by[("Heo et al. 2024, centred coordinates", "image/shapes-zoom")].tiers[1] == ["rope@centered"]
-    assert TASKS["text/stdlib_lm"].kind_options["relative"].options((64,), (512,)) == {"max_distance": 64}
+    assert TASKS["text/stdlib_lm"].kind_options["relative"].options((64,), (512,)) == {"max_distance": 64,
+                                                                                       "num_buckets": 32}
     assert by[("Press et al. 2022", "text/stdlib_lm")].keeps == ["alibi", "relative"]
     video = [c for c in CLAIMS if c.source == "Wei et al. 2025"]
     assert {c.task for c in video} == {"video/trajectory-long"} and {c.measure for c in video} == {"degradation", "largest"}

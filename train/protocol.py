@@ -116,10 +116,12 @@ ROPE_VIT = KindOption(lambda train, largest: {"theta": 100.0},
                       "RoPE-Axial at RoPE-ViT's theta 100 (Heo et al. 2024 code), not the language models' 10000")
 FIRE_L = KindOption(lambda train, largest: {"init_L": max(train[0] // 2, 1)},
                     "init_L at half the training length, so FIRE's progressive interpolation acts (Li et al. 2024)")
-T5_IN_CONTEXT = KindOption(lambda train, largest: {"max_distance": int(train[0])},
+T5_IN_CONTEXT = KindOption(lambda train, largest: {"max_distance": int(train[0]),
+                                                    "num_buckets": min(32, 2 * (int(train[0]) // 2))},
                            "T5 buckets with max_distance at the training context, so every bucket is trained (the "
                            "default 128 at a context of 64 leaves the last buckets, which hold most offsets at 2-8x, "
-                           "untrained); Press et al. 2022 compare T5's bias as trained")
+                           "untrained); T5's 32 buckets (fewer only for a context under 32); Press et al. 2022 "
+                           "compare T5's bias as trained")
 COPE_MAX = KindOption(lambda train, largest: {"max_pos": int(largest[0])},
                       "max_pos covers every offset of the largest test sequence (Golovneva et al. 2024)")
 CAUSAL_TEXT = {"data": {"causal": True, "min_length": 1}, "test_data": {"min_length": None},
