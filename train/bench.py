@@ -345,11 +345,12 @@ def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
     interior, ties its neighbour (a plateau: the metric cannot tell the rates apart), or is at the range's end."""
     found, cells = search_points(rows), []
     lo, hi = cfg.lr_range
+    grids: dict = {}  # (task, kind) -> its first grid's cells
     for c in search_cells(cfg):
-        points = found.get((c.task, c.kind), {})
-        if (c.lr, c.weight_decay) != (cfg.lr_search[0], cfg.wd_search.get(c.task, [cfg.weight_decay])[0]):
-            continue  # one decision per (task, kind)
-        if not {(x.lr, x.weight_decay) for x in search_cells(cfg) if (x.task, x.kind) == (c.task, c.kind)} <= set(points):
+        grids.setdefault((c.task, c.kind), []).append(c)
+    for key, grid in grids.items():
+        points = found.get(key, {})
+        if not {(c.lr, c.weight_decay) for c in grid} <= set(points):
             continue  # its first grid is not done (or a point failed)
         lr, wd = best_point(points)
         lrs = sorted(x for x, w in points if w == wd)
@@ -360,7 +361,7 @@ def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
             continue  # a tie with its neighbour: a plateau (e.g. every rate at the ceiling), nothing to bracket
         beyond = lr * cfg.lr_step if lr == lrs[-1] else lr / cfg.lr_step
         if lo <= beyond <= hi:
-            cells.append(dataclasses.replace(c, lr=round(beyond, 12), weight_decay=wd))
+            cells.append(dataclasses.replace(grid[0], lr=round(beyond, 12), weight_decay=wd))
     return cells
 
 
