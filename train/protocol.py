@@ -41,6 +41,10 @@ CHANGES_AFTER_RESULTS = [
     "competence); the two floor cells were recomputed, the trained cells kept",
     "quick: text/copy from 600 to 1,000 steps after the first quick run left its best kind at 0.934 exact match in "
     "distribution (no size beyond training entered the choice)",
+    "video/trajectory-long (2026-11-27): the record's first search cells showed NoPE at 1.0 in distribution (a "
+    "first-half clip told the direction by where the disk was), so clips became random windows of the motion; rope "
+    "then stayed at chance at 16-px frames and 600 steps, so frames became 32 px and steps 1,200 (from a probe); only "
+    "the training size was looked at, and that run was discarded before any test size",
 ]
 
 
