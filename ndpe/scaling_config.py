@@ -179,7 +179,12 @@ class RopeScaling:
 
 def hf_types() -> dict[str, str | None]:
     """Hugging Face ``rope_type`` -> :class:`RopeScaling` type (``"default"``: None, no scaling)."""
-    return {"default": None, **{SCALINGS[n].hf: n for n in SCALINGS if SCALINGS[n].hf is not None}}
+    types: dict[str, str | None] = {"default": None}
+    for name in SCALINGS:
+        hf = SCALINGS[name].hf
+        if hf is not None:
+            types[hf] = name
+    return types
 
 
 def rope_scaling(scaling: "str | RopeScaling | None", scale: Any = None, train_shape: Any = None,

@@ -186,11 +186,12 @@ def _growth_modes(kind: str, coords: str, scaling: str, growth: float) -> dict[s
     options = kind_options(kind, 2, TRAIN_2D)
     if coords != "-":
         options["coords"] = coords
-    if SCALINGS[scaling] is not None:
+    scaling_type = SCALINGS[scaling]
+    if scaling_type is not None:
         if growth == 1.0:
             raise ValueError("scaling acts beyond the training size: pick a growth above 1")
-        options.update(scaling=SCALINGS[scaling], scale=growth)
-        if needs_train_shape(SCALINGS[scaling]):
+        options.update(scaling=scaling_type, scale=growth)
+        if needs_train_shape(scaling_type):
             options["train_shape"] = TRAIN_2D
     pe = build(kind, 2, **options)
     train_pe = build(kind, 2, **{k: v for k, v in options.items() if k not in ("scaling", "scale", "train_shape")})
