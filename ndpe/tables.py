@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 REQUIRED = inspect.Parameter.empty  # the default of an option that has none
@@ -30,7 +31,7 @@ class Formula:
     fn: Callable[..., Any]
     check: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
-    @property
+    @cached_property
     def options(self) -> dict[str, Any]:
         """Option name -> default (:data:`REQUIRED` where it has none), in signature order."""
         params = inspect.signature(self.fn).parameters.values()
@@ -46,6 +47,7 @@ class Table(Generic[E]):
     def __init__(self, what: str):
         self.what = what
         self._entries: dict[str, E] = {}
+        self._defaults: dict[str, Any] = {}  # every entry's options (None where required), kept with the entries
 
     def register(self, entry: E) -> E:
         """Add ``entry``; a name registers once, and an option shared with another entry keeps one default."""
@@ -58,15 +60,22 @@ class Table(Generic[E]):
                 raise ValueError(f"option {name!r} of {self.what}={entry.name!r} defaults to {default!r}, but other "
                                  f"entries default it to {known[name]!r}: one option, one default")
         self._entries[entry.name] = entry
-        _resign()
+        self._changed()
         return entry
 
     def unregister(self, name: str) -> E:
         """Remove the entry ``name`` and return it (an entry defined for a while: tests, examples)."""
         entry = self[name]
         del self._entries[name]
-        _resign()
+        self._changed()
         return entry
+
+    def _changed(self) -> None:
+        self._defaults = {}
+        for entry in self._entries.values():
+            for name, default in entry.options.items():
+                self._defaults.setdefault(name, None if default is REQUIRED else default)
+        _resign()
 
     def __getitem__(self, name: str) -> E:
         if not isinstance(name, str) or name not in self._entries:
@@ -81,11 +90,7 @@ class Table(Generic[E]):
 
     def defaults(self) -> dict[str, Any]:
         """Every entry's options with their defaults (None for a required one), in registration order."""
-        out: dict[str, Any] = {}
-        for entry in self._entries.values():
-            for name, default in entry.options.items():
-                out.setdefault(name, None if default is REQUIRED else default)
-        return out
+        return dict(self._defaults)
 
     def owners(self, option: str) -> tuple[str, ...]:
         """The entries that declare ``option``."""

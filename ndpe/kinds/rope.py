@@ -170,7 +170,8 @@ class RoPE(Encoding):
         super().__init__(dims=dims, dim=dim, heads=heads)
         if check_bool(periods, "periods") and freqs not in (None, "periods"):
             raise ValueError(f"periods=True is freqs='periods', got freqs={freqs!r}: pass one of them")
-        scaling_options = {n: options.pop(n) for n in list(options) if n in SCALINGS.defaults()}
+        scaling_names = SCALINGS.defaults()
+        scaling_options = {n: options.pop(n) for n in list(options) if n in scaling_names}
         theta_series = {"theta": None if equal(theta, 10000.0) else theta, "scaling": scaling,
                         "mrope_section": mrope_section}  # what only theta's series takes, those set
         self.freq_scheme, self.freq_options = resolve_scheme(
