@@ -161,12 +161,18 @@ class RoPE(Encoding):
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
 
     @with_options(FREQUENCIES, SCALINGS)  # the schemes' and the scaling types' options join the signature
-    def __init__(self, *, dims: int, dim: int, heads: int = 1, axis_dims: Sequence[int] | None = None,
-                 theta: float | Sequence[float] = 10000.0, coords: str = "index", pairing: str = "half",
+    def __init__(self, *, dims: int, dim: int, heads: int = 1,
+                 # frequency scheme (its own options come in **options)
+                 freqs: str | None = None, theta: float | Sequence[float] = 10000.0, periods: bool = False,
+                 proportion: float = 1.0,
+                 # channels
+                 axis_dims: Sequence[int] | None = None, mrope_section: Sequence[int] | None = None,
+                 mrope_interleaved: bool = False, grid_indexing: str = "ij", pairing: str = "half",
+                 # coordinates
+                 coords: str = "index",
+                 # scaling (the type's own options come in **options)
                  scaling: str | RopeScaling | None = None, scale: float | Sequence[float] | None = None,
-                 train_shape: int | Sequence[int] | None = None, mrope_section: Sequence[int] | None = None,
-                 mrope_interleaved: bool = False, grid_indexing: str = "ij", freqs: str | None = None,
-                 proportion: float = 1.0, periods: bool = False, **options: Any):
+                 train_shape: int | Sequence[int] | None = None, **options: Any):
         super().__init__(dims=dims, dim=dim, heads=heads)
         if check_bool(periods, "periods") and freqs not in (None, "periods"):
             raise ValueError(f"periods=True is freqs='periods', got freqs={freqs!r}: pass one of them")
