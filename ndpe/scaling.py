@@ -299,7 +299,11 @@ def scaled_inv_freq(dim: int, theta: float, scaling: str | None = None, scale: f
     """
     if scaling is None:
         return axial_inv_freq(dim, theta, device=device), 1.0
-    return SCALINGS[scaling].fn(dim, theta, scale, train_length, **options, device=device)
+    entry = SCALINGS[scaling]
+    unknown = sorted(set(options) - set(entry.options))
+    if unknown:
+        raise TypeError(f"scaling={scaling!r} takes the options {list(entry.options)}, got {unknown}")
+    return entry.fn(dim, theta, scale, train_length, **options, device=device)
 
 
 def _factors(value, name: str) -> tuple[float, ...]:

@@ -104,6 +104,9 @@ class RopeScaling:
                       device=None) -> tuple[Tensor, float]:
         """Axis ``axis``'s static frequencies ``(axis_dims[axis] // 2,)`` float64 and cos/sin factor, ``scale`` and
         ``train_shape`` per axis (:meth:`for_axes`)."""
+        if isinstance(axis_dims, int):
+            raise TypeError(f"axis_dims must be the rotary channels of every axis (a tuple, e.g. ({axis_dims},) for "
+                            f"one axis), got the int {axis_dims}")
         train = None if self.train_shape is None else cast(tuple, self.train_shape)[axis]
         return self.entry.fn(axis_dims[axis], theta, cast(tuple, self.scale)[axis], train,
                              **self.axis_options(axis, axis_dims), device=device)

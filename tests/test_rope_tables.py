@@ -110,6 +110,9 @@ def test_a_registered_scaling_type_keeps_the_tables_rules(keep_fast):
     (lambda: ndpe.make(dims=1, kind="rope", dim=16).replace(bta_fast=8.0), TypeError, ["'beta_fast'"]),
     (lambda: ndpe.RopeScaling("yarn", scale=2.0, train_shape=8, bta_fast=8.0), TypeError, ["'beta_fast'", "'keep'"]
      if "keep-fast" in SCALINGS else ["'beta_fast'", "'long_factor'"]),
+    (lambda: ndpe.scaling.scaled_inv_freq(8, 1e4, "longrope", 2.0, 8, factors=[1.0] * 4), TypeError,
+     ["'short_factor'", "'long_factor'", "'factors'"]),  # the former spelling of LongRoPE's factors
+    (lambda: ndpe.RopeScaling("ntk", scale=2.0).for_axes((8,)).axis_inv_freq(0, 8, 1e4), TypeError, ["(8,)"]),
 ])
 def test_a_wrong_name_gets_one_line_naming_the_valid_ones(make, err, names):
     with pytest.raises(err) as info:
