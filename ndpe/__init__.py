@@ -18,7 +18,7 @@ from .kinds.coord import AddCoords
 from .memory import memory_budget, set_memory_budget
 from .mrope import mrope_positions
 from .registry import available, make, options, register
-from .scaling import RopeScaling
+from .scaling_config import RopeScaling
 
 __all__ = [
     "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PosOut", "RopeScaling", "apply_qk", "apply_tokens", "attn_bias", "available",
