@@ -31,22 +31,23 @@ IGNORED = ("train_time_s", "ndpe_version", "commit", "protocol")  # when and by 
 KEY = ("task", "kind", "variant", "seed", "data_seed", "split", "train_size", "test_size", "lr", "weight_decay")
 
 
-def overrides(out_root: Path, data_root: Path, steps: int, items: int, test_items: int) -> list[str]:
+def overrides(out_root: Path, steps: int, items: int, test_items: int) -> list[str]:
     task_kinds = "{" + ", ".join(f"{t}: [{', '.join(k)}]" for t, k in KINDS.items()) + "}"
-    return [f"out_root={out_root}", f"data_root={data_root}", "name=bit_identity", f"task_kinds={task_kinds}",
+    return [f"out_root={out_root}", "name=bit_identity", f"task_kinds={task_kinds}",
             "seeds=[0]", "data_seeds=[0]", "workers=1", "steps={}", f"default_steps={steps}", "items={}",
             f"train_items={items}", f"test_items={test_items}", "lr_search=[0.002]", "lr_extend=0"]
 
 
 def run_checkout(checkout: Path, out_root: Path, args: argparse.Namespace) -> Path:
     """Run the sample with ``checkout``'s own code (its root first on the path); returns its results.csv."""
-    env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "NDPE_DATA": str(args.out / "data")}  # the data folder (MNIST, staged from NDPE_MNIST_FILES) of both runs
     where = subprocess.run([sys.executable, "-c", "import ndpe, train.bench; print(ndpe.__file__, train.bench.__file__)"],
                            cwd=checkout, env=env, capture_output=True, text=True, check=True).stdout.split()
     if not all(Path(p).resolve().is_relative_to(checkout.resolve()) for p in where):
         raise SystemExit(f"error: {checkout} does not import its own code ({where}): another ndpe is first on the path")
     command = [sys.executable, "-m", "train.bench", "--config", "configs/bench/standard.yaml",
-               *overrides(out_root, args.out / "data_root", args.steps, args.items, args.test_items)]
+               *overrides(out_root, args.steps, args.items, args.test_items)]
     print(f"{checkout}: {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
     with open(out_root.with_suffix(".log"), "w") as log:
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--old", type=Path, required=True, help="the checkout of the old code")
     parser.add_argument("--new", type=Path, required=True, help="the checkout of the new code")
-    parser.add_argument("--out", type=Path, required=True, help="a folder for both runs (old/, new/, data_root/)")
+    parser.add_argument("--out", type=Path, required=True, help="a folder for both runs (old/, new/, data/)")
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps of every cell")
     parser.add_argument("--items", type=int, default=128, help="training items of every built-in dataset")
     parser.add_argument("--test-items", type=int, default=32, help="items of every val / test split")

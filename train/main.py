@@ -42,7 +42,7 @@ from .engine import JsonlLogger, evaluate, train_one_epoch
 DataFactory = Callable[..., Dataset]  # factory(split, *, seed, root, **options) -> Dataset
 
 
-def build_data(cfg: Config, split: str, data: DataFactory | None = None, **opts) -> Dataset:
+def build_data(cfg: Config, split: str, *, data: DataFactory | None = None, **opts) -> Dataset:
     """The dataset ``cfg.data`` names, for ``split``, with ``opts`` overriding ``cfg.data.options``.
 
     ``data.name`` is a name ``train.data.build_dataset`` knows, or ``"package.module:factory"``, a callable
@@ -80,7 +80,7 @@ def build_train_data(cfg: Config, data: DataFactory | None = None) -> Dataset:
     """The training set; with ``data.mixed_sizes`` the same items at those image sizes, one size per item
     (:class:`train.data._base.MixedSizes`), trained on in packed batches (the model's ``forward_packed``)."""
     if not cfg.data.mixed_sizes:
-        return build_data(cfg, cfg.data.train_split, data)
+        return build_data(cfg, cfg.data.train_split, data=data)
     from models import MODELS
 
     from .data._base import MixedSizes
@@ -89,7 +89,7 @@ def build_train_data(cfg: Config, data: DataFactory | None = None) -> Dataset:
                           f"{cfg.model.name!r} has no forward_packed (the vit has)")
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in cfg.data.mixed_sizes):
         raise ConfigError(f"data.mixed_sizes must be a list of positive image sizes, got {cfg.data.mixed_sizes!r}")
-    return MixedSizes([build_data(cfg, cfg.data.train_split, data, image_size=s) for s in cfg.data.mixed_sizes],
+    return MixedSizes([build_data(cfg, cfg.data.train_split, data=data, image_size=s) for s in cfg.data.mixed_sizes],
                       seed=cfg.data.seed)
 
 
@@ -194,7 +194,7 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
 
     try:
         train_set = build_train_data(cfg, data)
-        eval_set = build_data(cfg, cfg.data.eval_split, data)
+        eval_set = build_data(cfg, cfg.data.eval_split, data=data)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:  # an option value the dataset refuses
@@ -301,7 +301,7 @@ def evaluate_model(model: nn.Module, cfg: Config, *, split: str | None = None, b
                    device: str | torch.device | None = None, data: DataFactory | None = None,
                    **data_opts) -> dict[str, float]:
     """Metrics of ``model`` on ``cfg``'s dataset rebuilt with ``data_opts`` (e.g. ``image_size=64``)."""
-    dataset = build_data(cfg, split or cfg.data.eval_split, data, **data_opts)
+    dataset = build_data(cfg, split or cfg.data.eval_split, data=data, **data_opts)
     return evaluate_dataset(model, cfg, dataset, batch_size=batch_size, device=device)
 
 
