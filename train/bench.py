@@ -44,7 +44,7 @@ import ndpe
 from . import provenance
 from .bench_config import CONFIG_DIR, BenchConfig, expand_kinds, kinds_for, load_bench_config
 from .bench_data import bench_dataset, data_jobs, fetch_real, run_data_job, test_options
-from .cells import (CellSpec, check_fingerprint, choices, cells_for, extension_cells, fingerprint, lr_of, runs,
+from .cells import (CellSpec, cells_for, check_fingerprint, choices, extension_cells, fingerprint, lr_of, runs,
                     search_cells, selected_rows, write_choices)
 from .config import ConfigError
 from .evaluate import _row, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
