@@ -5,11 +5,12 @@
 Each checkout runs ``python -m train.bench --config configs/bench/standard.yaml`` with the same overrides (its own
 code, its own ``out_root`` and data cache, one worker): every task of the preset with the kinds of :data:`KINDS`
 (rope wherever the task has it, so its test-time scalings are compared too; the coord tasks' two conv nets), one
-model seed and one data seed, a one-point learning-rate search (a search cell per (task, kind)), few steps and
-small datasets (the coord tasks search their two weight decays). Then the two results.csv are read as text and every row is matched by its cell and measurement
-(task, kind, variant, seed, data seed, split, sizes, lr, weight decay); each column but the timing and the
-provenance ones (:data:`IGNORED`) must be equal to the letter, so a value equal in its 17 significant digits is
-the same float. MNIST tasks need ``NDPE_MNIST_FILES`` (a folder of the four official files) in the environment.
+model seed and one data seed, a one-point learning-rate search (a search cell per (task, kind)), few steps and small
+datasets (the coord tasks search their two weight decays). Then the two results.csv are read as text and every row
+is matched by its cell and measurement (task, kind, variant, seed, data seed, split, sizes, lr, weight decay); each
+column but the timing and the provenance ones (:data:`IGNORED`) must be equal to the letter, so a value equal in its
+17 significant digits is the same float.
+MNIST tasks need ``NDPE_MNIST_FILES`` (a folder of the four official files) in the environment.
 Exit status 0 when every row is identical and both sides have the same rows, 1 otherwise.
 """
 from __future__ import annotations
@@ -42,8 +43,9 @@ def run_checkout(checkout: Path, out_root: Path, args: argparse.Namespace) -> Pa
     """Run the sample with ``checkout``'s own code (its root first on the path); returns its results.csv."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "NDPE_DATA": str(args.out / "data")}  # the data folder (MNIST, staged from NDPE_MNIST_FILES) of both runs
-    where = subprocess.run([sys.executable, "-c", "import ndpe, train.bench; print(ndpe.__file__, train.bench.__file__)"],
-                           cwd=checkout, env=env, capture_output=True, text=True, check=True).stdout.split()
+    code = "import ndpe, train.bench; print(ndpe.__file__, train.bench.__file__)"
+    where = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True,
+                           check=True).stdout.split()
     if not all(Path(p).resolve().is_relative_to(checkout.resolve()) for p in where):
         raise SystemExit(f"error: {checkout} does not import its own code ({where}): another ndpe is first on the path")
     command = [sys.executable, "-m", "train.bench", "--config", "configs/bench/standard.yaml",

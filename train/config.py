@@ -4,13 +4,13 @@
 >>> cfg.model.dim, cfg.optim.lr, cfg.model.pe.kind
 (32, 0.0003, 'rope')
 
-An unknown key, a value of the wrong type or out of range raises :class:`ConfigError` (one line)
-naming the key and what it expects (train/config_typed.py). YAML (config files and override values) is read by
-:func:`load_yaml` / :func:`load_yaml_text` (train/config_yaml.py): at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES``
-nodes once aliases are expanded (no alias bombs). ``data.name="package.module:factory"`` imports code, so it
-needs ``data.allow_import: true`` (or ``NDPE_ALLOW_DATA_IMPORT=1``); code that has the factory passes it to
-``train.main.fit(cfg, data=factory)`` instead (the benchmark). ``None`` on an optional model field means "the architecture's default";
-``model.num_classes`` / ``model.vocab_size`` left ``None`` are taken from the dataset.
+An unknown key, a value of the wrong type or out of range raises :class:`ConfigError` (one line) naming the key and
+what it expects (train/config_typed.py). YAML (config files and override values) is read by :func:`load_yaml` /
+:func:`load_yaml_text` (train/config_yaml.py): at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES`` nodes once aliases
+are expanded (no alias bombs). ``data.name="package.module:factory"`` imports code, so it needs
+``data.allow_import: true`` (or ``NDPE_ALLOW_DATA_IMPORT=1``); code that holds the factory passes it instead:
+``train.main.fit(cfg, data=factory)`` (the benchmark). ``None`` on an optional model field means "the
+architecture's default"; ``model.num_classes`` / ``model.vocab_size`` left ``None`` are taken from the dataset.
 """
 from __future__ import annotations
 

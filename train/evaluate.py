@@ -163,7 +163,7 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
 
     data, largest = cell_data(cfg, task, run_dir), task.test_sizes[-1]
     data_cfg = train_config(cfg, task, dataclasses.replace(cell, kind="none"), run_dir)  # the cell's data, no grids
-    tests = {largest: build_data(data_cfg, "test", data=data, **test_options(task, largest))}  # each test set built once
+    tests = {largest: build_data(data_cfg, "test", data=data, **test_options(task, largest))}  # each built once
     train_grid, max_grid = cell_grids(cfg, task, run_dir, cell.data_seed, tests[largest])  # the encoder's sizes
     tcfg = train_config(cfg, task, cell, run_dir, train_grid, max_grid)
     model, result = fit(tcfg, data)

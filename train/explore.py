@@ -4,10 +4,10 @@
 
 ``ndpe explore --results RUN`` reads ``RUN/explore.json`` (:data:`ndpe.explore.BENCH_FILE`): the library never
 imports this code. The file names the ``results.csv`` it was made from by its SHA-256, so the page refuses numbers
-older than the run's rows. Everything comes from ``results.csv`` alone, through the report's own functions (train/report.py), so the page and
-``report.md`` cannot disagree: per task, each label's mean and 95 % t interval at every test size (clipped to the
-metric's range), its floors, whether each kind counts (the task's bar and floors, in distribution), and each
-literature claim's verdict with its numbers.
+older than the run's rows. Everything comes from ``results.csv`` alone, through the report's own functions
+(train/report.py), so the page and ``report.md`` cannot disagree: per task, each label's mean and 95 % t interval at
+every test size (clipped to the metric's range), its floors, whether each kind counts (the task's bar and floors, in
+distribution), and each literature claim's verdict with its numbers.
 """
 from __future__ import annotations
 
