@@ -12,6 +12,11 @@ column but the timing and the provenance ones (:data:`IGNORED`) must be equal to
 17 significant digits is the same float.
 MNIST tasks need ``NDPE_MNIST_FILES`` (a folder of the four official files) in the environment.
 Exit status 0 when every row is identical and both sides have the same rows, 1 otherwise.
+
+``--vouch RUN_DIR`` (a record's run directory): when every row is identical, the two checkouts' protocol
+fingerprints are recorded as equivalent in ``RUN_DIR/equivalences.jsonl`` (train/provenance.py), so the report
+counts the record's rows written by the old code as the new code's and names this check; nothing is recorded
+when a row differs.
 """
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train.provenance of this checkout
+from train import provenance  # noqa: E402
 
 # the kinds run per task (standard.yaml's task_kinds replaced): rope where the task has it, beside one other kind
 KINDS = {"image/shapes-zoom": ["rope", "learned"], "image/digits-zoom": ["rope@centered"],
@@ -88,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps of every cell")
     parser.add_argument("--items", type=int, default=128, help="training items of every built-in dataset")
     parser.add_argument("--test-items", type=int, default=32, help="items of every val / test split")
+    parser.add_argument("--vouch", type=Path, metavar="RUN_DIR",
+                        help="on identity, record the two protocol fingerprints as equivalent in RUN_DIR")
     args = parser.parse_args(argv)
+    if args.vouch is not None and not (args.vouch / "results.csv").is_file():
+        parser.error(f"--vouch expects a run directory holding results.csv, got {args.vouch}")
     if "NDPE_MNIST_FILES" not in os.environ:
         parser.error("the MNIST tasks need NDPE_MNIST_FILES=<folder of the four official files>")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -99,7 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"{compared} rows compared, {same} identical, {len(problems)} difference(s) "
           f"(ignored columns: {', '.join(IGNORED)})")
-    return 0 if compared and same == compared and not problems else 1
+    identical = bool(compared) and same == compared and not problems
+    if identical and args.vouch is not None:
+        fingerprints = {side: provenance.protocol_fingerprint(checkout.resolve())
+                        for side, checkout in (("old", args.old), ("new", args.new))}
+        command = " ".join(["python benchmarks/bit_identity.py", *(argv if argv is not None else sys.argv[1:])])
+        provenance.append_equivalence(args.vouch, {**fingerprints, "rows": compared, "command": command,
+                                                   "date": provenance.utc_now()})
+        print(f"recorded in {args.vouch / provenance.EQUIVALENCES}: {fingerprints['old']} = {fingerprints['new']}")
+    return 0 if identical else 1
 
 
 if __name__ == "__main__":
