@@ -10,56 +10,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 
+from .cache import TensorCache
 from .checks import check_choice, check_dims, check_float_dtype, check_heads, check_int
-from .contract import PosOut, pad_prefix, tensors
-from .packing import pack
+from .contract import PosOut, pad_prefix, tensors  # noqa: F401  (pad_prefix re-exported)
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
+from .packing import pack
 
-_CACHE_SIZE = 16
 _E = TypeVar("_E", bound="Encoding")
-
-
-class TensorCache:
-    """The one cache of ndpe: a small LRU of values built from tensors, keyed by grid, device and dtype.
-
-    An entry holds its value and the tensors a caller could change in place; ``get`` drops the entry
-    when any of them changed (their version counters moved), so a cached output never serves a
-    caller's edit (``attn_bias(pos) += 5``). Kinds use it for whole outputs (the base class, for
-    parameter-free kinds) or for parameter-free parts of them (``relative``'s index).
-    """
-
-    def __init__(self, size: int = _CACHE_SIZE):
-        self.size = size
-        self._entries: OrderedDict[Any, tuple[Any, tuple[Tensor, ...], tuple[int, ...]]] = OrderedDict()
-
-    def get(self, key: Any) -> Any:
-        hit = self._entries.get(key)
-        if hit is None:
-            return None
-        value, tensors, versions = hit
-        if any(t._version != v for t, v in zip(tensors, versions)):
-            del self._entries[key]
-            return None
-        self._entries.move_to_end(key)
-        return value
-
-    def put(self, key: Any, value: Any, tensors: tuple[Tensor, ...]) -> None:
-        self._entries[key] = (value, tensors, tuple(t._version for t in tensors))
-        if len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 class Encoding(nn.Module):

@@ -99,9 +99,9 @@ def declared(cls: type, inherited: tuple[tuple[str, Field, Any], ...] = ()) -> N
     ``inherited`` (its base's) then those of its own body, for :func:`specs` and :func:`acting`."""
     own, names = [], {n for n, _, _ in inherited}
     # after @dataclass its fields (the base's too), before it declare()'s fields, not yet turned into defaults
-    body = vars(cls).get("__dataclass_fields__") or vars(cls)
-    for name, value in body.items():
-        if not isinstance(value, dataclasses.Field) or (name in names and body is not vars(cls)):
+    processed = "__dataclass_fields__" in vars(cls)
+    for name, value in (cls.__dataclass_fields__ if processed else vars(cls)).items():  # type: ignore[attr-defined]
+        if not isinstance(value, dataclasses.Field) or (processed and name in names):
             continue
         if "ndpe" not in value.metadata or name in names:
             raise TypeError(f"{cls.__name__}.{name}: declare each new PosOut field once, with "
