@@ -3,11 +3,13 @@
 The block: LayerNorm, ``ndpe.Attention(384, heads=6)``, LayerNorm, MLP 384 -> 1536 -> 384, residuals; batch 8,
 197 tokens (cls + 14 x 14), float32, CPU, no grad. ``plain`` runs it with no encoding (``pos=None``), ``rope`` with
 ``pe((14, 14), num_prefix=1)`` encoded every forward (a cache hit) and applied by the attention (``apply_qk``,
-``attn_bias``). The overhead per forward is ``rope - plain`` (difference of the medians); ``calls`` times ndpe's
-calls alone on the attention's q and k (``pe(...)``, ``apply_qk``, ``attn_bias``), their sum beside them.
+``attn_bias``). The overhead per forward is ``rope - plain``: the median over rounds of the two forwards timed back to
+back; ``calls`` times ndpe's calls alone on the attention's q and k (``pe(...)``, ``apply_qk``, ``attn_bias``, each
+the median of ``--calls`` calls), their sum beside them.
 
 Each checkout runs in its own process (its ``ndpe`` imported from it); every round times every variant of every
-checkout, in a shuffled order, so the machine's load falls on all alike. Figures are medians of process CPU time.
+checkout, in a shuffled order, so the machine's load falls on all alike. Figures are medians of process CPU time
+(a loaded machine still moves them by a few percent: compare within one run).
 
     git worktree add /tmp/before 87b1142          # or: git archive 87b1142 | tar -x -C /tmp/before
     python benchmarks/bench_overhead.py --before /tmp/before --threads 1 --rounds 40
@@ -98,21 +100,28 @@ def main(args: argparse.Namespace) -> dict:
                                          str(args.threads), "--calls", str(args.calls)], cwd=root, text=True,
                                         env={**env, "PYTHONPATH": str(Path(root).resolve())},
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    def measure(label: str, variant: str) -> None:
+        proc = procs[label]
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(variant + "\n")
+        proc.stdin.flush()
+        times[(label, variant)].append(float(proc.stdout.readline()))
+
     times: dict[tuple[str, str], list[float]] = {(c, v): [] for c in procs for v in VARIANTS}
     for _ in range(args.rounds):
-        for label, variant in random.sample(list(times), len(times)):
-            proc = procs[label]
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(variant + "\n")
-            proc.stdin.flush()
-            times[(label, variant)].append(float(proc.stdout.readline()))
+        for label in random.sample(list(procs), len(procs)):  # plain and rope back to back: a paired difference
+            for variant in random.sample(["plain", "rope"], 2):
+                measure(label, variant)
+        for label, variant in random.sample([(c, v) for c in procs for v in VARIANTS[2:]], 2 * len(VARIANTS[2:])):
+            measure(label, variant)
     for proc in procs.values():
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait()
     med = {key: statistics.median(v) * 1e6 for key, v in times.items()}  # microseconds
     rows = {label: {**{v: med[(label, v)] for v in VARIANTS},
-                    "overhead": med[(label, "rope")] - med[(label, "plain")],
+                    "overhead": statistics.median(r - p for r, p in zip(times[(label, "rope")],
+                                                                        times[(label, "plain")])) * 1e6,
                     "calls": sum(med[(label, v)] for v in ("pe", "apply_qk", "attn_bias"))} for label in procs}
     print(f"ViT-S block, dim {DIM}, {HEADS} heads, {1 + GRID[0] * GRID[1]} tokens, batch {BATCH}, CPU, "
           f"{args.threads} thread(s), {args.rounds} rounds; medians, microseconds")
