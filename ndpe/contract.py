@@ -129,11 +129,10 @@ class PosOut:
     @property
     def num_tokens(self) -> int:
         """The tokens the fields cover (the queries of the pairwise ones)."""
-        for name, spec, _ in specs(type(self)):
-            value = getattr(self, name)
-            if value is not None and spec.role in ("token", "pair") and not spec.keys:
-                return parts(value)[0].shape[-2]
-        raise ValueError("an empty PosOut has no token count")
+        count = token_count(self)
+        if count is None:
+            raise ValueError("an empty PosOut has no token count")
+        return count
 
     def to(self, dtype: torch.dtype) -> "PosOut":
         """Cast every tensor to ``dtype`` (angles were already computed in float32)."""
@@ -177,8 +176,10 @@ def tensors(out: PosOut) -> tuple[Tensor, ...]:
     return tuple(t for _, spec, value in _items(out) if spec.is_tensor for t in parts(value))
 
 
-def _has_tokens(out: PosOut) -> bool:
-    return any(value is not None and spec.role in ("token", "pair") for _, spec, value in _items(out))
+def token_count(out: PosOut) -> int | None:
+    """The tokens ``out``'s fields cover (the queries of the pairwise ones); None where no tensor counts them."""
+    return next((parts(value)[0].shape[-2] for _, spec, value in _items(out)
+                 if value is not None and spec.role in ("token", "pair") and not spec.keys), None)
 
 
 def _register_pytree(cls: type, serialized_name: str) -> None:
@@ -242,7 +243,7 @@ def merge(*outs: PosOut) -> PosOut:
         if spec.merge == "same" and len(found := {getattr(o, name, default) for o in outs}) != 1:
             raise ValueError((spec.refusal or f"cannot merge PosOuts with different {name} {{values}}").format(
                 values=sorted(found)))
-    tokens = {o.num_tokens for o in outs if _has_tokens(o)}
+    tokens = {n for o in outs if (n := token_count(o)) is not None}
     if len(tokens) > 1:
         raise ValueError(f"cannot merge PosOuts covering different token counts {sorted(tokens)}: "
                          "encode every part for the same grid and num_prefix")

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_int
-from .contract import PosOut, check_pos, derive, tensors
+from .contract import PosOut, check_pos, derive, tensors, token_count
 from .fields import Field, specs
 
 __all__ = ["pack", "stack"]
@@ -115,7 +115,7 @@ def _samples(outs: Sequence[PosOut], sizes: Sequence[int] | None, what: str) -> 
                     for o in outs):
         raise ValueError(f"{what}() needs the outputs of one encoding: fields {mixed} or the {'/'.join(shared)} differ "
                          "between samples")
-    counted = [_count(o) for o in outs]
+    counted = [token_count(o) for o in outs]
     if sizes is not None:
         size_list = [check_int(n, f"{what} sizes", low=1) for n in sizes]
         if len(size_list) != len(outs) or any(c is not None and c != n for c, n in zip(counted, size_list)):
@@ -125,13 +125,6 @@ def _samples(outs: Sequence[PosOut], sizes: Sequence[int] | None, what: str) -> 
         raise ValueError(f"{what}() needs each sample's token count: a PosOut with no tensor field has none; pass "
                          f"sizes= (pe.packed() does)")
     return cast("list[int]", counted)
-
-
-def _count(out: PosOut) -> int | None:
-    try:
-        return out.num_tokens
-    except ValueError:  # no tensor to count (kind "none")
-        return None
 
 
 def _each(spec: Field, values: list[Any], fn: Callable[[list[Tensor], float], Tensor]) -> Any:
