@@ -5,10 +5,10 @@ The block: LayerNorm, ``ndpe.Attention(384, heads=6)``, LayerNorm, MLP 384 -> 15
 ``pe((14, 14), num_prefix=1)`` encoded every forward (a cache hit) and applied by the attention (``apply_qk``,
 ``attn_bias``). The overhead per forward is ``rope - plain``: the median over rounds of the two forwards timed back to
 back; ``calls`` times ndpe's calls alone on the attention's q and k (``pe(...)``, ``apply_qk``, ``attn_bias``, each
-the median of ``--calls`` calls), their sum beside them.
+the median of ``--calls`` calls), their sum beside them; ``apply_qk`` on 5 tokens shows a call's fixed cost.
 
 Each checkout runs in its own process (its ``ndpe`` imported from it); every round times every variant of every
-checkout, in a shuffled order, so the machine's load falls on all alike. Figures are medians of process CPU time
+checkout, in a shuffled order, both processes pinned to one CPU, so the machine's load falls on all alike. Figures are medians of process CPU time
 (a loaded machine still moves them by a few percent: compare within one run).
 
     git worktree add /tmp/before 87b1142          # or: git archive 87b1142 | tar -x -C /tmp/before
@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM, HEADS, GRID, BATCH = 384, 6, (14, 14), 8
-VARIANTS = ("plain", "rope", "pe", "apply_qk", "attn_bias")
+VARIANTS = ("plain", "rope", "pe", "apply_qk", "attn_bias", "apply_qk_tiny")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -38,12 +38,13 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--rounds", type=int, default=40, help="timed rounds (each: every variant of both checkouts)")
     p.add_argument("--calls", type=int, default=20, help="ndpe calls timed per round and variant (median taken)")
+    p.add_argument("--cpu", type=int, default=0, help="the CPU both checkouts' processes are pinned to (-1: none)")
     p.add_argument("--json", default="", help="write the medians here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
-def worker(threads: int, calls: int) -> None:
+def worker(threads: int, calls: int, cpu: int) -> None:
     """Build the block (seeded: the same weights in both checkouts), then answer each line ``variant`` on stdin
     with the seconds of one forward (``plain``, ``rope``) or the median of ``calls`` ndpe calls."""
     import torch
@@ -53,6 +54,8 @@ def worker(threads: int, calls: int) -> None:
     import ndpe
 
     torch.set_num_threads(threads)
+    if cpu >= 0 and hasattr(os, "sched_setaffinity"):  # one core for both checkouts: neither gets the idler one
+        os.sched_setaffinity(0, {cpu})
     torch.manual_seed(0)
 
     class Block(nn.Module):
@@ -71,12 +74,15 @@ def worker(threads: int, calls: int) -> None:
     x = torch.randn(BATCH, 1 + GRID[0] * GRID[1], DIM)
     q, k = rearrange(torch.randn(BATCH, x.shape[1], 3 * DIM), "b t (three h d) -> three b h t d", three=3, h=HEADS)[:2]
     pos = pe(GRID, num_prefix=1, dtype=x.dtype)
+    tiny_q, tiny_k = q[:1, :, :5], k[:1, :, :5]  # 5 tokens: the fixed (Python) cost of a call
+    tiny = pe((2, 2), num_prefix=1)
     run = {
         "plain": lambda: block(x, None),
         "rope": lambda: block(x, pe(GRID, num_prefix=1, dtype=x.dtype)),
         "pe": lambda: pe(GRID, num_prefix=1, dtype=x.dtype),
         "apply_qk": lambda: ndpe.apply_qk(q, k, pos),
         "attn_bias": lambda: ndpe.attn_bias(pos, x.dtype, q=q, k=k, causal=False, x=x),
+        "apply_qk_tiny": lambda: ndpe.apply_qk(tiny_q, tiny_k, tiny),
     }
     with torch.no_grad():
         for fn in run.values():  # warm up
@@ -96,10 +102,10 @@ def main(args: argparse.Namespace) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     procs = {}
     for label, root in (("before", args.before), ("after", args.after)):
-        procs[label] = subprocess.Popen([sys.executable, __file__, "--worker", "--before", "-", "--threads",
-                                         str(args.threads), "--calls", str(args.calls)], cwd=root, text=True,
-                                        env={**env, "PYTHONPATH": str(Path(root).resolve())},
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        command = [sys.executable, __file__, "--worker", "--before", "-", "--threads", str(args.threads), "--calls",
+                   str(args.calls), "--cpu", str(args.cpu)]
+        procs[label] = subprocess.Popen(command, cwd=root, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env={**env, "PYTHONPATH": str(Path(root).resolve())})
     def measure(label: str, variant: str) -> None:
         proc = procs[label]
         assert proc.stdin is not None and proc.stdout is not None
@@ -128,7 +134,7 @@ def main(args: argparse.Namespace) -> dict:
     print(f"{'':34s}{'before':>12s}{'after':>12s}")
     labels = {"plain": "block, no encoding", "rope": "block, rope 2D", "overhead": "ndpe overhead per forward",
               "pe": "  pe(grid) (cached)", "apply_qk": "  apply_qk(q, k, pos)", "attn_bias": "  attn_bias(pos, q=q, k=k)",
-              "calls": "  ndpe calls, sum"}
+              "calls": "  ndpe calls, sum", "apply_qk_tiny": "apply_qk, 1 x 6 heads x 5 tokens"}
     for key, text in labels.items():
         print(f"{text:34s}{rows['before'][key]:12.1f}{rows['after'][key]:12.1f}")
     if args.json:
@@ -139,6 +145,6 @@ def main(args: argparse.Namespace) -> dict:
 if __name__ == "__main__":
     parsed = get_args_parser().parse_args()
     if parsed.worker:
-        worker(parsed.threads, parsed.calls)
+        worker(parsed.threads, parsed.calls, parsed.cpu)
     else:
         main(parsed)
