@@ -146,12 +146,14 @@ def _check_value(name: str, spec: Field, value: Any) -> None:
     ids = spec.identity if isinstance(spec.identity, tuple) else None
     ts = parts(value)
     what = f"a tuple of {len(ids)} tensors" if ids else "a tensor"
-    if isinstance(value, tuple) != bool(ids) or len(ts) != len(ids or (0,)) or not all(isinstance(t, Tensor) for t in ts):
+    if (isinstance(value, tuple) != bool(ids) or len(ts) != len(ids or (0,))
+            or not all(isinstance(t, Tensor) for t in ts)):
         raise TypeError(f"PosOut.{name} must be {what}, got {type(value).__name__}")
     rank = 1 if spec.role == "whole" else 2
     for t in ts:
         if not t.is_floating_point() or t.dim() < rank:
-            raise ValueError(f"PosOut.{name} must be floating with at least {rank} dims, got {t.dtype} {tuple(t.shape)}")
+            raise ValueError(f"PosOut.{name} must be floating with at least {rank} dims, got {t.dtype} "
+                             f"{tuple(t.shape)}")
     if any(t.shape[-2:] != ts[0].shape[-2:] for t in ts[1:]):
         raise ValueError(f"PosOut.{name}'s tensors must cover the same tokens and channels, got "
                          f"{[tuple(t.shape) for t in ts]}")

@@ -177,8 +177,8 @@ class LogitsTerm:
     @staticmethod
     def pack(terms: list["LogitsTerm"], sizes: list[int]) -> "LogitsTerm":
         """Samples packed into one sequence: each sample's term on its diagonal block, 0 elsewhere."""
-        return LogitsTerm(functools.partial(_packed_logits, terms, sizes), causal_only=any(t.causal_only for t in terms),
-                          uses_states=any(t.uses_states for t in terms))
+        return LogitsTerm(functools.partial(_packed_logits, terms, sizes),
+                          causal_only=any(t.causal_only for t in terms), uses_states=any(t.uses_states for t in terms))
 
     @staticmethod
     def stack(terms: list["LogitsTerm"], sizes: list[int], length: int) -> "LogitsTerm":
@@ -240,4 +240,5 @@ def _packed_tokens(terms: list[TokenTerm], sizes: list[int], x: Tensor) -> Tenso
 
 
 def _stacked_tokens(terms: list[TokenTerm], sizes: list[int], x: Tensor) -> Tensor:
-    return torch.cat([torch.cat([term(x[b:b + 1, :n]), x[b:b + 1, n:]], 1) for b, (term, n) in enumerate(zip(terms, sizes))])
+    return torch.cat([torch.cat([term(x[b:b + 1, :n]), x[b:b + 1, n:]], 1)
+                      for b, (term, n) in enumerate(zip(terms, sizes))])

@@ -105,8 +105,8 @@ def _samples(outs: Sequence[PosOut], sizes: Sequence[int] | None, what: str) -> 
     for o in outs:
         check_pos(o)
         if o.past:
-            raise ValueError(f"{what}() is for whole samples: a PosOut built for KV-cache decoding (past > 0) cannot be "
-                             f"{what}ed")
+            raise ValueError(f"{what}() is for whole samples: a PosOut built for KV-cache decoding (past > 0) "
+                             f"cannot be {what}ed")
     table = specs(type(outs[0]))
     mixed = [name for name, spec, _ in table if spec.role != "meta"
              and len({getattr(o, name, None) is None for o in outs}) > 1]

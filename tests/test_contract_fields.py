@@ -3,9 +3,9 @@
 ``GainOut`` adds ``gain``: a per-token, per-head log-scale of the queries (a temperature per position), declared once
 with its role, leading axes, identity (0: no scaling), merge rule (log-gains add) and how it acts (on q in
 ``apply_qk``). ``GainBias``, a kind written here and not registered, returns it with an ALiBi-like bias. Nothing in
-ndpe is edited: prefix padding, the dtype cast, the pytree (torch.compile), ``merge``, ``pack``, ``stack``, flex
-attention and KV-cache decoding carry the field from its declaration. Also: a ``PosOut`` is checked once, where it is
-built.
+ndpe is edited: prefix padding, the dtype cast, the cache, the pytree (torch.compile), ``merge``, ``pack``,
+``stack``, flex attention and KV-cache decoding carry the field from its declaration. Also: a ``PosOut`` is checked
+once, where it is built.
 """
 from __future__ import annotations
 
@@ -91,6 +91,16 @@ def test_prefix_padding_and_dtype():
     torch.testing.assert_close(out.gain[:, 2:], plain.gain)
     assert pe((4,), dtype=torch.bfloat16).gain.dtype == torch.bfloat16
     assert pe((4,), num_prefix=1).to(torch.float16).gain.dtype == torch.float16
+
+
+def test_the_cache_sees_the_field_changed_in_place():
+    pe = GainBias()
+    first = pe((4,))
+    assert pe((4,)) is first  # a parameter-free kind: cached
+    first.gain.add_(1.0)  # a caller's edit: the cached output must not serve it
+    again = pe((4,))
+    assert again is not first
+    torch.testing.assert_close(again.gain, first.gain - 1.0)
 
 
 def test_pytree_and_compile():
