@@ -307,10 +307,10 @@ def use(model: Any, kind: str, **options: Any) -> Any:
             n, total = query.shape[-2], key.shape[-2]
             if probe.rot is not None:  # every key by its position (cached unrotated), the queries by theirs
                 full = encode(total, 0)
-                rot_q = tuple(t[..., total - n:, :] for t in cast(tuple, full.rot))
-                rot_k = full.rot_k if full.rot_k is not None else full.rot
-                query = apply_qk(query, query, PosOut(rot=rot_q, pairing=full.pairing, basis=full.basis))[0]
-                key = apply_qk(key, key, PosOut(rot=cast(tuple, rot_k), pairing=full.pairing, basis=full.basis))[1]
+                rot = cast(tuple, full.rot)
+                pos = PosOut(rot=(rot[0][..., total - n:, :], rot[1][..., total - n:, :]), rot_k=full.rot_k or rot,
+                             pairing=full.pairing, basis=full.basis)  # the new queries, every key
+                query, key = apply_qk(query, key, pos)
             pos = encode(n, total - n)
             bias = attn_bias(pos, query.dtype, q=query, k=key, causal=True)
             mask = attention_mask

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import ndpe
 from ndpe.augment import AUGMENTS
+from ndpe.checks import check_heads
 
 from .config import ConfigError, apply_override, from_dict, load_yaml
 from .protocol import TASKS
@@ -125,9 +126,11 @@ def check_numbers(cfg: BenchConfig) -> None:
         raise ConfigError(f"config key device must be cpu, cuda, cuda:N or auto, got {cfg.device!r}")
     for task in cfg.tasks:
         shape = {"dim": cfg.dim, "heads": cfg.heads, **cfg.models.get(task, {})}
-        if shape["dim"] % shape["heads"]:
+        try:
+            check_heads(shape["dim"], shape["heads"])
+        except (TypeError, ValueError) as err:
             where = f"models[{task!r}]" if task in cfg.models else "dim / heads"
-            raise ConfigError(f"{where}: dim={shape['dim']} is not divisible by heads={shape['heads']} (task {task})")
+            raise ConfigError(f"{where}: {err} (task {task})") from None
 
 
 def check_per_task(cfg: BenchConfig) -> None:
