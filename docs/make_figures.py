@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import ndpe  # noqa: E402
 from ndpe.viz import (as_image, centre_index, color_scale, encoding_relation, kind_colour,  # noqa: E402
                       make_figure, offset_curve, relation, save, show_relation, style)
-from ndpe.viz.figures import mark_trained_range, trained_window  # noqa: E402
+from ndpe.viz.panels import mark_trained_range, trained_window  # noqa: E402
 
 OUT = Path(__file__).parent / "figures"
 FIGURES = {}
