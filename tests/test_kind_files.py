@@ -55,7 +55,8 @@ def run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProce
 
 def copy_with_new_kinds(dest: Path) -> Path:
     """The repository's files (tracked and untracked, less git's ignored ones: no .venv, runs or caches) copied to
-    ``dest``, the two kind files written into its ``ndpe/kinds/`` and its README's kinds table regenerated."""
+    ``dest``, the two kind files written into its ``ndpe/kinds/``, its README's kinds table regenerated, and the
+    whole committed in a repository of its own (runs record their commit)."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git to list the repository's files")
     listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -71,6 +72,9 @@ def copy_with_new_kinds(dest: Path) -> Path:
     readme = (dest / "README.md").read_text()
     start = readme.index("| kind | dims | acts by | what it is | options |")
     (dest / "README.md").write_text(readme[:start] + markdown.stdout.strip() + readme[readme.index("\n\n", start):])
+    git = ["git", "-C", str(dest), "-c", "user.name=ndpe", "-c", "user.email=ndpe@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "two new kinds"]):  # a run records its commit
+        subprocess.run([*git, *args], capture_output=True, check=True, timeout=120)
     return dest
 
 
