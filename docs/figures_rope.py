@@ -8,7 +8,7 @@ import torch
 import ndpe
 from ndpe.viz import (as_image, centre_index, color_scale, encoding_relation, kind_colour, make_figure, relation,
                       show_relation, style)
-from ndpe.viz.figures import mark_trained_range, trained_window
+from ndpe.viz.panels import mark_trained_range, trained_window
 
 from figure_registry import RELATION, VARIANT_LINES, figure, seeded
 

@@ -165,9 +165,9 @@ class Encoding(nn.Module):
         Bias and logits kinds implement it from the grid coordinates ``coords (N, dims)`` (and, for logits
         kinds, the grid tokens' queries and keys ``(B, heads, N, head_dim)``), so flex attention
         (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor; other kinds have no
-        term to add.
+        term to add and refuse in one line (``ValueError``, as every capability a kind does not declare).
         """
-        raise TypeError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
+        raise ValueError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
                         "flex score_mod; apply its PosOut with apply_tokens / apply_qk")
 
     @classmethod
@@ -287,7 +287,7 @@ class Encoding(nn.Module):
             self.check_range(new, dtype or torch.float32)
             out = self.encode(new, (past + n,))
             if out.bias is not None or out.logits is not None:
-                raise TypeError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
+                raise ValueError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
                                 "= True (encode taking key_positions=), so it cannot decode with a KV cache")
         out = dataclasses.replace(pad_prefix(out, 0, k_prefix=num_prefix), past=num_prefix + past)
         return out if dtype is None else out.to(dtype)
