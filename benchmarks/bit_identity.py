@@ -31,10 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train.provenance of this checkout
 from train import provenance  # noqa: E402
 
-# the kinds run per task (standard.yaml's task_kinds replaced): rope where the task has it, beside one other kind
+# the kinds run per task (standard.yaml's task_kinds replaced): rope where the task has it, beside one other kind;
+# relative on the LM too, whose options there (T5's buckets from the context) are the LM's own
 KINDS = {"image/shapes-zoom": ["rope", "learned"], "image/digits-zoom": ["rope@centered"],
          "image/mnist-zoom": ["rope"], "image/mnist-pair": ["rope-mixed"], "audio/tones": ["rope", "sinusoidal"],
-         "text/copy": ["rope", "alibi"], "text/reverse": ["relative"], "text/stdlib_lm": ["rope", "rope+nope3"],
+         "text/copy": ["rope", "alibi"], "text/reverse": ["relative"],
+         "text/stdlib_lm": ["rope", "rope+nope3", "relative"],
          "video/trajectory": ["rope", "vrope"], "video/trajectory-long": ["videorope"]}
 IGNORED = ("train_time_s", "ndpe_version", "commit", "protocol")  # when and by which code, not what was measured
 KEY = ("task", "kind", "variant", "seed", "data_seed", "split", "train_size", "test_size", "lr", "weight_decay")
