@@ -1,7 +1,7 @@
 """Which training budget makes a benchmark task learnable? In-distribution probes only.
 
 Trains one benchmark cell per (kind, steps, lr) through the benchmark's own cell configuration
-(``train.bench.train_config``: the same data, model and optimizer as a preset's cells) and prints
+(``train.evaluate.train_config``: the same data, model and optimizer as a preset's cells) and prints
 the training metric (last epoch) and the validation metric **at the training size** with the wall
 time; where the bar is judged on another draw (copy, reverse: exact match at exactly L, while validation
 draws lengths 1..L), also ``val_as_bar``: the validation split drawn as the bar's test split. It never evaluates beyond the training size: budgets are chosen before any test size is seen.
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from train.bench import CONFIG_DIR, TASKS, CellSpec, cell_grids, load_bench_config, test_options, train_config  # noqa: E402
+from train.bench_data import cell_data  # noqa: E402
 from train.main import evaluate_model, fit  # noqa: E402
 
 
@@ -37,12 +38,13 @@ def probe(task_name: str, kind: str, steps: int, lr: float, overrides: list[str]
     tcfg = train_config(cfg, task, CellSpec(task_name, kind, seed, cfg.data_seeds[0], lr, cfg.weight_decay), out,
                         *grids)
     start = time.perf_counter()
-    model, result = fit(tcfg)
+    data = cell_data(cfg, task, out)  # the cells' cached data
+    model, result = fit(tcfg, data)
     out = {"task": task_name, "kind": kind, "steps": steps, "lr": lr, "seed": seed,
            "train": {k: round(v, 4) for k, v in result["train"].items() if k != "time"},
            "val": {k: round(v, 4) for k, v in result["eval"].items()}}
     if task.test_data:  # the bar's own split: validation drawn as the test split at the training size (copy: exactly L)
-        bar = evaluate_model(model.eval(), tcfg, split="val", **test_options(task, task.train_size))
+        bar = evaluate_model(model.eval(), tcfg, split="val", data=data, **test_options(task, task.train_size))
         out["val_as_bar"] = {task.metric: round(bar[task.metric], 4)}
     return {**out, "seconds": round(time.perf_counter() - start, 1)}
 

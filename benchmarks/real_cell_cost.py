@@ -4,7 +4,7 @@ GPU and Ray cluster estimates the preset states, derived from that measurement a
     python benchmarks/real_cell_cost.py [--steps 12] [--kinds none rope] [--json out.json]
 
 For each real task (image/cifar10, audio/speech_commands, image/mnist-zoom, image/mnist-pair) and kind, the cell's own model and optimizer are built
-exactly as the benchmark builds them (``train.bench.train_config`` with the preset), then timed on random batches
+exactly as the benchmark builds them (``train.evaluate.train_config`` with the preset), then timed on random batches
 of the item shape (data loading and augmentation are timed separately, per item, on synthetic items of the same
 format, since the datasets are not on this machine): ``--steps`` optimizer steps after 2 warm-up steps, and
 forward passes at the evaluation batch size for every test size. FLOPs per training step and per evaluated item

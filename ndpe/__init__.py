@@ -10,19 +10,20 @@ from . import kinds as _kinds  # noqa: F401  (registers every kind)
 from .attention import Attention, KVCache, causal_mask
 from .base import Encoding, bias_budget, set_bias_budget
 from .combine import Combine
-from .contract import LogitsTerm, PosOut, TokenTerm, apply_tokens, attn_bias, merge, pack
+from .contract import LogitsTerm, PosOut, TokenTerm, apply_tokens, attn_bias, merge
 from .coords import grid_coords
 from .functional import apply_qk
 from .hf import from_hf_rope, hf_cos_sin  # Hugging Face glue (docs/integrations.md)
 from .kinds.coord import AddCoords
 from .memory import memory_budget, set_memory_budget
 from .mrope import mrope_positions
+from .packing import pack, stack
 from .registry import available, make, options, register
-from .scaling import RopeScaling
+from .scaling_config import RopeScaling
 
 __all__ = [
     "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PosOut", "RopeScaling", "apply_qk", "apply_tokens", "attn_bias", "available",
     "bias_budget", "causal_mask", "from_hf_rope", "hf_cos_sin", "grid_coords", "make", "memory_budget", "merge", "mrope_positions", "pack", "options", "register",
-    "set_bias_budget", "set_memory_budget",
+    "set_bias_budget", "set_memory_budget", "stack",
 ]
 __version__ = "0.1.0"

@@ -6,9 +6,9 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .checks import check_bool, check_int, check_number
-from .contract import PosOut, attn_bias, check_pos
-from .functional import apply_qk
+from .checks import check_bool, check_heads, check_number
+from .contract import PosOut, attn_term, check_pos
+from .functional import rotate_qk
 
 
 class Attention(nn.Module):
@@ -31,29 +31,23 @@ class Attention(nn.Module):
     def __init__(self, dim: int, heads: int = 8, *, qkv_bias: bool = True, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, causal: bool = False):
         super().__init__()
-        check_int(dim, "dim", low=1)
-        check_int(heads, "heads", low=1)
+        check_heads(dim, heads)
         check_bool(qkv_bias, "qkv_bias")
         check_bool(causal, "causal")
         check_number(attn_drop, "attn_drop", low=0.0, high=1.0)
         check_number(proj_drop, "proj_drop", low=0.0, high=1.0)
-        if dim % heads:
-            raise ValueError(f"dim={dim} is not divisible by heads={heads}")
         self.heads, self.causal, self.attn_drop = heads, causal, attn_drop
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: Tensor, pos: PosOut | None = None, cache: "KVCache | None" = None) -> Tensor:
-        check_cache(pos, cache)
+        check_cache(pos, cache)  # pos checked once here; rotate_qk and attn_term relate it to q, k and x
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
-        q, k = apply_qk(q, k, pos)
+        q, k = rotate_qk(q, k, pos)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, past + T, hd)
-        mask = attn_bias(pos, q.dtype, q=q, k=k, causal=self.causal, x=x)
-        if mask is not None and mask.dim() >= 3 and mask.shape[-3] not in (1, self.heads):
-            raise ValueError(f"the encoding's bias has {mask.shape[-3]} heads but the attention has heads={self.heads}; "
-                             f"build the encoding with heads={self.heads}")
+        mask = attn_term(pos, q.dtype, q=q, k=k, causal=self.causal, x=x)  # its heads checked there
         if mask is not None and mask.shape[-2:] != (q.shape[-2], k.shape[-2]):
             raise ValueError(f"tokens have length {q.shape[-2]} (keys {k.shape[-2]}) but the encoding's bias covers "
                              f"{tuple(mask.shape[-2:])} (grid + prefix; with a KV cache build it with past=)")

@@ -10,62 +10,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, TypeVar, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checks import check_choice, check_dims, check_float_dtype, check_int
-from .contract import PosOut, pack
+from .cache import TensorCache
+from .checks import check_choice, check_dims, check_float_dtype, check_heads, check_int
+from .contract import PosOut, pad_prefix, tensors  # noqa: F401  (pad_prefix re-exported)
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
+from .packing import pack
 
-_CACHE_SIZE = 16
 _E = TypeVar("_E", bound="Encoding")
-
-
-class TensorCache:
-    """The one cache of ndpe: a small LRU of values built from tensors, keyed by grid, device and dtype.
-
-    An entry holds its value and the tensors a caller could change in place; ``get`` drops the entry
-    when any of them changed (their version counters moved), so a cached output never serves a
-    caller's edit (``attn_bias(pos) += 5``). Kinds use it for whole outputs (the base class, for
-    parameter-free kinds) or for parameter-free parts of them (``relative``'s index).
-    """
-
-    def __init__(self, size: int = _CACHE_SIZE):
-        self.size = size
-        self._entries: OrderedDict[Any, tuple[Any, tuple[Tensor, ...], tuple[int, ...]]] = OrderedDict()
-
-    def get(self, key: Any) -> Any:
-        hit = self._entries.get(key)
-        if hit is None:
-            return None
-        value, tensors, versions = hit
-        if any(t._version != v for t, v in zip(tensors, versions)):
-            del self._entries[key]
-            return None
-        self._entries.move_to_end(key)
-        return value
-
-    def put(self, key: Any, value: Any, tensors: tuple[Tensor, ...]) -> None:
-        self._entries[key] = (value, tensors, tuple(t._version for t in tensors))
-        if len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-def _out_tensors(out: PosOut) -> tuple[Tensor, ...]:
-    """The tensors of a PosOut (add, cat, cos, sin, bias), for version checks."""
-    ts = (out.add, out.cat, out.bias) + (() if out.rot is None else tuple(out.rot)) + (() if out.rot_k is None else tuple(out.rot_k))
-    return tuple(t for t in ts if t is not None)
 
 
 class Encoding(nn.Module):
@@ -129,10 +86,7 @@ class Encoding(nn.Module):
     def __init__(self, *, dims: int, dim: int, heads: int = 1):
         super().__init__()
         check_dims(dims, self.kind, self.supported_dims)
-        check_int(dim, "dim", low=1)
-        check_int(heads, "heads", low=1)
-        if dim % heads:
-            raise ValueError(f"dim={dim} is not divisible by heads={heads}")
+        check_heads(dim, heads)
         check_memory(8 * dims * dim + 64 * heads, f"{self.kind} per-channel buffers for dim={dim}, dims={dims}, "
                      f"heads={heads} (float64 frequencies, per-head Python floats)", "use a smaller dim")
         self.dims, self.dim, self.heads = dims, dim, heads
@@ -211,9 +165,9 @@ class Encoding(nn.Module):
         Bias and logits kinds implement it from the grid coordinates ``coords (N, dims)`` (and, for logits
         kinds, the grid tokens' queries and keys ``(B, heads, N, head_dim)``), so flex attention
         (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor; other kinds have no
-        term to add.
+        term to add and refuse in one line (``ValueError``, as every capability a kind does not declare).
         """
-        raise TypeError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
+        raise ValueError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
                         "flex score_mod; apply its PosOut with apply_tokens / apply_qk")
 
     @classmethod
@@ -283,7 +237,7 @@ class Encoding(nn.Module):
             out = out.to(dtype)
         if key is not None:
             # also the parameters and buffers: a frozen one changed in place (an EMA copy) must not serve a stale output
-            self._cache.put(key, out, _out_tensors(out) + tuple(self.parameters()) + tuple(self.buffers()))
+            self._cache.put(key, out, tensors(out) + tuple(self.parameters()) + tuple(self.buffers()))
         return out
 
     def packed(self, grid_shapes: Sequence[Sequence[int]], *, num_prefix: int = 0,
@@ -333,7 +287,7 @@ class Encoding(nn.Module):
             self.check_range(new, dtype or torch.float32)
             out = self.encode(new, (past + n,))
             if out.bias is not None or out.logits is not None:
-                raise TypeError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
+                raise ValueError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
                                 "= True (encode taking key_positions=), so it cannot decode with a KV cache")
         out = dataclasses.replace(pad_prefix(out, 0, k_prefix=num_prefix), past=num_prefix + past)
         return out if dtype is None else out.to(dtype)
@@ -422,26 +376,3 @@ def _equal(a: Any, b: Any) -> bool:
     except (TypeError, ValueError, RuntimeError):
         return False
 
-
-def pad_prefix(out: PosOut, num_prefix: int, k_prefix: int | None = None) -> PosOut:
-    """Extend every field over ``num_prefix`` leading tokens with the identity (0 add, no rotation, 0 bias).
-
-    ``k_prefix`` (default ``num_prefix``): leading keys of the pairwise fields, when they differ from the
-    queries' (decoding: the prefix is in the cache, so keys have it and the new queries do not).
-    """
-    p = num_prefix
-    pk = p if k_prefix is None else k_prefix
-    if p == 0 and pk == 0:
-        return out
-
-    def tok(t):  # (*, N, C) -> (*, P + N, C), zeros in front
-        return t if t is None or p == 0 else F.pad(t, (0, 0, p, 0))
-
-    def rot(r):  # identity rotation in front
-        return r if r is None or p == 0 else (F.pad(r[0], (0, 0, p, 0), value=1.0), F.pad(r[1], (0, 0, p, 0)))
-
-    bias = None if out.bias is None else F.pad(out.bias, (pk, 0, p, 0))
-    logits = None if out.logits is None else dataclasses.replace(out.logits, q_prefix=p, k_prefix=pk)
-    tokens = None if out.tokens is None else dataclasses.replace(out.tokens, num_prefix=p)
-    return PosOut(add=tok(out.add), cat=tok(out.cat), rot=rot(out.rot), bias=bias, pairing=out.pairing, num_prefix=p,
-                  rot_k=rot(out.rot_k), logits=logits, tokens=tokens, past=out.past, basis=out.basis)

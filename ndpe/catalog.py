@@ -17,15 +17,16 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from .contract import PosOut
+from .fields import specs
 from .registry import available, kind_class, make, options
 
 # markers a kind without its own gets ("o", none's and rope's, is never derived)
 MARKERS = ("s", "D", "^", "v", "<", ">", "P", "X", "h", "H", "*", "p", "d", "8")
 _GOLDEN = (math.sqrt(5) - 1) / 2  # hue step between candidate colours
 _APART = 0.2  # RGB distance (channels in [0, 1]) a derived colour keeps from every declared one
-# how a kind acts, from the fields of its output, in the README table's order
-ACTS = {"rot_k": "rotate q, k apart", "rot": "rotate q, k", "add": "add", "cat": "concat", "bias": "bias",
-        "logits": "logits from q, k", "tokens": "transforms tokens"}
+# how a kind acts, from the fields of its output (each field declares it: ndpe.fields.Field.acts)
+ACTS = {name: spec.acts for name, spec, _ in specs(PosOut) if spec.acts}
 _ORDER = ("—", "add", "concat", "rotate q, k", "rotate q, k apart", "bias", "logits from q, k", "transforms tokens")
 
 
@@ -86,7 +87,7 @@ def acts_by(kind: str) -> str:
     pe = make(dims=dims, kind=kind, dim=48, heads=2, **kind_class(kind).example_options(dims))
     with torch.no_grad():
         out = pe((4,) * dims)
-    acts = [how for name, how in ACTS.items() if getattr(out, name) is not None]
+    acts = [spec.acts for name, spec, _ in specs(type(out)) if spec.acts and getattr(out, name) is not None]
     if "rotate q, k apart" in acts:
         acts.remove("rotate q, k")
     return " + ".join(acts) or "—"

@@ -45,6 +45,15 @@ def check_int(value, name: str, *, low: int | None = None) -> int:
     return value
 
 
+def check_heads(dim, heads) -> int:
+    """``dim`` and ``heads`` positive ints, ``dim`` split evenly across the heads; returns ``head_dim``."""
+    check_int(dim, "dim", low=1)
+    check_int(heads, "heads", low=1)
+    if dim % heads:
+        raise ValueError(f"dim={dim} is not divisible by heads={heads}")
+    return dim // heads
+
+
 def check_dims(dims, kind: str, supported: tuple[int, ...]) -> int:
     """``dims`` must be an int (not ``2.0``) among the kind's supported positional dims."""
     if isinstance(dims, bool) or not isinstance(dims, int):

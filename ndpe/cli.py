@@ -5,7 +5,7 @@
     ndpe options KIND               a kind's keyword options and their defaults
     ndpe viz --kind rope --grid 8 8 teaching figures (``ndpe viz --help``; needs ``pip install "ndpe[viz]"``)
     ndpe explore [--results RUN]    the interactive explorer, one page: --out DIR/index.html (needs the viz extra;
-                                    --results: a benchmark run, read by the report code of ndpe's own checkout)
+                                    --results: a benchmark run, its explore.json written with its report)
 
 Exit status 0 on success; on an error, one line ``ndpe ...: error: ...`` on stderr and a non-zero
 status (2 for bad arguments, 1 otherwise), never a traceback. ``ndpe-viz`` is the older name of
@@ -84,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
                                   "(needs the viz extra)")
     explore.add_argument("--out", type=Path, default=Path("explorer"), help="folder for index.html (default: explorer)")
     explore.add_argument("--results", type=Path, default=None, metavar="RUN",
-                         help="a benchmark run's folder (runs/NAME, its results.csv) for the benchmark tab")
+                         help="a benchmark run's folder (runs/NAME: its results.csv and the explore.json the "
+                         "benchmark writes beside it) for the benchmark tab")
     explore.add_argument("--kinds", nargs="+", default=None, metavar="KIND", help="only these kinds (default: all)")
     return parser
 
@@ -193,7 +194,7 @@ def _explore(out: Path, results: Path | None, kinds: list[str] | None) -> int:
 
     try:
         path = write_page(out, results=results, kinds=kinds)
-    except (ImportError, ValueError, OSError) as err:  # no matplotlib / train code, a bad results.csv, --out...
+    except (ImportError, ValueError, OSError) as err:  # no matplotlib, no or a stale explore.json, --out...
         return _fail(f"{PROG} explore", str(err).splitlines()[0] if str(err) else type(err).__name__)
     print(path)
     return 0

@@ -1,4 +1,4 @@
-"""The one contract between encodings and models: :class:`PosOut` and the three ways to apply it.
+"""The one contract between encodings and models: :class:`PosOut` and the ways to apply it.
 
 Every kind returns a ``PosOut`` from ``pe(grid_shape, num_prefix=...)``. Fields cover all
 ``P + N`` tokens (``P = num_prefix`` cls/register tokens first, then ``N`` grid tokens in
@@ -15,14 +15,18 @@ function instead: ``logits`` (a term of the attention logits computed from q and
 and ``tokens`` (a function of the token embeddings: complex word-order embeddings); ``rot_k`` lets keys
 rotate differently from queries (xPos). The apply functions call them, so a model still never branches.
 
+Each field is declared once, in :class:`PosOut`'s body, by a :class:`~ndpe.fields.Field`; prefix padding
+(:func:`pad_prefix`), the dtype cast, the pytree, the cache's tensors (:func:`tensors`), :func:`merge` and, in
+:mod:`ndpe.packing`, :func:`~ndpe.packing.pack` and :func:`~ndpe.packing.stack` read those declarations. A
+``PosOut`` is checked when it is built; the apply functions check only how it meets their tensors.
+
 ``apply_tokens`` and ``attn_bias`` live here; ``apply_qk`` lives in :mod:`ndpe.functional` beside the rotation
 kernels it dispatches to, so this module (a data type) imports no kernel.
 """
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, fields, replace
-from typing import Callable, Sequence, cast
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,58 +34,12 @@ import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .checks import check_float_dtype, check_float_tensor, check_int, check_pairing
+from .fields import Field, LogitsTerm, TokenTerm, acting, declare, declared, each, parts, specs
 
+__all__ = ["Field", "LogitsTerm", "PosOut", "TokenTerm", "apply_tokens", "attn_bias", "merge", "pad_prefix"]
 
-
-@dataclass(frozen=True)
-class LogitsTerm:
-    """A term of the attention logits computed from queries and keys (content-dependent kinds).
-
-    ``fn(q, k)`` takes the grid tokens' queries ``(B, heads, Nq, head_dim)`` and keys ``(B, heads, Nk, head_dim)``
-    as attention sees them (after :func:`apply_qk`) and returns the float32 term ``(B | 1, heads, Nq, Nk)`` that
-    is added to SDPA's logits ``q.k / sqrt(head_dim)``. Calling the term with all tokens pads the prefix rows
-    (``q_prefix``) and columns (``k_prefix``) with zeros, as for a bias. ``causal_only``: the term is defined
-    for causal attention only (CoPE's gates count keys up to the query).
-
-    ``uses_states``: the term also reads the token states ``x`` ``(B, T, C)``, what the attention layer
-    receives (data-dependent ALiBi's forget gates); ``fn(q, k, x)`` then gets the grid tokens' states.
-    ``ndpe.Attention`` passes them; a caller of :func:`attn_bias` passes ``x=``.
-    """
-
-    fn: Callable[..., Tensor]
-    causal_only: bool = False
-    q_prefix: int = 0
-    k_prefix: int = 0
-    uses_states: bool = False
-
-    def __call__(self, q: Tensor, k: Tensor, x: Tensor | None = None) -> Tensor:
-        check_float_tensor(q, "q")
-        check_float_tensor(k, "k")
-        pq, pk = self.q_prefix, self.k_prefix
-        if not self.uses_states:
-            term = self.fn(q[..., pq:, :], k[..., pk:, :])
-        else:
-            if x is None:
-                raise ValueError("this encoding's logits read the token states: pass x= (B, T, C), the tokens the "
-                                 "attention layer receives (ndpe.Attention does)")
-            check_float_tensor(x, "x")
-            term = self.fn(q[..., pq:, :], k[..., pk:, :], x[..., pq:, :])
-        return F.pad(term, (pk, 0, pq, 0)) if pq or pk else term
-
-
-@dataclass(frozen=True)
-class TokenTerm:
-    """A function of the token embeddings (kinds that transform tokens rather than add to them).
-
-    ``fn(x)`` maps the grid tokens ``(B, N, C)`` to ``(B, N, C)``; the ``num_prefix`` leading tokens pass through.
-    """
-
-    fn: Callable[[Tensor], Tensor]
-    num_prefix: int = 0
-
-    def __call__(self, x: Tensor) -> Tensor:
-        p = self.num_prefix
-        return torch.cat([x[..., :p, :], self.fn(x[..., p:, :])], dim=-2) if p else self.fn(x)
+TOKENS, QK = ("batch",), ("batch", "heads")  # what leading dims broadcast to: tokens (B, T, C), q/k (B, heads, T, d)
+_CONTENT = "(content-dependent kinds): use one of them"
 
 
 @dataclass(frozen=True)
@@ -97,7 +55,8 @@ class PosOut:
             (x[2i], x[2i+1]); channels past ``rot_dim`` are not rotated.
         num_prefix: leading tokens left unencoded (already included in ``T``).
         rot_k: the keys' ``(cos, sin)`` when they differ from the queries' ``rot`` (xPos scales q and k
-            inversely); shapes as ``rot``.
+            inversely); shapes as ``rot``, over the keys ``apply_qk`` meets (a decoder whose cache holds
+            unrotated keys rotates all of them, ``rot`` only the new queries).
         basis: ``(*, d_b, d_b)`` orthogonal, ``*`` broadcast to ``(B, heads)``: a change of basis of the first ``d_b``
             channels applied to q and k before ``rot`` (``q[..., :d_b] @ basis``), for rotations that are pairwise
             only in a learned basis (STRING: RoPE composed with a learned orthogonal matrix). Orthogonal, so it
@@ -112,23 +71,54 @@ class PosOut:
     Pairwise fields (``bias``, ``logits``) cover queries x keys; in KV-cache decoding
     (``pe((n,), past=p)``) those are ``n`` new queries against ``p + n`` keys, while the per-token fields
     cover the ``n`` new tokens.
+
+    Each field's declaration (its :class:`~ndpe.fields.Field`) says what it is per token, pair or head, its
+    identity, and how it merges, packs and stacks; a subclass declaring one more field is carried by every
+    operation (``tests/test_contract_fields.py``).
     """
 
-    add: Tensor | None = None
-    cat: Tensor | None = None
-    rot: tuple[Tensor, Tensor] | None = None
-    bias: Tensor | None = None
-    pairing: str = "half"
-    num_prefix: int = 0
-    rot_k: tuple[Tensor, Tensor] | None = None
-    logits: LogitsTerm | None = None
-    tokens: TokenTerm | None = None
-    past: int = 0
-    basis: Tensor | None = None
+    add: Tensor | None = declare(Field("token", TOKENS, merge="sum", acts="add"))
+    cat: Tensor | None = declare(Field("token", TOKENS, merge="concat", acts="concat"))
+    rot: tuple[Tensor, Tensor] | None = declare(Field(
+        "token", QK, identity=(1.0, 0.0), acts="rotate q, k",
+        refusal="cannot merge two rotary encodings: rotate q and k with one of them"))
+    bias: Tensor | None = declare(Field("pair", QK, merge="sum", off_block=float("-inf"), acts="bias"))
+    pairing: str = declare(Field("meta", merge="rot"), "half")
+    num_prefix: int = declare(Field("meta", merge="same", per_sample=True,
+                                    refusal="cannot merge PosOuts with different num_prefix {values}"), 0)
+    rot_k: tuple[Tensor, Tensor] | None = declare(Field("token", QK, identity=(1.0, 0.0), merge="rot", keys=True,
+                                                        acts="rotate q, k apart"))
+    logits: LogitsTerm | None = declare(Field("term", QK, acts="logits from q, k",
+                                              refusal=f"cannot merge two encodings with a logits term {_CONTENT}"))
+    tokens: TokenTerm | None = declare(Field("term", TOKENS, acts="transforms tokens",
+                                             refusal=f"cannot merge two encodings with a tokens term {_CONTENT}"))
+    past: int = declare(Field("meta", merge="same", per_sample=True, refusal=(
+        "cannot merge PosOuts built for different KV-cache lengths past={values}: encode every part with the same "
+        "past=")), 0)
+    basis: Tensor | None = declare(Field("whole", QK, merge="rot"))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # a PosOut with more fields: its declarations, its pytree
+        super().__init_subclass__(**kwargs)
+        declared(cls, specs(cls.__mro__[1]))
+        _register_pytree(cls, f"{cls.__module__}.{cls.__qualname__}")
 
     def __post_init__(self) -> None:
         check_pairing(self.pairing)
         check_int(self.past, "PosOut.past", low=0)
+        check_int(self.num_prefix, "PosOut.num_prefix", low=0)
+        count = None
+        for name, spec, _ in specs(type(self)):
+            value = getattr(self, name)
+            if value is not None and spec.is_tensor:
+                _check_value(name, spec, value)
+                if spec.role != "whole" and not spec.keys:
+                    n = parts(value)[0].shape[-2]
+                    if count is not None and n != count:
+                        raise ValueError(f"PosOut.{name} covers {n} tokens but the fields before it {count}: build "
+                                         "every field for the same tokens (grid + prefix)")
+                    count = n
+            elif value is not None and spec.role == "term" and not callable(value):
+                raise TypeError(f"PosOut.{name} must be a callable term, got {type(value).__name__}")
         if self.rot_k is not None and self.rot is None:
             raise ValueError("PosOut.rot_k (the keys' rotation) needs rot (the queries' rotation)")
         if self.basis is not None and (self.rot is None or self.basis.dim() < 2 or self.basis.shape[-1] != self.basis.shape[-2]
@@ -138,56 +128,108 @@ class PosOut:
 
     @property
     def num_tokens(self) -> int:
-        for t in (self.add, self.cat, self.bias):
-            if t is not None:
-                return t.shape[-2]
-        if self.rot is not None:
-            return self.rot[0].shape[-2]
-        raise ValueError("an empty PosOut has no token count")
+        """The tokens the fields cover (the queries of the pairwise ones)."""
+        count = token_count(self)
+        if count is None:
+            raise ValueError("an empty PosOut has no token count")
+        return count
 
     def to(self, dtype: torch.dtype) -> "PosOut":
         """Cast every tensor to ``dtype`` (angles were already computed in float32)."""
         check_float_dtype(dtype)
-        cast = {f.name: _cast(getattr(self, f.name), dtype) for f in fields(self) if f.name in _TENSOR_FIELDS}
-        return replace(self, **cast)
+        return derive(type(self), {name: each(spec, value, lambda t, _: t.to(dtype)) if spec.is_tensor else value
+                                   for name, spec, value in _items(self)})
 
 
-_TENSOR_FIELDS = ("add", "cat", "rot", "bias", "rot_k", "basis")
+def _check_value(name: str, spec: Field, value: Any) -> None:
+    """A tensor field's value: floating tensors (a tuple of them where its identity is one) of one token count."""
+    ids = spec.identity if isinstance(spec.identity, tuple) else None
+    ts = parts(value)
+    what = f"a tuple of {len(ids)} tensors" if ids else "a tensor"
+    if (isinstance(value, tuple) != bool(ids) or len(ts) != len(ids or (0,))
+            or not all(isinstance(t, Tensor) for t in ts)):
+        raise TypeError(f"PosOut.{name} must be {what}, got {type(value).__name__}")
+    rank = 1 if spec.role == "whole" else 2
+    for t in ts:
+        if not t.is_floating_point() or t.dim() < rank:
+            raise ValueError(f"PosOut.{name} must be floating with at least {rank} dims, got {t.dtype} "
+                             f"{tuple(t.shape)}")
+    if any(t.shape[-2:] != ts[0].shape[-2:] for t in ts[1:]):
+        raise ValueError(f"PosOut.{name}'s tensors must cover the same tokens and channels, got "
+                         f"{[tuple(t.shape) for t in ts]}")
 
 
-def _flatten(out: PosOut):
-    return [getattr(out, f) for f in _TENSOR_FIELDS], (out.pairing, out.num_prefix, out.logits, out.tokens, out.past)
+def _items(out: PosOut):
+    """``(name, Field, value)`` of every field of ``out``."""
+    return ((name, spec, getattr(out, name)) for name, spec, _ in specs(type(out)))
 
 
-def _unflatten(children, context) -> PosOut:
-    add, cat, rot, bias, rot_k, basis = children
-    return PosOut(add=add, cat=cat, rot=None if rot is None else tuple(rot), bias=bias, pairing=context[0],
-                  num_prefix=context[1], rot_k=None if rot_k is None else tuple(rot_k), logits=context[2],
-                  tokens=context[3], past=context[4], basis=basis)
+def derive(cls: type[PosOut], values: dict[str, Any]) -> PosOut:
+    """A ``PosOut`` of class ``cls`` made from checked ones by an operation of ndpe (valid by construction, so not
+    checked again); fields left out of ``values`` take their defaults."""
+    out = object.__new__(cls)
+    for name, _, default in specs(cls):
+        object.__setattr__(out, name, values.get(name, default))
+    return out
 
 
-# A pytree node, so PosOut can cross torch.compile / torch.export boundaries (the functions of content-dependent
-# kinds travel in the context, as code does).
-pytree.register_pytree_node(PosOut, _flatten, _unflatten, serialized_type_name="ndpe.PosOut",
-                            flatten_with_keys_fn=lambda o: ([(pytree.GetAttrKey(k), v) for k, v in
-                                                             zip(_TENSOR_FIELDS, _flatten(o)[0])],
-                                                            _flatten(o)[1]))
+def tensors(out: PosOut) -> tuple[Tensor, ...]:
+    """Every tensor of ``out`` (the components of ``rot`` included), e.g. for the cache's version checks."""
+    return tuple(t for _, spec, value in _items(out) if spec.is_tensor for t in parts(value))
 
 
-def _has_tensors(out: PosOut) -> bool:
-    return any(getattr(out, f) is not None for f in _TENSOR_FIELDS)
+def token_count(out: PosOut) -> int | None:
+    """The tokens ``out``'s fields cover (the queries of the pairwise ones); None where no tensor counts them."""
+    return next((parts(value)[0].shape[-2] for _, spec, value in _items(out)
+                 if value is not None and spec.role in ("token", "pair") and not spec.keys), None)
 
 
-def _cast(value, dtype):
-    if value is None:
-        return None
-    if isinstance(value, tuple):
-        return tuple(v.to(dtype) for v in value)
-    return value.to(dtype)
+def _register_pytree(cls: type, serialized_name: str) -> None:
+    """Make ``cls`` a pytree node, so it crosses torch.compile / torch.export boundaries: the tensor fields are its
+    children, the rest (the functions of content-dependent kinds travel there, as code does) its context."""
+    def names(tensor: bool) -> list[str]:
+        return [name for name, spec, _ in specs(cls) if spec.is_tensor == tensor]
+
+    def flatten(out):
+        return [getattr(out, n) for n in names(True)], tuple(getattr(out, n) for n in names(False))
+
+    def unflatten(children, context) -> PosOut:
+        values = {n: tuple(v) if isinstance(v, list) else v for n, v in zip(names(True), children)}
+        return derive(cls, {**values, **dict(zip(names(False), context))})
+
+    pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=serialized_name,
+                                flatten_with_keys_fn=lambda o: ([(pytree.GetAttrKey(n), getattr(o, n))
+                                                                 for n in names(True)], flatten(o)[1]))
+
+
+declared(PosOut)
+_register_pytree(PosOut, "ndpe.PosOut")
+
+
+def pad_prefix(out: PosOut, num_prefix: int, k_prefix: int | None = None) -> PosOut:
+    """Extend every field over ``num_prefix`` leading tokens with its identity (0 add, no rotation, 0 bias).
+
+    ``k_prefix`` (default ``num_prefix``): leading keys of the pairwise fields, when they differ from the
+    queries' (decoding: the prefix is in the cache, so keys have it and the new queries do not).
+    """
+    p = num_prefix
+    pk = p if k_prefix is None else k_prefix
+    if p == 0 and pk == 0:
+        return out
+    pads = {"token": (0, 0, p, 0), "pair": (pk, 0, p, 0)}
+    values = {}
+    for name, spec, value in _items(out):
+        if value is not None and spec.role in pads and (p or spec.role == "pair"):
+            value = each(spec, value, lambda t, identity: F.pad(t, pads[spec.role], value=identity))
+        elif value is not None and spec.role == "term":
+            value = value.with_prefix(p, pk)
+        values[name] = value
+    return derive(type(out), {**values, "num_prefix": p})
 
 
 def merge(*outs: PosOut) -> PosOut:
-    """Combine encodings: adds and biases sum, cats concatenate, at most one rotation, logits and tokens term.
+    """Combine encodings, each field as it declares: adds and biases sum, cats concatenate, at most one rotation,
+    logits and tokens term.
 
     >>> a = PosOut(add=torch.ones(4, 8)); b = PosOut(bias=torch.zeros(2, 4, 4))
     >>> m = merge(a, b); (m.add.shape, m.bias.shape)
@@ -197,159 +239,62 @@ def merge(*outs: PosOut) -> PosOut:
         raise ValueError("merge() needs at least one PosOut")
     for o in outs:
         check_pos(o)
-    prefixes = {o.num_prefix for o in outs}
-    if len(prefixes) != 1:
-        raise ValueError(f"cannot merge PosOuts with different num_prefix {sorted(prefixes)}")
-    pasts = {o.past for o in outs}
-    if len(pasts) != 1:
-        raise ValueError(f"cannot merge PosOuts built for different KV-cache lengths past={sorted(pasts)}: "
-                         "encode every part with the same past=")
-    tokens = {o.num_tokens for o in outs if _has_tensors(o)}
+    cls = _common_class(outs)
+    table = specs(cls)
+    for name, spec, default in table:
+        if spec.merge == "same" and len(found := {getattr(o, name, default) for o in outs}) != 1:
+            raise ValueError((spec.refusal or f"cannot merge PosOuts with different {name} {{values}}").format(
+                values=sorted(found)))
+    tokens = {n for o in outs if (n := token_count(o)) is not None}
     if len(tokens) > 1:
         raise ValueError(f"cannot merge PosOuts covering different token counts {sorted(tokens)}: "
                          "encode every part for the same grid and num_prefix")
-    rots = [o for o in outs if o.rot is not None]
-    if len(rots) > 1:
-        raise ValueError("cannot merge two rotary encodings: rotate q and k with one of them")
-    for name in ("logits", "tokens"):
-        if sum(getattr(o, name) is not None for o in outs) > 1:
-            raise ValueError(f"cannot merge two encodings with a {name} term (content-dependent kinds): use one of them")
-
-    def total(name):
-        ts = [getattr(o, name) for o in outs if getattr(o, name) is not None]
-        if not ts:
-            return None
-        try:
-            torch.broadcast_shapes(*(t.shape for t in ts))
-        except RuntimeError:
-            what = " (heads, queries, keys)" if name == "bias" else " (tokens, channels)"
-            raise ValueError(f"cannot merge the {name} fields of shapes {[tuple(t.shape) for t in ts]}: they do not "
-                             f"broadcast{what}; build every encoding with the same dim and heads") from None
-        return sum(ts[1:], ts[0])
-
-    cats = [o.cat for o in outs if o.cat is not None]
-    if cats:  # batched and unbatched outputs: broadcast the leading dims, as add and bias do
-        try:
-            lead = torch.broadcast_shapes(*(c.shape[:-1] for c in cats))
-        except RuntimeError:
-            raise ValueError(f"cannot merge the cat fields of shapes {[tuple(c.shape) for c in cats]}: their leading "
-                             "(batch, tokens) dims do not broadcast") from None
-        cats = [c.expand(*lead, c.shape[-1]) for c in cats]
-    return PosOut(
-        add=total("add"),
-        cat=torch.cat(cats, dim=-1) if cats else None,
-        rot=rots[0].rot if rots else None,
-        bias=total("bias"),
-        pairing=rots[0].pairing if rots else "half",
-        num_prefix=prefixes.pop(),
-        rot_k=rots[0].rot_k if rots else None,
-        basis=rots[0].basis if rots else None,
-        logits=next((o.logits for o in outs if o.logits is not None), None),
-        tokens=next((o.tokens for o in outs if o.tokens is not None), None),
-        past=pasts.pop(),
-    )
+    for name, spec, _ in table:
+        if spec.merge == "one" and sum(getattr(o, name, None) is not None for o in outs) > 1:
+            raise ValueError(spec.refusal or f"cannot merge two encodings with a {name} field: use one of them")
+    rotary = next((o for o in outs if o.rot is not None), None)
+    values: dict[str, Any] = {}
+    for name, spec, default in table:
+        given = [v for o in outs if (v := getattr(o, name, None)) is not None]
+        if spec.merge == "rot":
+            values[name] = default if rotary is None else getattr(rotary, name, default)
+        elif spec.merge == "same":
+            values[name] = getattr(outs[0], name, default)
+        elif spec.merge == "sum" and given:
+            values[name] = _sum(name, spec, given)
+        elif spec.merge == "concat" and given:
+            values[name] = _concat(name, given)
+        else:
+            values[name] = given[0] if given else default
+    return derive(cls, values)
 
 
-def pack(outs: Sequence[PosOut], sizes: Sequence[int] | None = None, *,
-         device: torch.device | str | None = None) -> PosOut:
-    """One ``PosOut`` for samples packed into one sequence (NaViT's Patch n' Pack, packed documents): each sample's
-    tokens (its prefix first) follow the previous sample's, positions restart per sample, and no token attends
-    outside its sample.
-
-    Per-token fields (``add``, ``cat``, ``rot``, ``rot_k``) are concatenated along the tokens; ``bias`` is
-    block-diagonal, each sample's own bias (or 0) on its block and ``-inf`` elsewhere, so it is also the mask
-    that keeps attention inside each sample (a ``(T, T)`` tensor for ``T`` packed tokens, even for kinds with no
-    bias of their own); a ``logits`` or ``tokens`` term is applied per sample. Attention over the packed sequence
-    then equals attention over each sample alone (``tests/test_packed.py``). Each ``outs[i]`` is what
-    ``pe(grid_shapes[i], num_prefix=P)`` returns (:meth:`ndpe.Encoding.packed` builds them); ``sizes``: the
-    samples' token counts, needed only where a ``PosOut`` has no tensor to count (``kind="none"``; ``device``: where
-    its mask goes); not for decoding.
-
-    >>> a, b = PosOut(add=torch.ones(2, 8)), PosOut(add=torch.zeros(3, 8))
-    >>> p = pack([a, b]); p.add.shape, p.bias.shape, p.bias[0, 2].item()
-    (torch.Size([5, 8]), torch.Size([5, 5]), -inf)
-    """
-    if isinstance(outs, PosOut) or not isinstance(outs, (list, tuple)) or not outs:
-        raise TypeError(f"pack() takes a non-empty list of PosOut (one per sample), got {type(outs).__name__}")
-    for o in outs:
-        check_pos(o)
-        if o.past:
-            raise ValueError("pack() is for whole samples: a PosOut built for KV-cache decoding (past > 0) cannot be "
-                             "packed")
-    present = {name: [getattr(o, name) is not None for o in outs] for name in ("add", "cat", "rot", "rot_k", "bias",
-                                                                               "logits", "tokens")}
-    mixed = [name for name, flags in present.items() if any(flags) and not all(flags)]
-    if mixed or len({o.pairing for o in outs}) > 1:
-        raise ValueError(f"pack() needs the outputs of one encoding: fields {mixed} or the pairing differ between "
-                         "samples")
-    counted = [o.num_tokens if _has_tensors(o) else None for o in outs]
-    if sizes is not None:
-        size_list = [check_int(n, "pack sizes", low=1) for n in sizes]
-        if len(size_list) != len(outs) or any(c is not None and c != n for c, n in zip(counted, size_list)):
-            raise ValueError(f"pack() sizes {list(sizes)} do not match the samples' token counts {counted}")
-    elif None in counted:
-        raise ValueError("pack() needs each sample's token count: a PosOut with no tensor field has none; pass "
-                         "sizes= (pe.packed() does)")
-    else:
-        size_list = cast("list[int]", counted)
-
-    def cat_tokens(ts: list[Tensor]) -> Tensor:
-        lead = torch.broadcast_shapes(*(t.shape[:-2] for t in ts))
-        return torch.cat([t.expand(*lead, *t.shape[-2:]) for t in ts], dim=-2)
-
-    def cat_rot(name: str):
-        pairs = [getattr(o, name) for o in outs]
-        return None if pairs[0] is None else (cat_tokens([p[0] for p in pairs]), cat_tokens([p[1] for p in pairs]))
-
-    ref = outs[0]
-    total = sum(size_list)
-    biases = [o.bias for o in outs]
-    lead = torch.broadcast_shapes(*(b.shape[:-2] for b in biases)) if biases[0] is not None else ()
-    device = next((t.device for o in outs for t in _tensors(o)), device)
-    dtype = biases[0].dtype if biases[0] is not None else torch.float32
-    bias = torch.full((*lead, total, total), float("-inf"), device=device, dtype=dtype)
-    start = 0
-    for o, n in zip(outs, size_list):
-        bias[..., start:start + n, start:start + n] = 0.0 if o.bias is None else o.bias
-        start += n
-    logits = None
-    if ref.logits is not None:
-        terms = [cast(LogitsTerm, o.logits) for o in outs]
-        uses = any(t.uses_states for t in terms)
-        logits = LogitsTerm(functools.partial(_packed_logits, terms, size_list),
-                            causal_only=any(t.causal_only for t in terms), uses_states=uses)
-    tokens = None
-    if ref.tokens is not None:
-        tokens = TokenTerm(functools.partial(_packed_tokens, [cast(TokenTerm, o.tokens) for o in outs], size_list))
-    return PosOut(add=None if ref.add is None else cat_tokens([cast(Tensor, o.add) for o in outs]),
-                  cat=None if ref.cat is None else cat_tokens([cast(Tensor, o.cat) for o in outs]),
-                  rot=cat_rot("rot"), rot_k=cat_rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits,
-                  tokens=tokens, basis=ref.basis)
+def _common_class(outs: tuple[PosOut, ...]) -> type[PosOut]:
+    """The most derived ``PosOut`` class among ``outs``, which every other one must be a base of."""
+    cls = max((type(o) for o in outs), key=lambda c: len(c.__mro__))
+    if not all(issubclass(cls, type(o)) for o in outs):
+        raise TypeError(f"cannot merge PosOuts of unrelated classes {sorted({type(o).__name__ for o in outs})}")
+    return cls
 
 
-def _tensors(out: PosOut):
-    for name in _TENSOR_FIELDS:
-        value = getattr(out, name)
-        if isinstance(value, tuple):
-            yield from value
-        elif value is not None:
-            yield value
+def _sum(name: str, spec: Field, ts: list[Tensor]) -> Tensor:
+    try:
+        torch.broadcast_shapes(*(t.shape for t in ts))
+    except RuntimeError:
+        what = " (heads, queries, keys)" if spec.role == "pair" else " (tokens, channels)"
+        raise ValueError(f"cannot merge the {name} fields of shapes {[tuple(t.shape) for t in ts]}: they do not "
+                         f"broadcast{what}; build every encoding with the same dim and heads") from None
+    return sum(ts[1:], ts[0])
 
 
-def _packed_logits(terms: list[LogitsTerm], sizes: list[int], q: Tensor, k: Tensor, x: Tensor | None = None) -> Tensor:
-    """Each sample's logits term on its block, 0 elsewhere (the packed bias masks those)."""
-    out = q.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2], dtype=torch.float32)
-    start = 0
-    for term, n in zip(terms, sizes):
-        states = None if x is None else x[..., start:start + n, :]
-        block = term(q[..., start:start + n, :], k[..., start:start + n, :], states)
-        out[..., start:start + n, start:start + n] = block
-        start += n
-    return out
-
-
-def _packed_tokens(terms: list[TokenTerm], sizes: list[int], x: Tensor) -> Tensor:
-    return torch.cat([term(part) for term, part in zip(terms, x.split(sizes, dim=-2))], dim=-2)
+def _concat(name: str, ts: list[Tensor]) -> Tensor:
+    """Along the channels, batched and unbatched outputs broadcast over their leading dims, as add and bias do."""
+    try:
+        lead = torch.broadcast_shapes(*(t.shape[:-1] for t in ts))
+    except RuntimeError:
+        raise ValueError(f"cannot merge the {name} fields of shapes {[tuple(t.shape) for t in ts]}: their leading "
+                         "(batch, tokens) dims do not broadcast") from None
+    return torch.cat([t.expand(*lead, t.shape[-1]) for t in ts], dim=-1)
 
 
 def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
@@ -370,6 +315,9 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
         _check_tokens(x, pos.cat, "cat")
         cat = pos.cat.to(x.dtype).expand(*x.shape[:-1], pos.cat.shape[-1])
         x = torch.cat([x, cat], dim=-1)
+    for name, act in acting(type(pos), "tokens"):  # fields declared with an act of their own
+        if getattr(pos, name) is not None:
+            x = act(x, getattr(pos, name))
     return x
 
 
@@ -390,9 +338,15 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
     >>> attn_bias(PosOut(bias=torch.zeros(4, 9, 9))).shape
     torch.Size([1, 4, 9, 9])
     """
-    check_float_dtype(dtype)
     if pos is not None:
         check_pos(pos)
+    return attn_term(pos, dtype, q=q, k=k, causal=causal, x=x)
+
+
+def attn_term(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor | None = None,
+              k: Tensor | None = None, causal: bool | None = None, x: Tensor | None = None) -> Tensor | None:
+    """:func:`attn_bias` of a ``pos`` already known to be a ``PosOut`` (``ndpe.Attention`` checks it once a call)."""
+    check_float_dtype(dtype)
     if pos is None or (pos.bias is None and pos.logits is None):
         return None
     bias = pos.bias
@@ -415,7 +369,7 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
 
 def check_leading(lead: tuple[int, ...], x: Tensor, field: str) -> None:
     """Refuse an encoding field whose leading dims would broadcast ``x`` ``(B, heads, T, head_dim)`` to a larger
-    batch or more heads (per-sample positions of another batch size, another ``heads=``)."""
+    batch or more heads (per-sample positions of another batch size, another ``heads=``): the one heads check."""
     have = tuple(x.shape[:-2])
     lead = tuple(lead)
     if len(have) == 2 and len(lead) >= 1 and lead[-1] not in (1, have[-1]):

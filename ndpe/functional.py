@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 from torch import Tensor
 
 from .checks import check_float_tensor, check_pairing
 from .contract import PosOut, check_leading, check_pos
+from .fields import acting
 from .kernels import compile as compile_kernel
 from .kernels import eager
 from .kernels.autograd import Rotary
@@ -95,13 +97,18 @@ def apply_rotary_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing:
     [torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3, 4])]
     """
     check_pairing(pairing)
+    return _rotate_many(xs, cos, sin, pairing)
+
+
+def _rotate_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str) -> tuple[Tensor, ...]:
+    """:func:`apply_rotary_many` for a pairing already checked (a ``PosOut``'s, checked when it was built)."""
     rot_dim = 2 * cos.shape[-1]
     for x in xs:
         if rot_dim > x.shape[-1]:
             raise ValueError(f"rotation needs {rot_dim} channels but x has head_dim {x.shape[-1]}; "
                              f"build the encoding with dim = heads * head_dim of this attention")
     if len({x.dtype for x in xs}) > 1:
-        return tuple(apply_rotary(x, cos, sin, pairing) for x in xs)
+        return tuple(_rotate_many((x,), cos, sin, pairing)[0] for x in xs)
     if torch.compiler.is_compiling():  # plain formula: Inductor fuses it into one kernel
         return _rotate_reference_many(xs, cos.to(xs[0].dtype), sin.to(xs[0].dtype), pairing)
     kernel = _kernel
@@ -149,7 +156,8 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
     The rotation's leading dims must broadcast to q's and k's without growing them (per-sample positions of
     another batch size, or another ``heads=``, are refused).
 
-    Keys use ``pos.rot_k`` when set (xPos), else the queries' ``rot``.
+    Keys use ``pos.rot_k`` when set (xPos), else the queries' ``rot``; ``pos.rot_k`` may cover more tokens than
+    ``rot`` (``k`` all the keys of a cache that holds them unrotated, ``q`` the new queries).
     New tensors are returned (q and k are not modified). q and k are rotated in one call:
     when they are same-shape views of one buffer (the usual split of a fused qkv projection)
     one pass reads both; with autograd, one node covers both.
@@ -160,30 +168,47 @@ def apply_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
     >>> [t.shape for t in apply_qk(q, k, pos)]
     [torch.Size([2, 4, 6, 8]), torch.Size([2, 4, 6, 8])]
     """
-
     if pos is not None:
         check_pos(pos)
-    if pos is None or pos.rot is None:
+    return rotate_qk(q, k, pos)
+
+
+def rotate_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]:
+    """:func:`apply_qk` of a ``pos`` already known to be a ``PosOut`` (``ndpe.Attention`` checks it once a call):
+    only how the encoding meets ``q`` and ``k`` is checked (tokens, heads, batch, head_dim)."""
+    acts = () if pos is None else acting(type(pos), "qk")
+    if pos is None or (pos.rot is None and not acts):
         return q, k
     check_float_tensor(q, "q")
     check_float_tensor(k, "k")
+    if pos.rot is not None:
+        q, k = _rotate_qk(q, k, pos)
+    for name, act in acts:  # fields declared with an act of their own, after the rotation
+        if getattr(pos, name) is not None:
+            q, k = act(q, k, getattr(pos, name))
+    return q, k
+
+
+def _rotate_qk(q: Tensor, k: Tensor, pos: PosOut) -> tuple[Tensor, Tensor]:
+    rot = cast("tuple[Tensor, Tensor]", pos.rot)
+    rot_k = pos.rot_k or rot
     if q.dim() not in (3, 4) or k.dim() != q.dim():
         raise ValueError(f"apply_qk takes q and k of shape (B, heads, T, head_dim) (or (B, T, head_dim), one head); "
                          f"got q {tuple(q.shape)}, k {tuple(k.shape)}")
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"q has batch {q.shape[0]} but k has batch {k.shape[0]}")
-    cos, sin = pos.rot
+    cos, sin = rot
     check_leading(cos.shape[:-2], q, "rotation")
-    check_leading((pos.rot_k or pos.rot)[0].shape[:-2], k, "rotation")
+    check_leading(rot_k[0].shape[:-2], k, "rotation")
     if q.shape[-2] != cos.shape[-2]:
         raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
-    if k.shape[-2] != cos.shape[-2]:
-        raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
+    if k.shape[-2] != rot_k[0].shape[-2]:
+        raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {rot_k[0].shape[-2]} (grid + prefix)")
     if pos.basis is not None:  # a learned orthogonal change of basis first (STRING): one matmul each
         q, k = change_basis(q, pos.basis), change_basis(k, pos.basis)
     if pos.rot_k is not None:
-        return apply_rotary_many((q,), cos, sin, pos.pairing)[0], apply_rotary_many((k,), *pos.rot_k, pos.pairing)[0]
-    q, k = apply_rotary_many((q, k), cos, sin, pos.pairing)
+        return _rotate_many((q,), cos, sin, pos.pairing)[0], _rotate_many((k,), *rot_k, pos.pairing)[0]
+    q, k = _rotate_many((q, k), cos, sin, pos.pairing)
     return q, k
 
 

@@ -46,7 +46,7 @@ from .checks import check_float_dtype
 from .contract import PosOut
 from .kinds.rope import RoPE
 from .registry import make
-from .scaling import HF_TYPES, RopeScaling
+from .scaling_config import RopeScaling, hf_types
 
 def _config_dict(config: Any, name: str) -> dict | None:
     value = getattr(config, name, None)
@@ -132,9 +132,10 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
     """The ``rope`` of one standardized parameter dict."""
     max_pos = getattr(config, "max_position_embeddings", None)
     rope_type = p.get("rope_type")
-    if not isinstance(rope_type, str) or rope_type not in HF_TYPES.keys() | {"proportional", "axial"}:
+    supported = hf_types().keys() | {"proportional", "axial"}
+    if not isinstance(rope_type, str) or rope_type not in supported:
         raise ValueError(f"rope_parameters['rope_type'] {rope_type!r} has no ndpe equivalent; supported: "
-                         f"{sorted(HF_TYPES.keys() | {'proportional', 'axial'})}")
+                         f"{sorted(supported)}")
     proportional = p.get("rope_type") == "proportional"  # p-RoPE: the whole head, its slowest frequencies 0
     axial = p.get("rope_type") == "axial"  # the Qwen2.5-VL / Qwen3-VL vision towers: (h, w), head_dim / 2 each
     if axial:
@@ -306,10 +307,10 @@ def use(model: Any, kind: str, **options: Any) -> Any:
             n, total = query.shape[-2], key.shape[-2]
             if probe.rot is not None:  # every key by its position (cached unrotated), the queries by theirs
                 full = encode(total, 0)
-                rot_q = tuple(t[..., total - n:, :] for t in cast(tuple, full.rot))
-                rot_k = full.rot_k if full.rot_k is not None else full.rot
-                query = apply_qk(query, query, PosOut(rot=rot_q, pairing=full.pairing, basis=full.basis))[0]
-                key = apply_qk(key, key, PosOut(rot=cast(tuple, rot_k), pairing=full.pairing, basis=full.basis))[1]
+                rot = cast(tuple, full.rot)
+                pos = PosOut(rot=(rot[0][..., total - n:, :], rot[1][..., total - n:, :]), rot_k=full.rot_k or rot,
+                             pairing=full.pairing, basis=full.basis)  # the new queries, every key
+                query, key = apply_qk(query, key, pos)
             pos = encode(n, total - n)
             bias = attn_bias(pos, query.dtype, q=query, k=key, causal=True)
             mask = attention_mask

@@ -30,8 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .contract import LogitsTerm, PosOut, TokenTerm, apply_tokens, attn_bias
+from .contract import PosOut, apply_tokens, attn_bias
 from .functional import apply_qk
+from .packing import stack
 from .registry import make
 
 try:
@@ -195,53 +196,5 @@ def _naflex_pos(pe, patch_coord: Tensor, patch_valid: Tensor | None, num_prefix:
             raise ValueError(f"ndpe.timm.use on a NaFlex batch: sample {b}'s patches are not its {h} x {w} grid in "
                              "row-major order followed by padding (timm's patchify_image layout)")
         outs.append(pe((h, w), num_prefix=num_prefix, dtype=dtype))
-    return _stack(outs, length, [num_prefix + h * w for h, w in grids])
-
-
-def _stack(outs: list[Any], length: int, sizes: list[int]) -> PosOut:
-    """Per-sample ``PosOut``s padded to ``length`` tokens and stacked along a batch axis."""
-    def pad_tokens(t: Tensor, value: float = 0.0) -> Tensor:
-        t = t if t.dim() >= 3 else t[None]  # (lead, T_i, C)
-        return F.pad(t, (0, 0, 0, length - t.shape[-2]), value=value)
-
-    def stack(ts: list[Any]) -> Tensor:
-        padded = [pad_tokens(t) for t in ts]
-        lead = torch.broadcast_shapes(*(t.shape[:-2] for t in padded))
-        return torch.stack([t.expand(*lead, *t.shape[-2:]) for t in padded])  # (B, *lead, T, C)
-
-    def rot(name: str):
-        pairs = [getattr(o, name) for o in outs]
-        if pairs[0] is None:
-            return None
-        return torch.stack([pad_tokens(p[0], 1.0) for p in pairs]), stack([p[1] for p in pairs])  # (B, h, T, r)
-
-    def squeeze_add(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t.reshape(t.shape[0], *t.shape[-2:])  # (B, T, C)
-
-    ref = outs[0]
-    if not any(getattr(ref, f) is not None for f in ("add", "rot", "bias", "logits", "tokens")):
-        return PosOut()  # nothing to stack (kind "none")
-    bias = None
-    if ref.bias is not None:
-        bias = torch.stack([F.pad(o.bias if o.bias.dim() == 3 else o.bias[None],
-                                  (0, length - n, 0, length - n)) for o, n in zip(outs, sizes)])  # (B, h, T, T)
-    logits = None
-    if ref.logits is not None:
-        terms = [o.logits for o in outs]
-
-        def fn(q: Tensor, k: Tensor, x: Tensor | None = None) -> Tensor:
-            return torch.cat([F.pad(term(q[b:b + 1, :, :n], k[b:b + 1, :, :n], None if x is None else x[b:b + 1, :n]),
-                                    (0, length - n, 0, length - n)) for b, (term, n) in enumerate(zip(terms, sizes))])
-        logits = LogitsTerm(fn, causal_only=ref.logits.causal_only, uses_states=ref.logits.uses_states)
-    tokens = None
-    if ref.tokens is not None:
-        token_terms = [o.tokens for o in outs]
-
-        def tok(x: Tensor) -> Tensor:
-            return torch.cat([torch.cat([term(x[b:b + 1, :n]), x[b:b + 1, n:]], 1)
-                              for b, (term, n) in enumerate(zip(token_terms, sizes))])
-        tokens = TokenTerm(tok)
-    return PosOut(add=squeeze_add(stack([o.add for o in outs])) if ref.add is not None else None,
-                  rot=rot("rot"), rot_k=rot("rot_k"), bias=bias, pairing=ref.pairing, logits=logits, tokens=tokens,
-                  basis=ref.basis)
+    return stack(outs, length, [num_prefix + h * w for h, w in grids])
 

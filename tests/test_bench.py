@@ -331,9 +331,9 @@ def test_the_search_scores_copy_at_exactly_the_training_length(tmp_path, monkeyp
 
     seen, real = [], main.evaluate_model
 
-    def spy(model, tcfg, split="test", **opts):
+    def spy(model, tcfg, split="test", data=None, **opts):  # data: the cell's data factory (train/bench_data.py)
         seen.append((split, opts))
-        return real(model, tcfg, split=split, **opts)
+        return real(model, tcfg, split=split, data=data, **opts)
     monkeypatch.setattr(main, "evaluate_model", spy)
     cfg = tiny(tmp_path, "lr_search=[0.001]", "kinds=[none]", "rope_variants=[]", "lr_extend=0", "seeds=[]")
     bench.run(cfg, "test")
@@ -370,3 +370,25 @@ def test_the_search_does_not_extend_a_plateau(tmp_path):
     rows = read_rows(tmp_path / "quick" / "results.csv")
     assert sorted(r.lr for r in rows if r.variant == SEARCH) == [0.001, 0.002, 0.004]
     assert {r.lr for r in rows if r.variant == "-"} == {0.001}
+
+
+def test_a_rope_cell_builds_each_test_set_once(tmp_path, monkeypatch):
+    """The largest test set sizes the encoder (its grid) and is evaluated by every variant: built once per cell, as is
+    every other test size."""
+    import collections
+
+    import train.main as main
+
+    cfg = tiny(tmp_path, "rope_variants=[pi,ntk,yarn]")
+    built, real = collections.Counter(), main.build_data
+
+    def counting(tcfg, split, *args, **opts):
+        built[(split, opts.get("length"))] += 1
+        return real(tcfg, split, *args, **opts)
+    monkeypatch.setattr(main, "build_data", counting)
+    task = bench.TASKS["text/copy"]
+    rows, _ = bench.run_cell((cfg, bench.CellSpec("text/copy", "rope", 0, 0), str(tmp_path / "quick")))
+    assert {(r.variant, r.size_ratio) for r in rows if r.split == "test"} == {
+        ("-", 1.0), ("-", 1.5), ("-", 2.0), *((v, s) for v in ("pi", "ntk", "yarn") for s in (1.5, 2.0))}
+    tests = {length: n for (split, length), n in built.items() if split == "test"}
+    assert tests == {size: 1 for size in task.test_sizes}, tests

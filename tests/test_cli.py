@@ -42,10 +42,11 @@ VIZ = NDPE_LONG + [pytest.param([str(VIZ_SCRIPT)], id="ndpe-viz", marks=[needs_s
 
 
 def run(cmd: list[str], *args: str, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    """``cmd args...`` in ``cwd``, importing this checkout's ndpe (after ``pythonpath``): the installed one can be
+    another checkout's (an editable install elsewhere), whose kinds are not this one's."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["MPLBACKEND"] = "Agg"
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (pythonpath, ROOT) if p is not None)
     return subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -190,7 +190,7 @@ def test_a_bias_kind_decodes_as_it_declares():
         takes_key_positions = True
 
     assert Declared(dims=1, dim=8, heads=2)((2,), past=3).bias.shape == (2, 2, 5)
-    with pytest.raises(TypeError, match="does not declare takes_key_positions"):
+    with pytest.raises(ValueError, match="does not declare takes_key_positions"):
         _Distance(dims=1, dim=8, heads=2)((2,), past=3)
 
 

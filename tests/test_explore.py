@@ -195,3 +195,39 @@ def test_write_page_refuses_over_budget(tmp_path, monkeypatch, small):
     with pytest.raises(ValueError, match="over its budget of 1000"):
         write_page(tmp_path)
     assert not (tmp_path / "index.html").exists()
+
+
+@pytest.mark.parametrize("run", ["quick", "standard-v1"])
+def test_committed_runs_carry_the_tab_of_their_results(run):
+    """The explore.json committed beside a run's results.csv is train/explore.py's reading of that file."""
+    import hashlib
+    import json
+
+    from train.explore import BENCH_FILE, bench_data
+
+    folder = ROOT / "benchmarks" / "results" / run
+    saved = json.loads((folder / BENCH_FILE).read_text())
+    assert saved.pop("results_sha256") == hashlib.sha256((folder / "results.csv").read_bytes()).hexdigest()
+    assert saved == json.loads(json.dumps(bench_data(folder), allow_nan=False))
+
+
+def test_results_without_their_tab_or_with_a_stale_one_are_one_line(tmp_path, capsys):
+    """``--results`` needs the run's explore.json, made from its results.csv as it is now; each refusal says how
+    to write it."""
+    import shutil
+
+    from train.explore import write_bench_data
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(QUICK / "results.csv", run / "results.csv")
+    assert main(["explore", "--out", str(tmp_path), "--results", str(run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "has no explore.json" in err and f"python -m train.explore {run}" in err and "\n" not in err
+    write_bench_data(run)
+    with open(run / "results.csv", "a") as f:  # rows added after the tab was written
+        f.write((QUICK / "results.csv").read_text().splitlines()[-1] + "\n")
+    assert main(["explore", "--out", str(tmp_path), "--results", str(run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "was not made from this results.csv" in err and "\n" not in err
+    assert not (tmp_path / "index.html").exists()

@@ -126,7 +126,7 @@ def test_bad_inputs(make_args, call, exc, fragment):
 
 def test_unsupported_kind():
     pe = ndpe.make(dims=1, kind="none", dim=24, heads=3)
-    with pytest.raises(TypeError, match="adds nothing to the attention logits"):
+    with pytest.raises(ValueError, match="adds nothing to the attention logits"):
         flex.score_mod(pe, (6,))
 
 

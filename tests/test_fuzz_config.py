@@ -124,7 +124,8 @@ def test_environment_variable_opts_in(monkeypatch):
     monkeypatch.setenv("NDPE_ALLOW_DATA_IMPORT", "0")
     with pytest.raises(ConfigError, match="allow_import"):
         validate(cfg)
-    validate(load_config(None, ["data.name=train.bench:bench_dataset"]))  # the benchmark's factory is trusted
+    with pytest.raises(ConfigError, match="allow_import"):  # no factory is trusted by name (the benchmark passes its own)
+        validate(load_config(None, ["data.name=train.bench:bench_dataset"]))
 
 
 # -- the benchmark's command line --------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import ndpe
+from ndpe import catalog
 from ndpe.augment import RandomPositions
 from ndpe.coords import axis_coords
 from ndpe.memory import DEFAULT_BUDGET, coords_bytes
@@ -68,9 +69,11 @@ def logits(kind, n, *, batch=1, heads=2, dim=48, positions=None, **opts):
 
 
 KINDS = sorted(ndpe.available())
-BIAS_KINDS = ("alibi", "cpb", "fire", "relative")
+# read from each kind: it sizes its bias (pair_words), takes the keys' positions to decode, pairs queries with keys
+BIAS_KINDS = tuple(k for k in KINDS if build(k, kind_dims(k)).pair_words() is not None)
 KEY_KINDS = tuple(k for k in KINDS if ndpe.registry.kind_class(k).takes_key_positions and k not in BIAS_KINDS
                   and 1 in ndpe.available()[k])  # 1D kinds that take key positions and build no bias
+PAIR_KINDS = tuple(k for k in KINDS if {"bias", "logits"} & set(catalog.acts_by(k).split()))
 
 
 def huge_grid_case(kind):
@@ -95,6 +98,8 @@ def huge_past_case(kind):
                   "coordinates)")
     elif dims > 1:
         expect = (ValueError, "needs a token order, dims=1")
+    elif kind in PAIR_KINDS:  # pairs queries with keys without taking the keys' positions: refuses past=
+        expect = (ValueError, "does not declare takes_key_positions")
     else:  # per-token kinds build the new positions only: nothing of size past
         expect = OK
     return (f"{kind} huge past", GIB, thunk, expect)

@@ -173,3 +173,30 @@ def test_report_only_without_any_run_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--quick", *TINY, f"out_root={tmp_path}", "--report-only"])
     assert "holds no run" in capsys.readouterr().err
+
+
+def test_rows_of_a_vouched_fingerprint_count_as_the_newest(tmp_path, monkeypatch):
+    """A refactor changes the fingerprint; a bit-identity check recorded in equivalences.jsonl joins the two (also
+    through a chain of checks), and rows of any fingerprint it did not vouch for stay flagged."""
+    monkeypatch.setattr(provenance, "protocol_fingerprint", lambda root=provenance.ROOT: "aaaaaaaaaaaa")
+    bench.run(tiny(tmp_path, "kinds=[none]"), "old code")
+    monkeypatch.setattr(provenance, "protocol_fingerprint", lambda root=provenance.ROOT: "bbbbbbbbbbbb")
+    bench.run(tiny(tmp_path, "kinds=[none,sinusoidal]"), "refactored code")
+    run_dir = tmp_path / "quick"
+    rows = read_rows(run_dir / "results.csv")
+    n_old = sum(r.protocol == "aaaaaaaaaaaa" for r in rows)
+    monkeypatch.undo()
+    newest = provenance.protocol_fingerprint()
+    provenance.append_equivalence(run_dir, {"old": "aaaaaaaaaaaa", "new": "bbbbbbbbbbbb", "rows": 7,
+                                            "command": "check one", "date": "d1"})
+    provenance.append_equivalence(run_dir, {"old": "bbbbbbbbbbbb", "new": newest, "rows": 9,
+                                            "command": "check two", "date": "d2"})
+    text = bench.run(tiny(tmp_path, "kinds=[none,sinusoidal,rope]"), "newest code").read_text()
+    assert "another protocol fingerprint" not in text
+    assert f"{n_old} rows come from code with protocol fingerprint aaaaaaaaaaaa, vouched identical" in text
+    assert "check one" in text and "check two" in text
+    (run_dir / provenance.EQUIVALENCES).write_text("")  # no check: both older fingerprints are flagged again
+    text = bench.run(tiny(tmp_path, "kinds=[none,sinusoidal,rope]"), "newest code").read_text()
+    assert "(aaaaaaaaaaaa)** than" in text and "(bbbbbbbbbbbb)** than" in text
+    with pytest.raises(ValueError, match="'old' and 'new'"):
+        provenance.append_equivalence(run_dir, {"old": "aaaaaaaaaaaa"})

@@ -1,4 +1,4 @@
-"""Checkpoints: atomic writes, safe loads (``weights_only=True``), exact resume, clear errors.
+"""Checkpoints: atomic writes, safe loads (``weights_only=True``), exact resume (:func:`resume`), clear errors.
 
 A checkpoint is a plain dict: ``model``, ``optimizer`` and ``scheduler`` state dicts, the loop
 position (``global_step``, ``steps_per_epoch``), the RNG states of every rank
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import random
 import tempfile
@@ -30,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from .config import Config, to_dict
 
 FORMAT_VERSION = 2
 # Config sections that define the architecture and the data: a resume must use the same.
@@ -197,3 +200,72 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _listify(x):
     return [_listify(v) for v in x] if isinstance(x, tuple) else x
+
+
+def trim_log(path: Path, step: int, steps_per_epoch: int, *, rerun_epoch: bool) -> None:
+    """Drop the records a resumed run writes again: every record after ``step`` and, when the run goes on
+    (``rerun_epoch``), the epoch record of the epoch it resumes in (so each epoch has one record); also a
+    half-written last line. Rewritten atomically."""
+    if not path.is_file():
+        return
+    resumed_epoch = step // steps_per_epoch
+    keep = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # cut off by a kill
+        if not isinstance(record, dict):
+            continue
+        at = record.get("step")
+        if isinstance(at, int) and at > step:
+            continue
+        if rerun_epoch and record.get("phase") == "epoch" and isinstance(record.get("epoch"), int) \
+                and record["epoch"] >= resumed_epoch:
+            continue
+        keep.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text("".join(keep))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+RESUME_KEYS = ("model", "optimizer", "scheduler", "global_step", "steps_per_epoch", "rng", "config")
+
+
+def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int, world: int) -> int:
+    """Restore a run from ``path``; returns the global step to continue from. Errors are one-line CheckpointErrors."""
+    state = load_checkpoint(path)
+    require(state, RESUME_KEYS, path, "resume training")
+    check_config(state["config"], to_dict(cfg), path)
+    saved_opt = (state["config"].get("optim") or {}).get("opt") if isinstance(state["config"].get("optim"), dict) else None
+    if saved_opt is not None and saved_opt != cfg.optim.opt:
+        raise CheckpointError(f"{path} was trained with optim.opt={saved_opt!r}; this run uses {cfg.optim.opt!r}: "
+                              "resume with the same optimizer (or start a new run)")
+    if not isinstance(state["rng"], (list, tuple)) or not isinstance(state["steps_per_epoch"], int) \
+            or not isinstance(state["global_step"], int) or state["global_step"] < 0:
+        raise CheckpointError(f"{path} is damaged: its loop position or RNG states have the wrong type")
+    if state["steps_per_epoch"] != steps_per_epoch or len(state["rng"]) != world:
+        raise CheckpointError(f"{path} was written with {len(state['rng'])} process(es) and {state['steps_per_epoch']} "
+                              f"steps per epoch; this run has {world} and {steps_per_epoch}: keep train.batch_size "
+                              "and the process count to resume exactly")
+    load_model_state(model, state["model"], path)
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
+        raise CheckpointError(f"{path}: its optimizer state does not fit optim.opt={cfg.optim.opt!r} "
+                              f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
+    missing = sorted({k for g in optimizer.param_groups for k in optimizer.defaults if k not in g})
+    if missing:  # e.g. an AdamW state loaded into SGD: no 'momentum' in its param groups
+        raise CheckpointError(f"{path}: its optimizer state lacks {missing}, which optim.opt={cfg.optim.opt!r} needs; "
+                              "resume with the optimizer it was trained with")
+    try:
+        scheduler.load_state_dict(state["scheduler"])
+        scheduler.step_update(num_updates=state["global_step"])
+        set_rng_state(state["rng"][rank])
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
+        raise CheckpointError(f"{path} is damaged: cannot restore its scheduler or RNG state "
+                              f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
+    return state["global_step"]

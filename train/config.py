@@ -4,27 +4,31 @@
 >>> cfg.model.dim, cfg.optim.lr, cfg.model.pe.kind
 (32, 0.0003, 'rope')
 
-An unknown key, a value of the wrong type or out of range raises :class:`ConfigError` (one line)
-naming the key and what it expects. YAML (config files and override values) is read by
-:func:`load_yaml` / :func:`load_yaml_text`: at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES`` nodes
-once aliases are expanded (no alias bombs). ``data.name="package.module:factory"`` imports code, so it
-needs ``data.allow_import: true`` (or ``NDPE_ALLOW_DATA_IMPORT=1``), except for the factories in
-``TRUSTED_FACTORIES``. ``None`` on an optional model field means "the architecture's default";
-``model.num_classes`` / ``model.vocab_size`` left ``None`` are taken from the dataset.
+An unknown key, a value of the wrong type or out of range raises :class:`ConfigError` (one line) naming the key and
+what it expects (train/config_typed.py). YAML (config files and override values) is read by :func:`load_yaml` /
+:func:`load_yaml_text` (train/config_yaml.py): at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES`` nodes once aliases
+are expanded (no alias bombs). ``data.name="package.module:factory"`` imports code, so it needs
+``data.allow_import: true`` (or ``NDPE_ALLOW_DATA_IMPORT=1``); code that holds the factory passes it instead:
+``train.main.fit(cfg, data=factory)`` (the benchmark). ``None`` on an optional model field means "the
+architecture's default"; ``model.num_classes`` / ``model.vocab_size`` left ``None`` are taken from the dataset.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-import types
 import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
+
+from .config_typed import apply_override, from_dict, type_name
+# the YAML reader's names stay importable from here (train.config is where callers look for them)
+from .config_yaml import (MAX_INT_DIGITS, MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, _BoundedLoader,  # noqa: F401
+                          load_yaml, load_yaml_text)
 
 
 # The data domains each reference model trains on (a training concern: models/ knows no datasets);
@@ -33,15 +37,6 @@ DOMAINS = {"vit": ("image", "coord"), "audio": ("audio",), "text": ("text",), "v
            "conv": ("coord", "image")}
 
 
-class ConfigError(ValueError):
-    """A config key is unknown or holds a value of the wrong type or range (a one-line message)."""
-
-
-MAX_YAML_BYTES = 1 << 20  # a config file or override value larger than this is refused
-MAX_YAML_NODES = 10_000  # nodes of the document, also once every alias is expanded (alias bombs); presets hold < 500
-MAX_INT_DIGITS = 64  # characters of one YAML integer
-# ``data.name`` factories that need no opt-in: the benchmark's own data factory.
-TRUSTED_FACTORIES = frozenset({"train.bench:bench_dataset"})
 ALLOW_IMPORT_ENV = "NDPE_ALLOW_DATA_IMPORT"
 SEED_LIMIT = 2 ** 63  # seeds in [0, 2**63): torch, numpy and python all accept them (also seed + rank / epoch)
 
@@ -150,7 +145,7 @@ def config_reference(cls: type | None = None, prefix: str = "") -> list[tuple[st
             rows += config_reference(tp, f"{prefix}{f.name}.")
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        rows.append((prefix + f.name, _name(tp), "None" if default is None else repr(default),
+        rows.append((prefix + f.name, type_name(tp), "None" if default is None else repr(default),
                      comments.get(f.name, "")))
     return rows
 
@@ -192,111 +187,6 @@ def config_help() -> str:
 
 
 # -- building and checking ---------------------------------------------------------------------
-def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from nested plain data, rejecting unknown keys and wrong types."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [k for k in data if k not in hints]
-    if unknown:
-        raise ConfigError(f"unknown config key {prefix}{unknown[0]!s}; expected one of {names}")
-    return cls(**{k: _check(v, hints[k], f"{prefix}{k}") for k, v in data.items()})
-
-
-def _check(value: Any, tp: Any, key: str) -> Any:
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, key + ".")
-    if _matches(value, tp):
-        if type(value) is int and _accepts(tp, float) and not _accepts(tp, int):
-            return float(value)
-        return list(value) if isinstance(value, tuple) else value
-    raise ConfigError(f"config key {key} expects {_name(tp)}, got {_short(value)} ({type(value).__name__})")
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        return any(_matches(value, a) or (a is float and type(value) is int) for a in typing.get_args(tp))
-    if tp is type(None):
-        return value is None
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        return isinstance(value, (list, tuple)) and all(_matches(v, item) for v in value)
-    if tp is dict or origin is dict:
-        return isinstance(value, dict)
-    if tp in (int, float):
-        return isinstance(value, tp) and not isinstance(value, bool)
-    return isinstance(value, tp)
-
-
-def _name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        return " | ".join(_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"list[{_name(typing.get_args(tp)[0])}]"
-    return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
-
-
-# -- overrides -----------------------------------------------------------------------------
-def apply_override(cfg: Config, item: str) -> None:
-    """Apply ``"a.b.c=value"`` in place; the value is parsed as YAML and typed by the field.
-
-    Keys inside a dict field (``model.pe.options.grid_shape=[8,8]``) are set as given.
-    """
-    if "=" not in item:
-        raise ConfigError(f"override {_short(item)} must look like key.sub=value")
-    key, raw = item.split("=", 1)
-    parts = key.strip().split(".")
-    value = load_yaml_text(raw, f"override {key.strip()}") if raw.strip() else None
-    node, path = cfg, ""
-    for i, name in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, dict):
-            if last:
-                node[name] = value
-            else:
-                node = node.setdefault(name, {})
-            path += name + "."
-            continue
-        hints = typing.get_type_hints(type(node))
-        if name not in hints:
-            raise ConfigError(f"unknown config key {path}{name}; expected one of {list(hints)}")
-        if last:
-            tp = hints[name]
-            if isinstance(value, str) and value.lower() == "none" and _accepts(tp, type(None)):
-                value = None
-            if not (_matches(value, tp) or dataclasses.is_dataclass(tp)):
-                value = _coerce(raw.strip(), tp, path + name)  # e.g. YAML reads "1e-3" as a string
-            setattr(node, name, _check(value, tp, path + name))
-        else:
-            node = getattr(node, name)
-        path += name + "."
-
-
-def _coerce(raw: str, tp: Any, key: str) -> Any:
-    for cast in (int, float):
-        if _accepts(tp, cast):
-            try:
-                return cast(raw)
-            except ValueError:
-                pass
-    if _accepts(tp, str):
-        return raw
-    raise ConfigError(f"config key {key} expects {_name(tp)}, got {_short(raw)}")
-
-
-def _accepts(tp: Any, cls: type) -> bool:
-    return tp is cls or cls in typing.get_args(tp)
-
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or start from the defaults), apply ``key=value`` overrides and :func:`validate`.
@@ -313,116 +203,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         apply_override(cfg, item)
     validate(cfg, warn=False)
     return cfg
-
-
-# -- YAML with limits ----------------------------------------------------------------------
-def load_yaml(path: str | Path) -> Any:
-    """The YAML document in ``path``, refusing a missing, oversized, undecodable or alias-bomb file (ConfigError).
-
-    The benchmark presets go through here too (``train.bench.load_bench_config``).
-    """
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if not path.is_file():
-            raise ConfigError(f"config {path} is not a file")
-        if size > MAX_YAML_BYTES:
-            raise ConfigError(f"config {path} is {size} bytes; at most {MAX_YAML_BYTES} are read")
-        with path.open("rb") as f:
-            data = f.read(MAX_YAML_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from None
-    if len(data) > MAX_YAML_BYTES:
-        raise ConfigError(f"config {path} is larger than {MAX_YAML_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"config {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    return load_yaml_text(text, f"config {path}")
-
-
-def load_yaml_text(text: str, source: str = "YAML") -> Any:
-    """``yaml.safe_load(text)`` with the size and alias-expansion limits; errors are one-line ConfigErrors."""
-    if len(text) > MAX_YAML_BYTES:
-        raise ConfigError(f"{source} is larger than {MAX_YAML_BYTES} characters")
-    loader = _BoundedLoader(text, source)
-    try:
-        node = loader.get_single_node()  # refused as soon as it composes MAX_YAML_NODES nodes
-        if node is None:
-            return None
-        _check_expanded_size(node, source)
-        return loader.construct_document(node)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source} is not valid YAML: {_one_line(e)}") from None
-    except RecursionError:
-        raise ConfigError(f"{source} nests too deeply") from None
-    finally:
-        loader.dispose()
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that stops composing after ``MAX_YAML_NODES`` nodes (before the cost of a huge document
-    is spent) and refuses integers longer than ``MAX_INT_DIGITS`` characters (Python's int() limit, a raw
-    ValueError, is far beyond any config value)."""
-
-    def __init__(self, text: str, source: str):
-        super().__init__(text)
-        self.source, self.composed = source, 0
-
-    def compose_node(self, parent, index):  # type: ignore[override]
-        self.composed += 1
-        if self.composed > MAX_YAML_NODES:
-            raise ConfigError(f"{self.source} has more than {MAX_YAML_NODES} nodes; refused")
-        return super().compose_node(parent, index)
-
-    def construct_yaml_int(self, node):  # type: ignore[override]
-        if len(node.value) > MAX_INT_DIGITS:
-            raise ConfigError(f"{self.source}: an integer of {len(node.value)} characters at line "
-                              f"{node.start_mark.line + 1}; at most {MAX_INT_DIGITS} are read")
-        return super().construct_yaml_int(node)
-
-
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
-
-
-def _check_expanded_size(root: yaml.Node, source: str) -> None:
-    """Refuse a document whose alias-expanded tree has more than MAX_YAML_NODES nodes, or a recursive alias."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:  # iterative post-order walk, each distinct node once (its size memoized)
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            active.discard(key)
-            children = _children(node)
-            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
-            if sizes[key] > MAX_YAML_NODES:
-                raise ConfigError(f"{source} expands to more than {MAX_YAML_NODES} nodes (aliases); refused")
-            continue
-        if key in sizes:
-            continue
-        if key in active:
-            raise ConfigError(f"{source} holds a recursive alias; refused")
-        active.add(key)
-        stack.append((node, True))
-        stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
-
-
-def _one_line(e: BaseException) -> str:
-    """The exception's message on one line (never empty)."""
-    text = " ".join(str(e).split())
-    return text or type(e).__name__
 
 
 # -- ranges and cross-field checks -----------------------------------------------------------
@@ -519,13 +299,13 @@ def check_optimizer(opt: str) -> None:
 
 
 def check_data_name(d: DataConfig) -> None:
-    """Refuse ``data.name="module:factory"`` (which imports ``module``) unless opted in or trusted."""
+    """Refuse ``data.name="module:factory"`` (which imports ``module``) unless opted in."""
     if ":" not in d.name:
         return
     module, _, attr = d.name.partition(":")
     if not module or not attr:
         raise ConfigError(f"data.name {d.name!r} must be a dataset name or 'package.module:factory'")
-    if d.name in TRUSTED_FACTORIES or d.allow_import or os.environ.get(ALLOW_IMPORT_ENV) == "1":
+    if d.allow_import or os.environ.get(ALLOW_IMPORT_ENV) == "1":
         return
     raise ConfigError(f"data.name {d.name!r} imports the module {module!r}: set data.allow_import=true (or "
                       f"{ALLOW_IMPORT_ENV}=1) if you trust it")

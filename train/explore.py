@@ -1,12 +1,19 @@
 """The explorer's benchmark tab: a run's ``results.csv`` as the numbers the page draws (``ndpe explore --results``).
 
-Everything comes from ``results.csv`` alone, through the report's own functions (train/report.py), so the page and
-``report.md`` cannot disagree: per task, each label's mean and 95 % t interval at every test size (clipped to the
-metric's range), its floors, whether each kind counts (the task's bar and floors, in distribution), and each
-literature claim's verdict with its numbers.
+    python -m train.explore runs/quick         # writes runs/quick/explore.json (the benchmark writes it with report.md)
+
+``ndpe explore --results RUN`` reads ``RUN/explore.json`` (:data:`ndpe.explore.BENCH_FILE`): the library never
+imports this code. The file names the ``results.csv`` it was made from by its SHA-256, so the page refuses numbers
+older than the run's rows. Everything comes from ``results.csv`` alone, through the report's own functions
+(train/report.py), so the page and ``report.md`` cannot disagree: per task, each label's mean and 95 % t interval at
+every test size (clipped to the metric's range), its floors, whether each kind counts (the task's bar and floors, in
+distribution), and each literature claim's verdict with its numbers.
 """
 from __future__ import annotations
 
+import argparse
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -57,3 +64,33 @@ def bench_data(run_dir: Path) -> dict[str, Any]:
                        "learned": check.learned, "series": series, "verdicts": verdicts,
                        "protocol": spec.protocol if spec is not None else ""}
     return {"run": Path(run_dir).name, "tasks": tasks}
+
+
+BENCH_FILE = "explore.json"  # ndpe.explore.BENCH_FILE: where ndpe explore --results looks
+
+
+def write_bench_data(run_dir: Path) -> Path:
+    """Write ``run_dir/explore.json``: :func:`bench_data` and the SHA-256 of the ``results.csv`` it was made from."""
+    run_dir = Path(run_dir)
+    data = bench_data(run_dir)
+    data["results_sha256"] = hashlib.sha256((run_dir / "results.csv").read_bytes()).hexdigest()
+    path = run_dir / BENCH_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n")
+    tmp.replace(path)  # never a half-written file
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m train.explore", description="write a benchmark run's "
+                                     f"{BENCH_FILE}, the numbers of ndpe explore's benchmark tab")
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="a benchmark run's folder (runs/NAME)")
+    for run_dir in parser.parse_args(argv).runs:
+        try:
+            print(write_bench_data(run_dir))
+        except FileNotFoundError as e:
+            parser.error(str(e))
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,7 @@ Programmatic use (the benchmark)::
     metrics = main(load_config("configs/image_shapes.yaml", ["model.pe.kind=rope"]))
     model, cfg = load_trained("runs/image_shapes/checkpoint.pt")
     evaluate_model(model, cfg, split="test", image_size=64)        # dataset built with other options
+    model, result = fit(cfg, data=factory)    # factory(split, *, seed, root, **options) builds the data instead
 
 A run directory holds ``config.yaml`` (resolved), ``log.jsonl`` and ``checkpoint.pt``.
 """
@@ -13,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
-import os
 import random
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -32,31 +31,37 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from models import build_model
 
 from . import dist
-from .checkpoint import (CheckpointError, check_config, load_checkpoint, load_model_state, require, rng_state,
-                         save_checkpoint, set_rng_state)
+from .checkpoint import (CheckpointError, load_checkpoint, load_model_state, require, resume, rng_state,
+                         save_checkpoint, trim_log)
 from .config import (DOMAINS, Config, ConfigError, check_data_name, from_dict, load_config, save_config, to_dict,
                      validate)
 from .engine import JsonlLogger, evaluate, train_one_epoch
 
 
 # -- data ------------------------------------------------------------------------------------
-def build_data(cfg: Config, split: str, **opts) -> Dataset:
+DataFactory = Callable[..., Dataset]  # factory(split, *, seed, root, **options) -> Dataset
+
+
+def build_data(cfg: Config, split: str, *, data: DataFactory | None = None, **opts) -> Dataset:
     """The dataset ``cfg.data`` names, for ``split``, with ``opts`` overriding ``cfg.data.options``.
 
     ``data.name`` is a name ``train.data.build_dataset`` knows, or ``"package.module:factory"``, a callable
     ``factory(split, *, seed, root, **opts)`` (datasets kept outside this repository, test fakes); importing
-    it needs ``data.allow_import: true`` (see ``train.config.check_data_name``).
+    it needs ``data.allow_import: true`` (see ``train.config.check_data_name``). A caller that holds such a
+    callable passes it as ``data`` instead (the benchmark's cached datasets, train/bench_data.py): it builds
+    the data, ``cfg.data`` still gives the seed, root and options.
     """
     name, d = cfg.data.name, cfg.data
     opts = {**d.options, **opts}
-    if ":" in name:
+    if data is None and ":" in name:
         check_data_name(d)
         module, attr = name.split(":", 1)
         try:
-            factory = getattr(importlib.import_module(module), attr)
+            data = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
             raise ConfigError(f"data.name {name!r}: cannot import it ({type(e).__name__}: {' '.join(str(e).split())})") from e
-        return factory(split, seed=d.seed, root=d.root, **opts)
+    if data is not None:
+        return data(split, seed=d.seed, root=d.root, **opts)
     from .data import DATASETS, build_dataset
 
     if name not in DATASETS:
@@ -71,11 +76,11 @@ def build_data(cfg: Config, split: str, **opts) -> Dataset:
     return build_dataset(name, split, seed=d.seed, root=d.root, **opts)
 
 
-def build_train_data(cfg: Config) -> Dataset:
+def build_train_data(cfg: Config, data: DataFactory | None = None) -> Dataset:
     """The training set; with ``data.mixed_sizes`` the same items at those image sizes, one size per item
     (:class:`train.data._base.MixedSizes`), trained on in packed batches (the model's ``forward_packed``)."""
     if not cfg.data.mixed_sizes:
-        return build_data(cfg, cfg.data.train_split)
+        return build_data(cfg, cfg.data.train_split, data=data)
     from models import MODELS
 
     from .data._base import MixedSizes
@@ -84,7 +89,7 @@ def build_train_data(cfg: Config) -> Dataset:
                           f"{cfg.model.name!r} has no forward_packed (the vit has)")
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in cfg.data.mixed_sizes):
         raise ConfigError(f"data.mixed_sizes must be a list of positive image sizes, got {cfg.data.mixed_sizes!r}")
-    return MixedSizes([build_data(cfg, cfg.data.train_split, image_size=s) for s in cfg.data.mixed_sizes],
+    return MixedSizes([build_data(cfg, cfg.data.train_split, data=data, image_size=s) for s in cfg.data.mixed_sizes],
                       seed=cfg.data.seed)
 
 
@@ -173,8 +178,8 @@ def main(cfg: Config) -> dict[str, Any]:
     return fit(cfg)[1]
 
 
-def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
-    """:func:`main`, also returning the trained model (unwrapped from DDP)."""
+def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """:func:`main`, also returning the trained model (unwrapped from DDP); ``data``: see :func:`build_data`."""
     validate(cfg)
     device = resolve_device(cfg.train.device)
     rank, world = dist.init_distributed(device)
@@ -188,8 +193,8 @@ def fit(cfg: Config) -> tuple[nn.Module, dict[str, Any]]:
     log = JsonlLogger(out_dir / "log.jsonl", tensorboard=t.tensorboard)
 
     try:
-        train_set = build_train_data(cfg)
-        eval_set = build_data(cfg, cfg.data.eval_split)
+        train_set = build_train_data(cfg, data)
+        eval_set = build_data(cfg, cfg.data.eval_split, data=data)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:  # an option value the dataset refuses
@@ -277,75 +282,6 @@ def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int,
     dist.barrier()
 
 
-def trim_log(path: Path, step: int, steps_per_epoch: int, *, rerun_epoch: bool) -> None:
-    """Drop the records a resumed run writes again: every record after ``step`` and, when the run goes on
-    (``rerun_epoch``), the epoch record of the epoch it resumes in (so each epoch has one record); also a
-    half-written last line. Rewritten atomically."""
-    if not path.is_file():
-        return
-    resumed_epoch = step // steps_per_epoch
-    keep = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # cut off by a kill
-        if not isinstance(record, dict):
-            continue
-        at = record.get("step")
-        if isinstance(at, int) and at > step:
-            continue
-        if rerun_epoch and record.get("phase") == "epoch" and isinstance(record.get("epoch"), int) \
-                and record["epoch"] >= resumed_epoch:
-            continue
-        keep.append(line + "\n")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text("".join(keep))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-RESUME_KEYS = ("model", "optimizer", "scheduler", "global_step", "steps_per_epoch", "rng", "config")
-
-
-def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int, world: int) -> int:
-    """Restore a run from ``path``; returns the global step to continue from. Errors are one-line CheckpointErrors."""
-    state = load_checkpoint(path)
-    require(state, RESUME_KEYS, path, "resume training")
-    check_config(state["config"], to_dict(cfg), path)
-    saved_opt = (state["config"].get("optim") or {}).get("opt") if isinstance(state["config"].get("optim"), dict) else None
-    if saved_opt is not None and saved_opt != cfg.optim.opt:
-        raise CheckpointError(f"{path} was trained with optim.opt={saved_opt!r}; this run uses {cfg.optim.opt!r}: "
-                              "resume with the same optimizer (or start a new run)")
-    if not isinstance(state["rng"], (list, tuple)) or not isinstance(state["steps_per_epoch"], int) \
-            or not isinstance(state["global_step"], int) or state["global_step"] < 0:
-        raise CheckpointError(f"{path} is damaged: its loop position or RNG states have the wrong type")
-    if state["steps_per_epoch"] != steps_per_epoch or len(state["rng"]) != world:
-        raise CheckpointError(f"{path} was written with {len(state['rng'])} process(es) and {state['steps_per_epoch']} "
-                              f"steps per epoch; this run has {world} and {steps_per_epoch}: keep train.batch_size "
-                              "and the process count to resume exactly")
-    load_model_state(model, state["model"], path)
-    try:
-        optimizer.load_state_dict(state["optimizer"])
-    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
-        raise CheckpointError(f"{path}: its optimizer state does not fit optim.opt={cfg.optim.opt!r} "
-                              f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
-    missing = sorted({k for g in optimizer.param_groups for k in optimizer.defaults if k not in g})
-    if missing:  # e.g. an AdamW state loaded into SGD: no 'momentum' in its param groups
-        raise CheckpointError(f"{path}: its optimizer state lacks {missing}, which optim.opt={cfg.optim.opt!r} needs; "
-                              "resume with the optimizer it was trained with")
-    try:
-        scheduler.load_state_dict(state["scheduler"])
-        scheduler.step_update(num_updates=state["global_step"])
-        set_rng_state(state["rng"][rank])
-    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
-        raise CheckpointError(f"{path} is damaged: cannot restore its scheduler or RNG state "
-                              f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
-    return state["global_step"]
-
-
 # -- evaluation of trained models (benchmark) -------------------------------------------------
 def load_trained(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Config]:
     """A trained model and its config from a checkpoint (or a run directory holding ``checkpoint.pt``)."""
@@ -362,9 +298,16 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu") -> tuple[
 
 
 def evaluate_model(model: nn.Module, cfg: Config, *, split: str | None = None, batch_size: int | None = None,
-                   device: str | torch.device | None = None, **data_opts) -> dict[str, float]:
+                   device: str | torch.device | None = None, data: DataFactory | None = None,
+                   **data_opts) -> dict[str, float]:
     """Metrics of ``model`` on ``cfg``'s dataset rebuilt with ``data_opts`` (e.g. ``image_size=64``)."""
-    dataset = build_data(cfg, split or cfg.data.eval_split, **data_opts)
+    dataset = build_data(cfg, split or cfg.data.eval_split, data=data, **data_opts)
+    return evaluate_dataset(model, cfg, dataset, batch_size=batch_size, device=device)
+
+
+def evaluate_dataset(model: nn.Module, cfg: Config, dataset: Dataset, *, batch_size: int | None = None,
+                     device: str | torch.device | None = None) -> dict[str, float]:
+    """Metrics of ``model`` on ``dataset`` (already built), with ``cfg``'s loader and loss settings."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     loader = eval_loader(dataset, batch_size or cfg.train.eval_batch_size or cfg.train.batch_size, cfg.data.num_workers)
     return evaluate(model.to(device), loader, task=dataset.task, device=device, amp=cfg.train.amp,

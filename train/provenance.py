@@ -26,6 +26,12 @@ which it derives from results.csv and this file. The keys of a line:
 
 The report's header lists every invocation (:func:`header_lines`) and counts, per task, the rows whose
 protocol fingerprint differs from the newest invocation's and the rows from before provenance was recorded.
+
+**Equivalences.** A change to ndpe/ or models/ that computes the same numbers (a refactor) still changes the
+fingerprint. ``benchmarks/bit_identity.py --vouch RUN_DIR`` runs a sample of cells of every task with the old and
+the new checkout and, only when every row is identical, appends ``{"old", "new", "rows", "command", "date"}`` to
+``<run dir>/equivalences.jsonl`` (:func:`append_equivalence`). The header then counts rows of a vouched
+fingerprint as the newest's and says which check vouched for them; rows of any other fingerprint stay flagged.
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ WATCHED = ("ndpe", "models", "train", "configs")  # a tracked change here marks 
 PROTOCOL_SOURCES = ("train/protocol.py", "train/floors.py", "train/data", "models", "ndpe")
 UNKNOWN = "unknown"
 INVOCATIONS = "invocations.jsonl"
+EQUIVALENCES = "equivalences.jsonl"
 
 
 def protocol_fingerprint(root: Path = ROOT) -> str:
@@ -110,10 +117,14 @@ def machine(device: str) -> dict:
 def append_invocation(run_dir: Path, record: dict) -> None:
     """Append ``record`` as one line of ``run_dir/invocations.jsonl``: one write, flushed and fsynced. Its
     ``dirty`` key is set from its ``commit``."""
-    path = Path(run_dir) / INVOCATIONS
     if "commit" in record:
         commit = record["commit"]
         record = {**record, "dirty": None if commit == UNKNOWN else commit.endswith("-dirty")}
+    _append_line(Path(run_dir) / INVOCATIONS, record)
+
+
+def _append_line(path: Path, record: dict) -> None:
+    """``record`` as one JSON line at the end of ``path``: one write, flushed and fsynced, on a line of its own."""
     line = json.dumps(record, sort_keys=True) + "\n"
     with open(path, "ab") as f:
         if f.tell() and not _ends_with_newline(path):  # a line cut by a kill: start on a new line
@@ -121,6 +132,44 @@ def append_invocation(run_dir: Path, record: dict) -> None:
         f.write(line.encode())
         f.flush()
         os.fsync(f.fileno())
+
+
+def _read_lines(path: Path) -> list[dict]:
+    """The JSON objects of ``path``'s lines, in order ([] without the file); damaged lines are skipped."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def append_equivalence(run_dir: Path, record: dict) -> None:
+    """Record that fingerprints ``record["old"]`` and ``record["new"]`` computed identical rows (see the module)."""
+    if not (isinstance(record.get("old"), str) and isinstance(record.get("new"), str)):
+        raise ValueError(f"an equivalence needs the fingerprints 'old' and 'new' as strings, got {record!r}")
+    _append_line(run_dir / EQUIVALENCES, record)
+
+
+def equivalent_to(run_dir: Path, fingerprint: str) -> dict[str, dict]:
+    """The fingerprints vouched identical to ``fingerprint`` (directly or through a chain of checks), each with the
+    record of the check that joined it."""
+    records = [r for r in _read_lines(run_dir / EQUIVALENCES) if "old" in r and "new" in r]
+    found: dict[str, dict] = {}
+    frontier = [fingerprint]
+    while frontier:
+        current = frontier.pop()
+        for r in records:
+            for a, b in ((r["old"], r["new"]), (r["new"], r["old"])):
+                if a == current and b != fingerprint and b not in found:
+                    found[b] = r
+                    frontier.append(b)
+    return found
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -131,18 +180,7 @@ def _ends_with_newline(path: Path) -> bool:
 
 def read_invocations(run_dir: Path) -> list[dict]:
     """The invocations of ``run_dir``, oldest first ([] without invocations.jsonl); damaged lines are skipped."""
-    path = Path(run_dir) / INVOCATIONS
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill
-        if isinstance(record, dict) and "command" in record:
-            out.append(record)
-    return out
+    return [r for r in _read_lines(Path(run_dir) / INVOCATIONS) if "command" in r]
 
 
 def _minutes(seconds: float) -> str:
@@ -177,7 +215,15 @@ def header_lines(run_dir: Path, rows: list, info: dict | None, workers: str) -> 
                  *([f"- finished: {info['date']}; wall time of that invocation: {_minutes(info['wall_s'])} "
                     f"({info.get('executor', workers)})"] if info else [])]
         newest = protocol_fingerprint()
-    other: Counter = Counter((r.task, r.protocol) for r in rows if r.protocol not in ("", newest))
+    vouched = equivalent_to(run_dir, newest)
+    for protocol, check in sorted(vouched.items()):
+        n = sum(r.protocol == protocol for r in rows)
+        if n:
+            lines.append(f"- {n} rows come from code with protocol fingerprint {protocol}, vouched identical to the "
+                         f"newest's ({newest}): {check.get('rows', '?')} rows of a sample of cells of every task "
+                         f"identical, old against new code ({EQUIVALENCES}: `{check.get('command', '?')}`, "
+                         f"{check.get('date', '?')})")
+    other: Counter = Counter((r.task, r.protocol) for r in rows if r.protocol not in ("", newest, *vouched))
     for (task, protocol), n in sorted(other.items()):
         lines.append(f"- **{n} rows of {task} come from code with another protocol fingerprint ({protocol})** than "
                      f"the newest invocation's ({newest}): train/protocol.py, train/floors.py, train/data/, models/ "

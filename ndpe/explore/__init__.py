@@ -14,25 +14,25 @@ spectrogram (an encoding per axis; a longer clip against a pitch shift), bias re
 scale, the -1 contour), and the benchmark (``--results``). The URL's ``#`` part holds the view's settings, so a
 link opens a given picture: ``index.html#tab=growth&kind=rope&mode=zoom&grow=2&coords=pixel``.
 
-``--results`` reads ``results.csv`` with the benchmark's own report code (``train/explore.py``), taken from the
-source checkout this ``ndpe`` is installed from (``train/`` beside ``ndpe/``), never from the current directory:
-the page then agrees with that run's report.md. The page must stay under :data:`SIZE_BUDGET` bytes.
+``--results`` reads the run's ``explore.json`` (:data:`BENCH_FILE`): the numbers of the benchmark tab, which the
+benchmark's report code (``train/explore.py``) writes beside report.md from the same ``results.csv`` (whose SHA-256
+it records: a file older than the run's rows is refused), so the page agrees with that run's report.md and the
+library never imports the benchmark's code. The page must stay under :data:`SIZE_BUDGET` bytes.
 """
 from __future__ import annotations
 
 import base64
-import importlib
+import hashlib
 import importlib.util
 import io
 import json
 import platform
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["SIZE_BUDGET", "build_data", "write_page"]
+__all__ = ["BENCH_FILE", "SIZE_BUDGET", "build_data", "write_page"]
 
 SIZE_BUDGET = 3_000_000  # bytes of index.html, the benchmark tab of a full run included
 EXTRA = "pip install 'ndpe[viz]'"
@@ -65,21 +65,25 @@ def scene_png(train_px: int = 96, growth: float = 3.0, seed: int = 0) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+BENCH_FILE = "explore.json"  # a run's benchmark-tab numbers, written by its checkout's train/explore.py
+
+
 def _bench(results: Path) -> dict[str, Any]:
-    """The benchmark tab's numbers, by the report code of the checkout this ndpe comes from."""
-    root = _HERE.parent.parent
-    report = root / "train" / "explore.py"
-    if not report.is_file():
-        raise ModuleNotFoundError("ndpe explore --results reads a run with the benchmark's report code, which ships "
-                                  "with a source checkout, not the wheel: pip install -e '.[train,viz]' in a clone of "
-                                  "ndpe")
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    module = importlib.import_module("train.explore")  # imported by name: the library never depends on train/
-    if Path(module.__file__ or "").resolve().parent.parent != root.resolve():
-        raise ImportError(f"another 'train' package is already imported ({module.__file__}); ndpe explore needs "
-                          f"the one of its own checkout ({root})")
-    return module.bench_data(Path(results))
+    """The benchmark tab's numbers: ``results/explore.json``, checked against the run's ``results.csv``."""
+    csv, path = results / "results.csv", results / BENCH_FILE
+    if not csv.is_file():
+        raise FileNotFoundError(f"no results.csv in {results}: pass a benchmark run's folder (runs/NAME)")
+    write = f"write it from a checkout of ndpe with: python -m train.explore {results}"
+    if not path.is_file():
+        raise FileNotFoundError(f"{results} has no {BENCH_FILE} (the benchmark tab's numbers, written with its "
+                                f"report.md): {write}")
+    try:
+        bench = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path} is not valid JSON ({' '.join(str(e).split())}): {write}") from None
+    if not isinstance(bench, dict) or bench.get("results_sha256") != hashlib.sha256(csv.read_bytes()).hexdigest():
+        raise ValueError(f"{path} was not made from this results.csv (rows were added since): {write}")
+    return {k: v for k, v in bench.items() if k != "results_sha256"}
 
 
 def build_data(results: Path | None = None, kinds: list[str] | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from ..catalog import acts_by, colour, marker
 from ..coords import COORD_MODES, axis_coords, grid_coords
 from ..registry import available, kind_class, make
 from ..registry import options as registry_options
-from ..scaling import NEEDS_TRAIN_SHAPE
+from ..scaling import needs_train_shape
 from ..viz.fields import Content, centre_index, content_of, quantity_of, relation, shown_field
 
 # Settings of the pictures; the page names them beside each picture (``made``).
@@ -186,11 +186,12 @@ def _growth_modes(kind: str, coords: str, scaling: str, growth: float) -> dict[s
     options = kind_options(kind, 2, TRAIN_2D)
     if coords != "-":
         options["coords"] = coords
-    if SCALINGS[scaling] is not None:
+    scaling_type = SCALINGS[scaling]
+    if scaling_type is not None:
         if growth == 1.0:
             raise ValueError("scaling acts beyond the training size: pick a growth above 1")
-        options.update(scaling=SCALINGS[scaling], scale=growth)
-        if SCALINGS[scaling] in NEEDS_TRAIN_SHAPE:
+        options.update(scaling=scaling_type, scale=growth)
+        if needs_train_shape(scaling_type):
             options["train_shape"] = TRAIN_2D
     pe = build(kind, 2, **options)
     train_pe = build(kind, 2, **{k: v for k, v in options.items() if k not in ("scaling", "scale", "train_shape")})
@@ -247,7 +248,7 @@ def dials_data() -> dict[str, Any]:
                         out["settings"][key] = {"error": "scaling acts beyond the training length: pick a growth above 1"}
                         continue
                     options.update(scaling=name, scale=growth)
-                    if name in NEEDS_TRAIN_SHAPE:
+                    if needs_train_shape(name):
                         options["train_shape"] = (DIAL_LENGTH,)
                 pe = make(dims=1, kind="rope", dim=DIAL_HEAD_DIM, **options)
                 w_test = angle_steps(pe)

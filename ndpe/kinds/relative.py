@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from ..base import Encoding, TensorCache
+from ..base import Encoding
+from ..cache import TensorCache
 from ..checks import check_bool, check_choice, per_axis
 from ..contract import PosOut
 from ..memory import check_tables

@@ -17,11 +17,13 @@ Conventions:
   channel pairs are not rotated (semantic channels). Unlike ``axis_dims`` below ``head_dim``, the kept
   frequencies are the full series' fastest and the rotated pairs keep their places (HF's ``rotate_half``
   over the whole head).
-- Pixel bands (``max_res=R``, timm's ``in_pixels=True``): for coordinates in ``[-1, 1]``
+- Frequency schemes (``freqs=``, one registered function each in :data:`ndpe.frequencies.FREQUENCIES`): ``"theta"``
+  (default) is the series above; the two below are picked by name or by their options (``max_res=`` picks pixel bands).
+- Pixel bands (``freqs="pixel"``, ``max_res=R``, timm's ``in_pixels=True``): for coordinates in ``[-1, 1]``
   (``coords="pixel"``) the frequencies of every axis are ``pi * 2 ** linspace(0, log2(R) - 1, d_a / 2)``
   (``linear_bands=True``: ``pi * linspace(1, R / 2, d_a / 2)``, rotary-embedding-torch's
   ``freqs_for="pixel"``) instead of ``theta_a ** (-2j / d_a)``.
-- Periods (``periods=True``, DINOv3: timm ``RotaryEmbeddingDinoV3``, HF ``DINOv3ViTRopePositionEmbedding``):
+- Periods (``freqs="periods"`` or ``periods=True``, DINOv3: timm ``RotaryEmbeddingDinoV3``, HF ``DINOv3ViTRopePositionEmbedding``):
   the angle is ``2 pi * coord / period_j`` with ``period_j = theta_a ** (2j / d_a)`` (the theta series in
   turns instead of radians); ``min_period=`` and ``max_period=`` (which imply it) space the ``d_a / 2``
   periods of every axis log-evenly from one to the other. DINOv3 uses it with ``coords="centered"``,
@@ -32,7 +34,7 @@ Conventions:
   channel permutation.
 - Coordinates (``coords``): ``"index"`` 0..n-1 (default), ``"pixel"`` -1..1 (0 when n = 1),
   ``"centered"`` ``(i + 0.5) / n * 2 - 1``.
-- Scaling for extrapolation, per axis (formulas in :mod:`ndpe.scaling`): ``"linear"``
+- Scaling for extrapolation, per axis (one registered function per type, formulas in :mod:`ndpe.scaling`): ``"linear"``
   (position interpolation), ``"ntk"``, ``"dynamic-ntk"``, ``"yarn"``, ``"llama3"`` (Llama 3.1)
   and ``"longrope"`` (Phi-3; the last four need ``train_shape``, HF's
   ``original_max_position_embeddings``, or ``max_position_embeddings`` for dynamic); ``scale``
@@ -44,8 +46,8 @@ Conventions:
   ``mscale_all_dim``, ``attention_factor``, ``truncate=True``; Llama 3 ``low_freq_factor=1``,
   ``high_freq_factor=4``; LongRoPE ``short_factor`` / ``long_factor`` (``rot_dim / 2`` numbers,
   axes in order; the long ones are used on an axis whose ``max(position) + 1`` exceeds its
-  ``train_shape``) and ``attention_factor``. ``ndpe.from_hf_rope(config)`` builds the rope of a
-  HF config (:mod:`ndpe.hf`).
+  ``train_shape``) and ``attention_factor``: each type's options are its table entry's, passed as keywords or inside
+  ``scaling=ndpe.RopeScaling(...)``. ``ndpe.from_hf_rope(config)`` builds the rope of a HF config (:mod:`ndpe.hf`).
 - M-RoPE (Qwen2-VL, ``mrope_section=``): ONE frequency series ``theta ** (-2j / rot_dim)`` over
   ``rot_dim = 2 * sum(mrope_section)`` channels, cut in consecutive sections, axis ``a`` taking
   ``mrope_section[a]`` frequencies (Qwen2-VL: ``(16, 24, 24)`` for (t, h, w), head_dim 128),
@@ -71,7 +73,7 @@ torch.Size([2, 6, 197, 64])
 """
 from __future__ import annotations
 
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
 import torch
 from einops import rearrange
@@ -80,9 +82,12 @@ from torch import Tensor
 from ..base import Encoding
 from ..checks import check_bool, check_choice, check_number, check_pairing, per_axis
 from ..contract import PosOut
+from ..frequencies import FREQUENCIES, axial_inv_freq, resolve_scheme
 from ..registry import register
-from ..scaling import (BETA_FAST, BETA_SLOW, HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR, RopeScaling, axial_inv_freq,
-                       dynamic_ntk_theta, longrope_inv_freq, period_inv_freq, pixel_inv_freq, rope_scaling)
+from ..scaling import SCALINGS
+from ..scaling_config import RopeScaling, rope_scaling
+from ..tables import equal, with_options
+
 
 def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None) -> tuple[int, ...]:
     """Rotary channels per axis: checked ``axis_dims`` or the default equal even split of ``head_dim``."""
@@ -115,32 +120,38 @@ def angle_dtype(device: torch.device) -> torch.dtype:
 class RoPE(Encoding):
     """Axial RoPE: each axis rotates its own share of every head's channels (see the module doc).
 
-    Args:
-        axis_dims: rotary channels per axis (even, sum <= head_dim); default equal even shares.
-        theta: frequency base, one or per axis.
-        coords: ``"index"``, ``"pixel"`` or ``"centered"`` coordinates.
-        pairing: ``"half"`` or ``"interleaved"``.
-        scaling: a :class:`ndpe.RopeScaling`, or its type (None, ``"linear"``, ``"ntk"``, ``"dynamic-ntk"``,
-            ``"yarn"``, ``"llama3"``, ``"longrope"``) with its fields as the keyword options below, which build one
-            (``pe.rope_scaling``, per axis) and are validated there.
-        scale: target / trained length, one or per axis; required with a scaling. ``>= 1``, except
-            ``"linear"`` which takes any finite ``scale > 0`` (below 1 it stretches positions).
-        train_shape: grid the model was trained on (``dynamic-ntk``, ``yarn``, ``llama3``, ``longrope``).
-        beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate, low_freq_factor, high_freq_factor,
-            short_factor, long_factor: the type's Hugging Face options, see :class:`ndpe.RopeScaling`.
-        mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
-        mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
-        grid_indexing: ``"ij"`` (default: axis 0's channels first) or ``"xy"`` (timm's: axis 1's first).
-        max_res: pixel bands instead of theta's series (timm ``in_pixels=True, max_res=``; for ``coords="pixel"``):
-            :func:`ndpe.scaling.pixel_inv_freq`, log-spaced up to ``pi * max_res / 2`` on every axis.
-        linear_bands: linearly spaced pixel bands (timm ``linear_bands=True``; rotary-embedding-torch
-            ``freqs_for="pixel"``); needs ``max_res``.
-        proportion: p-RoPE (Barbero et al. 2025; HF's ``proportional`` rope type, Gemma 4): the fastest
-            ``int(proportion * d_a // 2)`` frequencies of each axis keep their value, the slower ones are 0, so
-            their channels carry no position (default 1: all rotate).
-        periods: DINOv3's schedule, angle ``2 pi * coord / theta_a ** (2j / d_a)`` (see the module doc).
-        min_period, max_period: DINOv3's min/max mode, periods log-spaced between them on every axis (both or
-            neither; they imply ``periods=True``).
+    Args, by group:
+        Frequency scheme (:data:`ndpe.frequencies.FREQUENCIES`):
+            freqs: the scheme, ``"theta"`` (default), ``"pixel"``, ``"periods"`` or any registered one; left None, the
+                scheme whose options are set (``max_res=`` picks ``"pixel"``), else ``"theta"``.
+            theta: frequency base, one or per axis.
+            periods: DINOv3's schedule, ``freqs="periods"`` (angle ``2 pi * coord / theta_a ** (2j / d_a)``).
+            proportion: p-RoPE (Barbero et al. 2025; HF's ``proportional`` rope type, Gemma 4): the fastest
+                ``int(proportion * d_a // 2)`` frequencies of each axis keep their value, the slower ones are 0, so
+                their channels carry no position (default 1: all rotate).
+            the scheme's own options, as its table entry declares them: ``"pixel"`` ``max_res`` (timm
+                ``in_pixels=True, max_res=``, for ``coords="pixel"``) and ``linear_bands`` (timm ``linear_bands=True``,
+                rotary-embedding-torch ``freqs_for="pixel"``); ``"periods"`` ``min_period`` and ``max_period`` (both or
+                neither: periods log-spaced between them on every axis).
+        Channels:
+            axis_dims: rotary channels per axis (even, sum <= head_dim); default equal even shares.
+            mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
+            mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
+            grid_indexing: ``"ij"`` (default: axis 0's channels first) or ``"xy"`` (timm's: axis 1's first).
+            pairing: ``"half"`` or ``"interleaved"``.
+        Coordinates:
+            coords: ``"index"``, ``"pixel"`` or ``"centered"`` coordinates.
+        Scaling (:data:`ndpe.scaling.SCALINGS`; theta's series, ``coords="index"``):
+            scaling: a :class:`ndpe.RopeScaling`, or its type (None, ``"linear"``, ``"ntk"``, ``"dynamic-ntk"``,
+                ``"yarn"``, ``"llama3"``, ``"longrope"`` or any registered one), which builds one (``pe.rope_scaling``,
+                per axis) from ``scale``, ``train_shape`` and the type's own options.
+            scale: target / trained length, one or per axis; required with a scaling. ``>= 1``, except
+                ``"linear"`` which takes any finite ``scale > 0`` (below 1 it stretches positions).
+            train_shape: grid the model was trained on (``dynamic-ntk``, ``yarn``, ``llama3``, ``longrope``).
+            the type's own options, as its table entry declares them (Hugging Face's names and defaults): YaRN
+                ``beta_fast``, ``beta_slow``, ``mscale``, ``mscale_all_dim``, ``truncate``; YaRN and LongRoPE
+                ``attention_factor``; Llama 3 ``low_freq_factor``, ``high_freq_factor``; LongRoPE ``short_factor``,
+                ``long_factor``. Another type's option set away from its default raises.
     """
 
     takes_key_positions = True  # refuses options that cannot decode
@@ -149,36 +160,32 @@ class RoPE(Encoding):
 
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
 
-    def __init__(self, *, dims: int, dim: int, heads: int = 1, axis_dims: Sequence[int] | None = None,
-                 theta: float | Sequence[float] = 10000.0, coords: str = "index", pairing: str = "half",
+    @with_options(FREQUENCIES, SCALINGS)  # the schemes' and the scaling types' options join the signature
+    def __init__(self, *, dims: int, dim: int, heads: int = 1,
+                 # frequency scheme (its own options come in **options)
+                 freqs: str | None = None, theta: float | Sequence[float] = 10000.0, periods: bool = False,
+                 proportion: float = 1.0,
+                 # channels
+                 axis_dims: Sequence[int] | None = None, mrope_section: Sequence[int] | None = None,
+                 mrope_interleaved: bool = False, grid_indexing: str = "ij", pairing: str = "half",
+                 # coordinates
+                 coords: str = "index",
+                 # scaling (the type's own options come in **options)
                  scaling: str | RopeScaling | None = None, scale: float | Sequence[float] | None = None,
-                 train_shape: int | Sequence[int] | None = None, beta_fast: float = BETA_FAST,
-                 beta_slow: float = BETA_SLOW, mscale: float | None = None, mscale_all_dim: float | None = None,
-                 attention_factor: float | None = None, truncate: bool = True,
-                 low_freq_factor: float = LOW_FREQ_FACTOR, high_freq_factor: float = HIGH_FREQ_FACTOR,
-                 short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None,
-                 mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False,
-                 grid_indexing: str = "ij", max_res: float | None = None, linear_bands: bool = False,
-                 proportion: float = 1.0, periods: bool = False, min_period: float | None = None,
-                 max_period: float | None = None):
+                 train_shape: int | Sequence[int] | None = None, **options: Any):
         super().__init__(dims=dims, dim=dim, heads=heads)
-        self.periods, self.min_period, self.max_period = self._check_periods(periods, min_period, max_period)
-        if self.periods and (max_res is not None or mrope_section is not None or scaling is not None):
-            raise ValueError("periods= (DINOv3's schedule) replaces theta's series in radians: it takes no max_res, "
-                             f"mrope_section or scaling, got max_res={max_res!r}, mrope_section={mrope_section!r}, "
-                             f"scaling={scaling!r}")
+        if check_bool(periods, "periods") and freqs not in (None, "periods"):
+            raise ValueError(f"periods=True is freqs='periods', got freqs={freqs!r}: pass one of them")
+        scaling_names = SCALINGS.defaults()
+        scaling_options = {n: options.pop(n) for n in list(options) if n in scaling_names}
+        theta_series = {"theta": None if equal(theta, 10000.0) else theta, "scaling": scaling,
+                        "mrope_section": mrope_section}  # what only theta's series takes, those set
+        self.freq_scheme, self.freq_options = resolve_scheme(
+            "periods" if periods else freqs, options, {n: v for n, v in theta_series.items() if v is not None})
         self.proportion = check_number(proportion, "proportion", low=0.0, inclusive=False, high=1.0)
         if proportion != 1.0 and mrope_section is not None:
             raise ValueError("proportion= keeps the fastest frequencies of each axis' series; mrope_section shares "
                              "one series between axes: pass one of them")
-        self.max_res = None if max_res is None else check_number(max_res, "max_res", low=1.0, inclusive=False)
-        self.linear_bands = check_bool(linear_bands, "linear_bands")
-        if linear_bands and max_res is None:
-            raise ValueError("linear_bands=True spaces pixel bands: it needs max_res= (e.g. max_res=224)")
-        if max_res is not None and (mrope_section is not None or scaling is not None or theta != 10000.0):
-            raise ValueError("max_res= sets pixel bands (timm in_pixels=True) in place of theta's series: it takes no "
-                             f"theta, scaling or mrope_section, got theta={theta!r}, scaling={scaling!r}, "
-                             f"mrope_section={mrope_section!r}")
         self.grid_indexing = check_choice(grid_indexing, "grid_indexing", ("ij", "xy"))
         if grid_indexing == "xy" and (dims < 2 or mrope_section is not None):
             raise ValueError("grid_indexing='xy' swaps the channel blocks of the first two axes: it needs dims >= 2 "
@@ -195,25 +202,9 @@ class RoPE(Encoding):
             raise ValueError(f"mrope_section uses one frequency series: theta must be one number, got {theta!r}")
         check_pairing(pairing)
         self.coords_mode, self.pairing = coords, pairing
-        self.rope_scaling = self._scaling_per_axis(rope_scaling(
-            scaling, scale=scale, train_shape=train_shape, beta_fast=beta_fast, beta_slow=beta_slow, mscale=mscale,
-            mscale_all_dim=mscale_all_dim, attention_factor=attention_factor, truncate=truncate,
-            low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor, short_factor=short_factor,
-            long_factor=long_factor))
+        self.rope_scaling = self._scaling_per_axis(rope_scaling(scaling, scale, train_shape, **scaling_options))
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (rot_dim / 2,) float64
-
-    @staticmethod
-    def _check_periods(periods, min_period, max_period) -> tuple[bool, float | None, float | None]:
-        check_bool(periods, "periods")
-        if (min_period is None) != (max_period is None):
-            raise ValueError("min_period and max_period go together (DINOv3's min/max mode), got "
-                             f"min_period={min_period!r}, max_period={max_period!r}")
-        if min_period is None:
-            return periods, None, None
-        low = check_number(min_period, "min_period", low=0.0, inclusive=False, dtype=torch.float32)
-        high = check_number(max_period, "max_period", low=low, dtype=torch.float32)
-        return True, low, high
 
     def _scaling_per_axis(self, scaling: RopeScaling | None) -> RopeScaling | None:
         """The scaling resolved per axis (validated by :class:`RopeScaling`; here what it needs of the encoding)."""
@@ -255,14 +246,6 @@ class RoPE(Encoding):
                              f"frequencies in all, got {sum(section)}")
         return section, interleaved
 
-    def _axis_factors(self, name: str) -> list:
-        """LongRoPE's ``name`` factors split per axis (None entries when unset)."""
-        factors = None if self.rope_scaling is None else getattr(self.rope_scaling, name)
-        if factors is None:
-            return [None] * self.dims
-        sizes = [d // 2 for d in self.axis_dims]
-        return [factors[sum(sizes[:a]):sum(sizes[:a + 1])] for a in range(self.dims)]
-
     def _build_inv_freq(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
         """Static per-axis frequencies concatenated ``(rot_dim / 2,)`` and the cos/sin factor per axis; with
         ``proportion < 1`` the slowest ones of each axis are 0 (those channels are not rotated)."""
@@ -277,22 +260,13 @@ class RoPE(Encoding):
             freq_axis = self._mrope_freq_axis()
             self.freq_axis = freq_axis.to(device)
             return axial_inv_freq(self.rot_dim, self.theta[0], device=device).to(angle_dtype(device)), (1.0,) * self.dims
-        if self.periods:  # DINOv3: 2 pi / period, periods from theta or log-spaced from min to max
-            freqs = [period_inv_freq(d, self.theta[a], self.min_period, self.max_period, device=device)
-                     for a, d in enumerate(self.axis_dims)]
-            return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
-        if self.max_res is not None:  # timm's in_pixels=True bands, the same on every axis
-            freqs = [pixel_inv_freq(d, self.max_res, linear=self.linear_bands, device=device) for d in self.axis_dims]
-            return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
-        if self.rope_scaling is None:
-            freqs = [axial_inv_freq(d, self.theta[a], device=device) for a, d in enumerate(self.axis_dims)]
-            return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
-        freqs, factors = [], []
-        for a, (d, short) in enumerate(zip(self.axis_dims, self._axis_factors("short_factor"))):
-            f, m = self.rope_scaling.axis_inv_freq(a, d, self.theta[a], short, device=device)
-            freqs.append(f)
-            factors.append(m)
-        return torch.cat(freqs).to(angle_dtype(device)), tuple(factors)
+        if self.rope_scaling is not None:  # theta's series under the scaling type's formula, axis by axis
+            scaled = [self.rope_scaling.axis_inv_freq(a, self.axis_dims, self.theta[a], device=device)
+                      for a in range(self.dims)]
+            return torch.cat([f for f, _ in scaled]).to(angle_dtype(device)), tuple(m for _, m in scaled)
+        scheme = FREQUENCIES[self.freq_scheme].fn
+        freqs = [scheme(d, self.theta[a], **self.freq_options, device=device) for a, d in enumerate(self.axis_dims)]
+        return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
 
     def _mrope_freq_axis(self) -> Tensor:
         """The axis each of the ``rot_dim / 2`` frequencies rotates by, ``(rot_dim / 2,)`` int64."""
@@ -312,28 +286,22 @@ class RoPE(Encoding):
         return out
 
     def axis_inv_freqs(self, positions: Tensor) -> list[Tensor]:
-        """Per-axis frequencies ``(d_a / 2,)``; dynamic NTK recomputes them from ``max(positions) + 1``."""
+        """Per-axis frequencies ``(d_a / 2,)``; a dynamic scaling (dynamic NTK, LongRoPE) picks them by
+        ``max(positions) + 1``."""
         freqs = list(self.inv_freq.split([d // 2 for d in self.axis_dims]))
-        train = self.train_shape or ()  # set for both scalings below
-        if self.scaling == "longrope":  # the long factors on an axis longer than its trained length
-            for a, (d, long) in enumerate(zip(self.axis_dims, self._axis_factors("long_factor"))):
-                if d:
-                    length = positions[..., a].max() + 1
-                    long_freq = longrope_inv_freq(d, self.theta[a], long, device=positions.device, dtype=freqs[a].dtype)
-                    freqs[a] = torch.where(length > train[a], long_freq, freqs[a])
-        if self.scaling == "dynamic-ntk":
+        if self.rope_scaling is not None and self.rope_scaling.dynamic:
             for a, d in enumerate(self.axis_dims):
                 if d:
                     length = positions[..., a].max() + 1
-                    theta = dynamic_ntk_theta(d, self.theta[a], self.scale[a], length, train[a])
-                    freqs[a] = axial_inv_freq(d, theta, device=positions.device, dtype=positions.dtype)
+                    freqs[a] = self.rope_scaling.at_length(a, self.axis_dims, freqs[a], length, self.theta[a])
         return freqs
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
-        if key_positions is not None and self.scaling in ("dynamic-ntk", "longrope"):
+        if key_positions is not None and self.rope_scaling is not None and self.rope_scaling.dynamic:
+            static = ", ".join(n for n in SCALINGS if SCALINGS[n].at_length is None)
             raise ValueError(f"rope scaling={self.scaling!r} picks its frequencies from the current length, so keys "
                              "cached at shorter lengths were rotated with other ones: decoding with a KV cache needs a "
-                             "static scaling (ntk, yarn, linear, llama3)")
+                             f"static scaling ({static})")
         pos = positions.to(self.inv_freq.dtype)  # (..., N, dims), float64
         pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
         if self.mrope_section is not None:  # frequency j turns with the coordinate of axis freq_axis[j]

@@ -53,7 +53,9 @@ from ..base import Encoding
 from ..checks import check_int, check_number, check_pairing
 from ..contract import PosOut
 from ..registry import register
-from ..scaling import RopeScaling, axial_inv_freq, rope_scaling
+from ..frequencies import axial_inv_freq
+from ..scaling import SCALINGS
+from ..scaling_config import RopeScaling, rope_scaling
 from .rope import angle_dtype
 
 GAMMA = 0.4  # the paper's gamma (reference: 0.4 * dim and 1.4 * dim)
@@ -114,8 +116,9 @@ class XPos(Encoding):
         self.pairing = check_pairing(pairing)
         self.rope_scaling = rope_scaling(scaling, scale=scale, train_shape=train_shape)
         if self.rope_scaling is not None:
-            if self.rope_scaling.type in ("dynamic-ntk", "longrope"):
-                raise ValueError(f"xpos takes a static scaling ('linear', 'ntk', 'yarn', 'llama3'), got "
+            if self.rope_scaling.dynamic:
+                static = tuple(n for n in SCALINGS if SCALINGS[n].at_length is None)
+                raise ValueError(f"xpos takes a static scaling {static}, got "
                                  f"{self.rope_scaling.type!r}, which picks frequencies by the current length")
             self.rope_scaling = self.rope_scaling.for_axes((rot_dim,))
         inv_freq, self.attn_factor = self._inv_freq(torch.device("cpu"), torch.float64)
@@ -133,7 +136,7 @@ class XPos(Encoding):
         """The rotation's frequencies ``(rot_dim / 2,)`` and its cos/sin factor, scaled as ``rope``'s."""
         if self.rope_scaling is None:
             return axial_inv_freq(self.rot_dim, self.theta, device=device, dtype=dtype), 1.0
-        freq, factor = self.rope_scaling.axis_inv_freq(0, self.rot_dim, self.theta, device=device)
+        freq, factor = self.rope_scaling.axis_inv_freq(0, (self.rot_dim,), self.theta, device=device)
         return freq.to(dtype), factor
 
     @classmethod

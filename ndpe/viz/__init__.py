@@ -35,8 +35,8 @@ included, so heads compare; 2D bias maps outline ``bias = -1``) and a colourbar 
 grow figure outlines the offsets seen on the training grid and hatches the rest. A kind's curves are drawn in its
 colour (:data:`KIND_COLOURS`, as in the benchmark report). The numbers
 (:func:`relation`, :func:`table`, :func:`offset_curve`) need only torch (:mod:`ndpe.viz.fields`); the pictures
-are drawn in :mod:`ndpe.viz.figures`, where :func:`make_figure` and :func:`show_relation` let a script compose
-its own figures (``docs/make_figures.py``); the command's arguments are parsed in :mod:`ndpe.cli`.
+are drawn in :mod:`ndpe.viz.figures` from the panels of :mod:`ndpe.viz.panels`; :func:`make_figure` and
+:func:`show_relation` let a script compose its own figures (``docs/make_figures.py``); the command's arguments are parsed in :mod:`ndpe.cli`.
 Pictures need matplotlib: ``pip install "ndpe[viz]"`` (without it, drawing raises
 :class:`MissingDependencyError`, a ``ModuleNotFoundError`` whose one-line message names the extra).
 """
@@ -44,8 +44,8 @@ from . import style
 from .fields import (CONTENT_FIELDS, FIELD_ORDER, KIND_COLOURS, OTHER_COLOUR, Content, as_image, centre_index,
                      color_scale, content_term, encoding_relation, grid_fields, kind_colour, num_heads, offset_curve,
                      quantity_of, relation, shown_field, table)
-from .figures import (FIGURES, MAX_HEADS_SHOWN, MissingDependencyError, draw, make_figure, mark_trained_range,
-                      require_matplotlib, save, shades, show_relation, trained_window)
+from .figures import FIGURES, MAX_HEADS_SHOWN, MissingDependencyError, draw, make_figure, require_matplotlib, save
+from .panels import mark_trained_range, shades, show_relation, trained_window
 from .style import QUANTITIES, Quantity
 
 __all__ = ["CONTENT_FIELDS", "FIELD_ORDER", "FIGURES", "KIND_COLOURS", "MAX_HEADS_SHOWN", "OTHER_COLOUR", "QUANTITIES",

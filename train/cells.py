@@ -1,0 +1,182 @@
+"""The benchmark's grid of cells: every (task, kind) run over its model and data seeds, each task's floors, and the
+learning-rate search (its first grid, the points that extend it past an edge choice, the choices it makes).
+
+A :class:`CellSpec` is one unit of work; its :attr:`~CellSpec.key` is its key in results.csv, so a run directory
+resumes where it stopped; :func:`fingerprint` is what a cell's numbers depend on (a run directory refuses cells
+trained under other settings).
+
+    cfg = load_bench_config("configs/bench/quick.yaml", ["tasks=[text/copy]", "kinds=[rope]", "seeds=[0,1]"])
+    [c.describe() for c in cells_for(cfg)]   # the floor of data seed 0, then rope with seeds 0 and 1
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .bench_config import CONFIG_DIR, BenchConfig, kinds_for
+from .config import ConfigError
+from .results import FLOOR, SEARCH, Row, cell_key
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One unit of work: a run of (task, kind) with a model seed and a data seed; a floor (``kind="floor"``, for
+    one data seed); or one point of a learning-rate search (``search``). ``lr`` / ``weight_decay``: what it
+    trains with (set by the driver before it runs)."""
+
+    task: str
+    kind: str
+    seed: int
+    data_seed: int
+    lr: float = 0.0
+    weight_decay: float = 0.0
+    search: bool = False
+
+    @property
+    def key(self) -> tuple:
+        """Its key in results.csv (see :attr:`train.results.Row.cell`)."""
+        return cell_key(self.task, self.kind, self.seed, self.data_seed, SEARCH if self.search else "",
+                        self.lr if self.search else 0.0, self.weight_decay if self.search else 0.0)
+
+    def describe(self) -> str:
+        what = f"seed {self.seed} data {self.data_seed}"
+        return f"{self.task} {self.kind} {what}" + (f" lr {self.lr:g} wd {self.weight_decay:g}" if self.search else "")
+
+
+def runs(cfg: BenchConfig) -> list[tuple[int, int]]:
+    """The (model seed, data seed) of every run: seed ``i`` with ``data_seeds[i % len(data_seeds)]``."""
+    return [(s, cfg.data_seeds[i % len(cfg.data_seeds)]) for i, s in enumerate(cfg.seeds)]
+
+
+def cells_for(cfg: BenchConfig) -> list[CellSpec]:
+    """Every run the preset asks for, and each task's floor cells (one per data seed its runs use)."""
+    cells = []
+    for task_name in cfg.tasks:
+        cells += [CellSpec(task_name, FLOOR, d, d) for d in sorted({d for _, d in runs(cfg)})]
+        cells += [CellSpec(task_name, k, s, d) for k in kinds_for(cfg, task_name) for s, d in runs(cfg)]
+    return cells
+
+
+def search_cells(cfg: BenchConfig) -> list[CellSpec]:
+    """The learning-rate search's first grid: one run (model seed ``search_seed``, never reported; the first data
+    seed) per (task, kind, lr, weight decay) candidate. :func:`extension_cells` adds points past an edge choice."""
+    return [CellSpec(t, k, cfg.search_seed, cfg.data_seeds[0], lr, wd, search=True) for t in cfg.tasks
+            for k in kinds_for(cfg, t) for lr in cfg.lr_search for wd in cfg.wd_search.get(t, [cfg.weight_decay])]
+
+
+def search_points(rows: list[Row]) -> dict[tuple[str, str], dict[tuple[float, float], float]]:
+    """(task, kind) -> {(lr, weight decay): the search metric, signed so that larger is better}."""
+    from .competence import good
+
+    found: dict = {}
+    for r in rows:
+        if r.variant == SEARCH:
+            found.setdefault((r.task, r.kind), {})[(r.lr, r.weight_decay)] = good(r.value, r.higher_is_better)
+    return found
+
+
+def best_point(points: dict[tuple[float, float], float]) -> tuple[float, float]:
+    """The best (lr, weight decay); ties go to the smaller learning rate."""
+    return max(points, key=lambda p: (points[p], -p[0]))
+
+
+def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
+    """Search points that extend the grid past an edge choice: where a (task, kind)'s best learning rate (its first
+    grid done) is the smallest or largest tried at its weight decay and strictly better than its neighbour, the next
+    one beyond it (``lr_step``), while it stays in ``lr_range``. Run in rounds (``lr_extend``) until every choice is
+    interior, ties its neighbour (a plateau: the metric cannot tell the rates apart), or is at the range's end."""
+    found, cells = search_points(rows), []
+    lo, hi = cfg.lr_range
+    grids: dict = {}  # (task, kind) -> its first grid's cells
+    for c in search_cells(cfg):
+        grids.setdefault((c.task, c.kind), []).append(c)
+    for key, grid in grids.items():
+        points = found.get(key, {})
+        if not {(c.lr, c.weight_decay) for c in grid} <= set(points):
+            continue  # its first grid is not done (or a point failed)
+        lr, wd = best_point(points)
+        lrs = sorted(x for x, w in points if w == wd)
+        if len(lrs) < 2 or lr not in (lrs[0], lrs[-1]):
+            continue  # interior (or nothing to compare with)
+        neighbour = lrs[1] if lr == lrs[0] else lrs[-2]
+        if not points[(lr, wd)] > points[(neighbour, wd)]:
+            continue  # a tie with its neighbour: a plateau (e.g. every rate at the ceiling), nothing to bracket
+        beyond = lr * cfg.lr_step if lr == lrs[-1] else lr / cfg.lr_step
+        if lo <= beyond <= hi:
+            cells.append(dataclasses.replace(grid[0], lr=round(beyond, 12), weight_decay=wd))
+    return cells
+
+
+def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(task, kind) -> (lr, weight decay): the best search point (its first grid done; every point of it and of
+    its extensions considered), else the choice file's, else the preset's ``lrs`` / ``lr`` and ``weight_decay``."""
+    chosen: dict = {}
+    if cfg.lr_file:
+        path = Path(cfg.lr_file)
+        path = path if path.is_absolute() else CONFIG_DIR.parent.parent / path  # relative to the checkout
+        if not path.exists():
+            raise ConfigError(f"lr_file {path} does not exist; run the preset that writes it (lr_search) first")
+        for task, by_kind in (yaml.safe_load(path.read_text()) or {}).items():
+            for kind, c in by_kind.items():
+                chosen[(task, kind)] = (float(c["lr"]), float(c["weight_decay"]))
+    wanted: dict = {}
+    for c in search_cells(cfg):
+        wanted.setdefault((c.task, c.kind), set()).add((c.lr, c.weight_decay))
+    found = search_points(rows)
+    for key, points in wanted.items():
+        if points <= set(found.get(key, {})):
+            chosen[key] = best_point(found[key])
+    return chosen
+
+
+def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, float] | None:
+    """The (lr, weight decay) of a (task, kind)'s runs; None when a search or choice file should give it and did
+    not (a search point failed, or the file lacks it): those runs are not trained at another learning rate."""
+    if (task, kind) in chosen:
+        return chosen[(task, kind)]
+    return None if cfg.lr_search or cfg.lr_file else (float(cfg.lrs.get(task, cfg.lr)), cfg.weight_decay)
+
+
+# what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
+SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "workers", "out_root", "executor", "ray_address",
+             "gpus_per_cell", "task_kinds", "why", "download")
+
+
+def fingerprint(cfg: BenchConfig) -> str:
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
+    if not fields["data_workers"]:  # the key is newer than the committed runs: its default leaves them as they were
+        del fields["data_workers"]
+    if cfg.lr_file:  # the choices it holds, not only its path: a rewritten file is other settings
+        fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items() if t in cfg.tasks)
+    return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_fingerprint(cfg: BenchConfig, run_dir: Path, *, resuming: bool) -> None:
+    """Refuse to add cells trained under other settings to an existing run (and say how to start another)."""
+    path = run_dir / "fingerprint.txt"
+    if resuming and path.exists() and path.read_text().strip() != fingerprint(cfg):
+        raise ConfigError(f"{run_dir} holds results trained with other settings (see its bench_config.yaml); "
+                          f"pass name=<new name> to start another run, or delete {run_dir}")
+    path.write_text(fingerprint(cfg) + "\n")
+
+
+def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:
+    """The rows of the cells this configuration selects (a run directory may hold more); a selected (task, kind)'s
+    search rows include the points its grid was extended by."""
+    keys = {c.key for c in cells_for(cfg)}
+    searched = {(c.task, c.kind, c.seed) for c in search_cells(cfg)}
+    return [r for r in rows if r.cell in keys or (r.variant == SEARCH and (r.task, r.kind, r.seed) in searched)]
+
+
+def write_choices(cfg: BenchConfig, chosen: dict, path: Path) -> None:
+    """The search's choices, ``{task: {kind: {lr, weight_decay}}}``, for a later preset's ``lr_file``; the choices
+    of tasks run by earlier invocations (task by task) are kept."""
+    out: dict = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    for (task, kind), (lr, wd) in sorted(chosen.items()):
+        out.setdefault(task, {})[kind] = {"lr": lr, "weight_decay": wd}
+    path.write_text(yaml.safe_dump(out, sort_keys=True))
