@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         fingerprints = {side: provenance.protocol_fingerprint(checkout.resolve())
                         for side, checkout in (("old", args.old), ("new", args.new))}
         command = " ".join(["python benchmarks/bit_identity.py", *(argv if argv is not None else sys.argv[1:])])
-        provenance.append_equivalence(args.vouch, {**fingerprints, "rows": compared, "command": command,
+        commits = {f"{side}_commit": provenance.git_commit(checkout.resolve())[0]
+                   for side, checkout in (("old", args.old), ("new", args.new))}
+        provenance.append_equivalence(args.vouch, {**fingerprints, **commits, "rows": compared, "command": command,
                                                    "date": provenance.utc_now()})
         print(f"recorded in {args.vouch / provenance.EQUIVALENCES}: {fingerprints['old']} = {fingerprints['new']}")
     return 0 if identical else 1

@@ -188,13 +188,14 @@ def test_rows_of_a_vouched_fingerprint_count_as_the_newest(tmp_path, monkeypatch
     monkeypatch.undo()
     newest = provenance.protocol_fingerprint()
     provenance.append_equivalence(run_dir, {"old": "aaaaaaaaaaaa", "new": "bbbbbbbbbbbb", "rows": 7,
+                                            "old_commit": "c" * 40, "new_commit": "d" * 40,
                                             "command": "check one", "date": "d1"})
     provenance.append_equivalence(run_dir, {"old": "bbbbbbbbbbbb", "new": newest, "rows": 9,
                                             "command": "check two", "date": "d2"})
     text = bench.run(tiny(tmp_path, "kinds=[none,sinusoidal,rope]"), "newest code").read_text()
     assert "another protocol fingerprint" not in text
     assert f"{n_old} rows come from code with protocol fingerprint aaaaaaaaaaaa, vouched identical" in text
-    assert "check one" in text and "check two" in text
+    assert "check one" in text and "check two" in text and f"commits {'c' * 12} and {'d' * 12}" in text
     (run_dir / provenance.EQUIVALENCES).write_text("")  # no check: both older fingerprints are flagged again
     text = bench.run(tiny(tmp_path, "kinds=[none,sinusoidal,rope]"), "newest code").read_text()
     assert "(aaaaaaaaaaaa)** than" in text and "(bbbbbbbbbbbb)** than" in text

@@ -183,6 +183,12 @@ def read_invocations(run_dir: Path) -> list[dict]:
     return [r for r in _read_lines(Path(run_dir) / INVOCATIONS) if "command" in r]
 
 
+def _commits(check: dict) -> str:
+    """", commits A and B" of an equivalence record that names them ("" for one that does not)."""
+    old, new = check.get("old_commit"), check.get("new_commit")
+    return f", commits {old[:12]} and {new[:12]}" if old and new else ""
+
+
 def _minutes(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     return f"{m}:{s:02d}"
@@ -221,7 +227,8 @@ def header_lines(run_dir: Path, rows: list, info: dict | None, workers: str) -> 
         if n:
             lines.append(f"- {n} rows come from code with protocol fingerprint {protocol}, vouched identical to the "
                          f"newest's ({newest}): {check.get('rows', '?')} rows of a sample of cells of every task "
-                         f"identical, old against new code ({EQUIVALENCES}: `{check.get('command', '?')}`, "
+                         f"identical, old against new code{_commits(check)} ({EQUIVALENCES}: "
+                         f"`{check.get('command', '?')}`, "
                          f"{check.get('date', '?')})")
     other: Counter = Counter((r.task, r.protocol) for r in rows if r.protocol not in ("", newest, *vouched))
     for (task, protocol), n in sorted(other.items()):
