@@ -257,3 +257,18 @@ def test_a_patch_embedding_that_cannot_change_size_is_refused():
     model = VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=1, num_heads=2, embed_layer=FixedEmbed)
     with pytest.raises(ValueError, match="build the model with dynamic_img_size=True"):
         ndpe.timm.use(model, "rope")
+
+
+def test_the_trained_at_224_run_at_320_recipe_runs():
+    """docs/integrations.md, "Trained at 224, run at 320", as written: YaRN swapped into a used model changes its
+    320 px output, and swapping back restores the trained encoding."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    block = re.search(r"### Trained at 224, run at 320\n+```python\n(.*?)```", doc, re.S).group(1)
+    scope: dict = {}
+    torch.manual_seed(0)
+    exec(block, scope)
+    assert scope["plain"].shape == scope["zoomed"].shape == (1, 10)
+    assert (scope["plain"] - scope["zoomed"]).abs().max() > 1e-4
+    assert scope["vit"].ndpe_pe is scope["trained"] and scope["trained"].rope_scaling is None
