@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor, nn
 
 from .contract import PosOut, apply_tokens, attn_bias
@@ -46,7 +47,6 @@ try:
 except ImportError as err:  # pragma: no cover - exercised only without timm
     raise ImportError("ndpe.timm needs timm: pip install timm (or pip install 'ndpe[timm]')") from err
 
-from einops import rearrange
 from timm.layers import Attention as _TimmAttention
 from timm.layers import Format, resample_abs_pos_embed
 from timm.layers.attention import AttentionRope
