@@ -7,9 +7,14 @@ sizes: each sample encoded for its own grid), pinned against timm 1.0.31. The ca
 - builds ``pe = ndpe.make(dims=2, kind=kind, dim=heads * head_dim, heads=heads, **options)`` and registers it as
   ``model.ndpe_pe`` (its parameters train with the model and are in its ``state_dict``);
 - removes the model's own encoding (``pos_embed``, ``rope``; NaFlexVit's embedding tables);
-- encodes once per forward, in ``_pos_embed``, for the grid the patches form (any image size where the model
-  takes one: ``dynamic_img_size``), with the model's class and register tokens as ndpe's prefix tokens, and adds
-  or transforms the tokens there (``apply_tokens``);
+- makes the model take any image size (a multiple of the patch, or any with ``dynamic_img_pad``), as timm's
+  ``dynamic_img_size=True`` does, and encodes once per forward, in ``_pos_embed``, for the grid the patches form,
+  with the model's class and register tokens as ndpe's prefix tokens, adding or transforming the tokens there
+  (``apply_tokens``);
+- for ``kind="learned"``, starts from the model's own ``pos_embed``: by default at its grid, resized to other grids
+  with timm's ``resample_abs_pos_embed`` (bicubic), its class / register entries folded into those tokens as
+  timm does: the outputs are the model's own (at other sizes, those of the model built with ``dynamic_img_size``);
+  ``model.ndpe_pe.reset_parameters()`` starts afresh;
 - replaces each block's attention by :class:`NdpeAttention`, which keeps the block's own weights and computes
   q, k, v as timm does, rotates q and k (``apply_qk``), and hands SDPA ndpe's bias or logits term (with any
   ``attn_mask`` timm passes). A kind with no attention term keeps SDPA's fused kernel without a mask.
@@ -17,7 +22,7 @@ sizes: each sample encoded for its own grid), pinned against timm 1.0.31. The ca
 Kinds that concatenate channels (``cat_dim > 0``) are refused: a timm model's token width is fixed.
 
 >>> import timm, torch, ndpe.timm
->>> model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1, dynamic_img_size=True)
+>>> model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
 >>> model = ndpe.timm.use(model, "alibi")
 >>> model(torch.randn(1, 3, 64, 96)).shape   # any image size: the encoding follows the grid
 torch.Size([1, 1000])
@@ -28,10 +33,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor, nn
 
 from .contract import PosOut, apply_tokens, attn_bias
 from .functional import apply_qk
+from .kinds.learned import Learned
 from .packing import stack
 from .registry import make
 
@@ -41,6 +48,7 @@ except ImportError as err:  # pragma: no cover - exercised only without timm
     raise ImportError("ndpe.timm needs timm: pip install timm (or pip install 'ndpe[timm]')") from err
 
 from timm.layers import Attention as _TimmAttention
+from timm.layers import Format, resample_abs_pos_embed
 from timm.layers.attention import AttentionRope
 from timm.models.eva import Eva, EvaAttention
 from timm.models.naflexvit import NaFlexVit, calculate_naflex_grid_sizes
@@ -121,10 +129,16 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     if getattr(model, "ndpe_pe", None) is not None:
         raise ValueError("this model already uses an ndpe encoding (model.ndpe_pe): build a fresh model to use another")
     attn = model.blocks[0].attn
+    if kind == "learned":
+        options = {**_table_options(model), **options}
     pe = make(dims=2, kind=kind, dim=attn.num_heads * attn.head_dim, heads=attn.num_heads, **options)
     if pe.cat_dim:
         raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a timm model's token width "
                          "is fixed: use a kind that adds, rotates or biases")
+    if not isinstance(model, NaFlexVit):  # NaFlexVit takes any size as it is
+        _take_any_size(model)
+        if isinstance(pe, Learned) and not pe.factorized and model.pos_embed is not None:
+            _start_from_table(pe, model)
     holder = _Holder()
     model.ndpe_pe = pe
     model._ndpe_holder = holder
@@ -144,6 +158,44 @@ def _use(model: Any, kind: str, options: dict) -> Any:
         blk.attn = NdpeAttention(blk.attn, holder)
     model.__class__ = _encoding_class(type(model))
     return model
+
+
+def _take_any_size(model: Any) -> None:
+    """Let ``model`` take any image size, as timm builds it with ``dynamic_img_size=True``: the patch embedding skips
+    its size check and hands ``_pos_embed`` the ``(B, H, W, C)`` grid, flattened there."""
+    if model.dynamic_img_size:
+        return
+    embed = model.patch_embed
+    if not all(hasattr(embed, name) for name in ("strict_img_size", "flatten", "output_fmt")):
+        raise ValueError(f"ndpe.timm.use cannot make the patch embedding {type(embed).__name__} take other image "
+                         "sizes (it has no strict_img_size / output_fmt): build the model with dynamic_img_size=True")
+    embed.strict_img_size, embed.flatten, embed.output_fmt = False, False, Format.NHWC
+    model.dynamic_img_size = True
+
+
+def _table_options(model: Any) -> dict[str, Any]:
+    """``learned`` options that fit the model's table: its grid, resized to other grids as timm's ``_pos_embed``
+    does (bicubic, antialiased); ``{}`` for a model without one."""
+    if isinstance(model, NaFlexVit) or model.pos_embed is None:
+        return {}
+    return {"grid_shape": tuple(model.patch_embed.grid_size), "resize": "bicubic"}
+
+
+@torch.no_grad()
+def _start_from_table(pe: Learned, model: Any) -> None:
+    """Copy the model's ``pos_embed`` into ``pe``'s table (resampled by timm's ``resample_abs_pos_embed`` to another
+    ``grid_shape``) and fold its class / register rows into those tokens, as timm's ``_load_weights`` does for a
+    table without them: the model's outputs stay what they were."""
+    num_prefix = 0 if model.no_embed_class else model.num_prefix_tokens
+    prefix, patches = model.pos_embed[:, :num_prefix], model.pos_embed[:, num_prefix:]  # (1, P, C), (1, h * w, C)
+    patches = resample_abs_pos_embed(patches, new_size=list(pe.table_shape), old_size=list(model.patch_embed.grid_size),
+                                     num_prefix_tokens=0)
+    pe.table.copy_(rearrange(patches, "1 (h w) c -> h w c", h=pe.table_shape[0]))
+    start = 0
+    for token in (model.cls_token, model.reg_token):  # timm's prefix order: class, then registers
+        if token is not None and num_prefix:
+            token.add_(prefix[:, start:start + token.shape[1]])
+            start += token.shape[1]
 
 
 _CLASSES: dict[type, type] = {}

@@ -183,3 +183,92 @@ def test_rope_mixed_one_block_equals_timm():
         model.ndpe_pe.freqs.copy_(torch.stack([freqs[1, 0], freqs[0, 0]], dim=1))  # (heads, (row, col), head_dim / 2)
         out = model(x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
+
+
+def vit_pair(**config):
+    """The same random ViT twice: as built (224-style, fixed size) and with ``dynamic_img_size=True`` (timm's own
+    way to other sizes), with sharp attention and a table of the tokens' scale, so positions matter."""
+    torch.manual_seed(0)
+    native = sharpen_attention(VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=2,
+                                                 num_classes=5, dynamic_img_size=True, **config))
+    with torch.no_grad():
+        native.pos_embed.normal_()  # timm's 0.02 init leaves a table too small beside the tokens to matter
+    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=2, num_classes=5, **config)
+    model.load_state_dict(native.state_dict())
+    return model.eval(), native.eval()
+
+
+@pytest.mark.parametrize("config", [dict(reg_tokens=2), dict(no_embed_class=True, reg_tokens=1),
+                                    dict(class_token=False, global_pool="avg")])
+def test_learned_starts_from_the_models_table(config):
+    """``kind="learned"`` is the model's own table (class / register entries folded into those tokens): at the built
+    size the outputs are the model's, at others those of the model built with ``dynamic_img_size=True``. A table off
+    by one row moves the outputs by more than 100 times the tolerance."""
+    model, native = vit_pair(**config)
+    x, other = torch.randn(2, 3, 32, 32), torch.randn(2, 3, 48, 40)
+    with torch.no_grad():
+        refs = native(x), native(other)
+        ndpe.timm.use(model, "learned")
+        outs = model(x), model(other)
+        for out, ref in zip(outs, refs):
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
+        model.ndpe_pe.table.copy_(model.ndpe_pe.table.roll(1, dims=0))  # a wrong table is seen
+        assert (model(x) - refs[0]).abs().max() > 100 * 2e-5
+
+
+def test_learned_table_resampled_to_another_grid_shape():
+    """A ``grid_shape`` other than the model's gets the model's table resampled as timm does (the table a model built
+    at that size would have after loading the weights)."""
+    model, native = vit_pair(reg_tokens=1)
+    x = torch.randn(2, 3, 48, 48)
+    with torch.no_grad():
+        ref = native(x)
+        out = ndpe.timm.use(model, "learned", grid_shape=(6, 6), resize=None)(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["alibi", "rope", "learned"])
+def test_a_fixed_size_model_takes_other_sizes(kind):
+    """A model built without ``dynamic_img_size`` (timm would refuse 320 px at 224) takes any multiple of the patch,
+    its outputs unchanged at the built size; its intermediates come back on the new grid."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1, num_classes=5).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        model_out = model(x) if kind == "learned" else None
+        ndpe.timm.use(model, kind)
+        assert model(torch.randn(1, 3, 320, 288)).shape == (1, 5)
+        feats = model.forward_intermediates(torch.randn(1, 3, 320, 288), intermediates_only=True)
+        if model_out is not None:
+            torch.testing.assert_close(model(x), model_out)
+    assert feats[-1].shape == (1, 192, 20, 18)
+
+
+def test_a_patch_embedding_that_cannot_change_size_is_refused():
+    class FixedEmbed(torch.nn.Module):  # a custom embed_layer with none of timm's size switches
+        def __init__(self, img_size, patch_size, in_chans, embed_dim, **_):
+            super().__init__()
+            self.proj = torch.nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
+            self.num_patches, self.grid_size = (img_size // patch_size) ** 2, (img_size // patch_size,) * 2
+
+        def forward(self, x):
+            return self.proj(x).flatten(2).transpose(1, 2)
+
+    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=1, num_heads=2, embed_layer=FixedEmbed)
+    with pytest.raises(ValueError, match="build the model with dynamic_img_size=True"):
+        ndpe.timm.use(model, "rope")
+
+
+def test_the_trained_at_224_run_at_320_recipe_runs():
+    """docs/integrations.md, "Trained at 224, run at 320", as written: YaRN swapped into a used model changes its
+    320 px output, and swapping back restores the trained encoding."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    block = re.search(r"### Trained at 224, run at 320\n+```python\n(.*?)```", doc, re.S).group(1)
+    scope: dict = {}
+    torch.manual_seed(0)
+    exec(block, scope)
+    assert scope["plain"].shape == scope["zoomed"].shape == (1, 10)
+    assert (scope["plain"] - scope["zoomed"]).abs().max() > 1e-4
+    assert scope["vit"].ndpe_pe is scope["trained"] and scope["trained"].rope_scaling is None
