@@ -175,10 +175,28 @@ def test_it_renders_at_a_phone_width(browser, explorer_page):
         for tab in TABS:
             open_tab(browser, explorer_page, tab)
             width = browser.execute_script("return window.innerWidth")
-            assert browser.execute_script("return document.documentElement.scrollWidth") <= width + 1, tab
+            wide = browser.execute_script(  # what sticks out, named in the failure
+                f"return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > {width} + 1)"
+                ".map(e => `${e.tagName}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().right)}px "
+                "${(e.textContent || '').slice(0, 40)}`)")
+            assert browser.execute_script("return document.documentElement.scrollWidth") <= width + 1, (tab, wide)
             widths = browser.execute_script(
                 f"return [...document.querySelectorAll('#{tab} canvas')].map(c => c.getBoundingClientRect().right)")
             assert widths and max(widths) <= width + 1, tab
         assert console_errors(browser) == []
+    finally:
+        browser.set_window_size(1280, 1000)
+
+
+def test_a_long_results_path_wraps_at_a_phone_width(browser, explorer_page):
+    """The caption names the command that built the page, with its --results path: one long unbroken word in a
+    copy of the repository deep under /tmp; it wraps instead of widening the page."""
+    browser.set_window_size(390, 844)
+    try:
+        open_tab(browser, explorer_page, "growth")
+        browser.execute_script("document.getElementById('made-by').textContent = "
+                               "'ndpe explore --results /' + 'deep/'.repeat(40) + 'benchmarks/results/quick'")
+        width = browser.execute_script("return window.innerWidth")
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= width + 1
     finally:
         browser.set_window_size(1280, 1000)
