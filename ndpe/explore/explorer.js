@@ -31,7 +31,17 @@ function unpack(p) {  // int8 base64 -> Float32Array (-128 -> NaN), see data.pac
   return unpacked.get(p);
 }
 function row(arr, i, n) { return arr.subarray(i * n, (i + 1) * n); }
-function fmt(x, d = 3) { return x === null || x === undefined || Number.isNaN(x) ? "n/a" : Number(x).toPrecision(d).replace(/\.?0+$/, ""); }
+// x to d significant digits, as the page prints every number: trailing zeros of a fraction dropped ("0.5", never
+// "0.500"), an integer part kept whole ("100", "123456"), exponents outside 1e-4 .. 1e6 ("1.5e-7"); "n/a" for none.
+function fmt(x, d = 3) {
+  if (x === null || x === undefined || !Number.isFinite(Number(x))) return "n/a";
+  const v = Number(x), a = Math.abs(v);
+  if (a === 0) return "0";
+  const trim = t => t.includes(".") ? t.replace(/0+$/, "").replace(/\.$/, "") : t;
+  if (a < 1e-4 || a >= 1e6) { const [m, e] = v.toExponential(d - 1).split("e"); return `${trim(m)}e${e}`; }
+  const p = v.toPrecision(d);  // "1.00e+3" where rounding reaches 10^d: print the integer instead
+  return a >= 10 ** d || p.includes("e") ? String(Math.sign(v) * Math.round(a)) : trim(p);
+}
 function select(label, id, options, value, onchange, disabled) {
   const s = el("select", {id, disabled: disabled ? true : null, onchange: e => onchange(e.target.value)});
   for (const o of options) {
@@ -113,7 +123,7 @@ function colourBar(quantity, lim) {
   const g = c.getContext("2d");
   for (let x = 0; x < w; x++) { g.fillStyle = colourOf(lim[0] + (lim[1] - lim[0]) * (x + 0.5) / w, quantity, lim); g.fillRect(x, 0, 1, h); }
   const q = DATA.cmaps[quantity];
-  return el("div", {class: "note"}, c, el("div", {text: `${fmt(lim[0])} … ${fmt(lim[1])}: ${q.label}${q.unit ? " (" + q.unit + ")" : ""}`}));
+  return el("div", {class: "note"}, c, el("div", {class: "scale", text: `${fmt(lim[0])} … ${fmt(lim[1])}: ${q.label}${q.unit ? " (" + q.unit + ")" : ""}`}));
 }
 function figure(canvas, caption, made) {
   return el("figure", {}, canvas, el("figcaption", {}, caption, made ? el("div", {class: "made", text: made}) : null));
@@ -252,23 +262,22 @@ function renderDials() {
   const d = D.settings[`${Number(s.theta)}|${s.scaling}|${Number(s.grow)}`];
   const view = document.getElementById("dials-view");
   if (!d || d.error) { view.replaceChildren(errorBox(d ? d.error : "not computed")); return; }
-  const n = d.train.length, h = 34, w = 600, c = el("canvas", {width: w, height: n * h + 6, role: "img", id: "dials-canvas", "aria-label": "angle ranges per rotary pair"});
-  const g = c.getContext("2d"), TWO_PI = 2 * Math.PI;
+  const n = d.train.length, TWO_PI = 2 * Math.PI, rows = el("ol", {class: "dials", id: "dials-list", start: 0});
   let unseen = 0;
-  g.font = "11px system-ui, sans-serif";
   for (let j = 0; j < n; j++) {
-    const cx = 20, cy = j * h + h / 2 + 3, r = 13, train = d.train[j], test = d.test[j];
+    const size = 34, cx = size / 2, cy = size / 2, r = 13, train = d.train[j], test = d.test[j], out = train < TWO_PI && test > train;
+    const c = el("canvas", {width: size, height: size, role: "img", "aria-label": `pair ${j}: angles seen and met`});
+    const g = c.getContext("2d");
     const arc = (from, to, colour, width, radius) => { if (to <= from) return; g.strokeStyle = colour; g.lineWidth = width; g.beginPath();
       g.arc(cx, cy, radius, -Math.PI / 2 + from, -Math.PI / 2 + Math.min(to, from + TWO_PI)); g.stroke(); };
     g.strokeStyle = "#eee"; g.lineWidth = 1; g.beginPath(); g.arc(cx, cy, r, 0, TWO_PI); g.stroke();
     arc(0, Math.min(train, TWO_PI), "#9a9a9a", 5, r);
     arc(0, Math.min(test, TWO_PI), "#222", 2, r - 5);
-    const out = train < TWO_PI && test > train;
     if (out) { arc(train, Math.min(test, TWO_PI), "#b00020", 5, r); unseen++; }
-    g.fillStyle = out ? "#b00020" : "#222";
-    g.fillText(`pair ${j}: one turn per ${fmt(TWO_PI / d.step[j])} tokens; angles seen 0–${fmt(train)} rad, met 0–${fmt(test)} rad${out ? ` (+${fmt(100 * (Math.min(test, TWO_PI) - train) / train, 2)} %)` : ""}`, 42, cy + 4);
+    rows.append(el("li", {class: out ? "unseen" : null}, c, el("span", {text:
+      `pair ${j}: one turn per ${fmt(TWO_PI / d.step[j])} tokens; angles seen 0–${fmt(train)} rad, met 0–${fmt(test)} rad${out ? ` (+${fmt(100 * (Math.min(test, TWO_PI) - train) / train, 2)} %)` : ""}`})));
   }
-  view.replaceChildren(figure(c, `${unseen} of ${n} pairs meet angles never seen in training`, d.made));
+  view.replaceChildren(figure(rows, `${unseen} of ${n} pairs meet angles never seen in training`, d.made));
 }
 
 // ---- click a query: two kinds side by side -----------------------------------------------------------------
