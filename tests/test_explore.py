@@ -231,3 +231,14 @@ def test_results_without_their_tab_or_with_a_stale_one_are_one_line(tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert "was not made from this results.csv" in err and "\n" not in err
     assert not (tmp_path / "index.html").exists()
+
+
+def test_cli_shows_progress_while_it_builds(tmp_path, capsys):
+    """`ndpe explore` prints a line to stderr as each view's numbers start and end (the full page takes a minute)."""
+    assert main(["explore", "--out", str(tmp_path), "--kinds", "rope"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out.strip() == str(tmp_path / "index.html")
+    assert len(lines) == 2 * 7 and all(line.startswith("ndpe explore: [") for line in lines)
+    assert lines[0] == "ndpe explore: [1/7] toy scene ..." and re.fullmatch(r"ndpe explore: \[7/7\] bias heads: [\d.]+ s",
+                                                                             lines[-1])
