@@ -252,14 +252,11 @@ def _unpack(packed: dict) -> np.ndarray:
 
 
 def _scale_text(data: dict, quantity: str, *arrays: np.ndarray) -> str:
-    """The colour bar's text for ``arrays`` on one scale (the page's ``limits``: symmetric for a diverging map)."""
+    """The colour bar's text for ``arrays`` on one scale (the page's ``limits``: the values' range)."""
     finite = np.concatenate([a[np.isfinite(a)] for a in arrays]).astype(np.float64)
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
     q = data["cmaps"][quantity]
-    if q["diverging"]:
-        m = max(abs(lo), abs(hi), 1e-6)
-        lo, hi = -m, m
-    elif hi - lo < 1e-6:
+    if hi - lo < 1e-6:
         lo, hi = lo - 0.5, hi + 0.5
     return f"{fmt(lo)} … {fmt(hi)}: {q['label']}" + (f" ({q['unit']})" if q["unit"] else "")
 
@@ -343,11 +340,15 @@ def test_numbers_of_every_tab_are_pythons(browser, explorer_page):
         shared = maps[0]["quantity"] == maps[1]["quantity"]
         expected = [_scale_text(data, m["quantity"], *(vals if shared else [v])) for m, v in zip(maps, vals)]
         assert _texts(browser, "#compare .scale") == expected, (a, b, dims)
-    # axes: the scale of the three maps at two angles
-    for alpha in ("0", "45"):
-        open_tab(browser, explorer_page, "axes", alpha=alpha)
+    # axes: the scale of the three maps and each map's diagonal preference, at three angles and weights
+    for alpha, weight in (("0", "0.5"), ("45", "1"), ("90", "0.75")):
+        open_tab(browser, explorer_page, "axes", alpha=alpha, weight=weight)
         d = data["axes"]["settings"][alpha]
-        assert _texts(browser, "#axes .scale") == [_axes_scale(data, d)], alpha
+        keys = ["row", "col", "total" if weight == "0.5" else weight]
+        assert _texts(browser, "#axes .scale") == [_scale_text(data, "relation", *(_unpack(d[k]) for k in keys))]
+        captions = _texts(browser, "#axes figcaption")
+        for caption, k in zip(captions, keys):
+            assert f"anti-diagonal: {fmt(d['diagonal'][k], 2)}" in caption, (alpha, caption)
     # spectrogram: the scale of the sound, its shifted copy and their difference; of the long clip
     S, (T, F) = data["spec"], data["spec"]["grid"]
     for time, freq, view in [("rope", "learned", "shift"), ("learned", "sinusoidal", "long")]:
@@ -384,5 +385,71 @@ def test_numbers_of_every_tab_are_pythons(browser, explorer_page):
         assert len(drawn) == len(set(drawn)) > 0, name
 
 
-def _axes_scale(data: dict, d: dict) -> str:
-    return _scale_text(data, "relation", np.array([-1.0, 1.0], dtype=np.float32))
+
+# --- every picture shows its claim ---------------------------------------------------------------------------
+
+def _cell_colour(driver, canvas_id: str, index: int, cols: int) -> str:
+    """The ``#rrggbb`` painted at the centre of cell ``index`` of a map canvas."""
+    return driver.execute_script(
+        "const c = document.getElementById(arguments[0]), cell = c.width / arguments[2];"
+        "const [r, g, b] = c.getContext('2d').getImageData((arguments[1] % arguments[2] + 0.5) * cell,"
+        " (Math.floor(arguments[1] / arguments[2]) + 0.25) * cell, 1, 1).data;"
+        "return '#' + [r, g, b].map(v => v.toString(16).padStart(2, '0')).join('')", canvas_id, index, cols)
+
+
+def test_colour_scales_span_the_values_drawn(browser, explorer_page):
+    """RoPE's relation on the growth tab lies in about 0.3 .. 1: its largest value gets the map's last colour and
+    its smallest the white centre (a fixed -1 .. 1 scale painted them in the upper quarter of the colours only).
+    ALiBi's penalties (all <= 0) span the lower half, from the darkest blue to white."""
+    data = page_data(explorer_page.read_text())
+    lut = data["cmaps"]["relation"]["lut"]
+    open_tab(browser, explorer_page, "growth", kind="rope", mode="zoom", grow="2", coords="index", scaling="none")
+    d = data["growth"]["settings"]["rope|index|none|2|zoom"]
+    values = _unpack(d["rows"])[:math.prod(d["grid"])]  # the centre query
+    cols = d["grid"][1]
+    assert values.min() > 0
+    assert _cell_colour(browser, "growth-map", int(values.argmax()), cols) == lut[-1]
+    assert _cell_colour(browser, "growth-map", int(values.argmin()), cols) == lut[len(lut) // 2]
+    open_tab(browser, explorer_page, "bias", kind=quote("alibi (euclidean)"))
+    lut = data["cmaps"]["bias"]["lut"]
+    heads = _unpack(data["bias"]["settings"]["alibi (euclidean)"]["heads"]).reshape(-1, 15 * 15)
+    h, key = np.unravel_index(int(heads.argmin()), heads.shape)
+    assert _cell_colour(browser, f"bias-map-{h}", int(key), 15) == lut[0]
+
+
+def test_a_link_opens_the_query_frame(browser, explorer_page):
+    """The guide's 3D link (query 93: frame 2) opened on a page showing frame 0 shows frame 2 with the query
+    marked: a link names its whole setting, nothing of the page's last state stays."""
+    open_tab(browser, explorer_page, "compare", dims="3", a="rope", b="learned", frame="0", q="0")
+    assert browser.execute_script("return document.getElementById('compare-frame').value") == "0"
+    browser.execute_script("location.hash = 'tab=compare&dims=3&a=rope&b=learned&q=93'")
+    wait_for(browser, lambda: hash_params(browser).get("q") == "93")
+    assert browser.execute_script("return document.getElementById('compare-frame').value") == "2"
+    assert browser.find_element("id", "compare-map-a").get_attribute("data-query") == str(93 - 2 * 36)
+
+
+def test_the_axis_tab_shows_a_diagonal_preferred(browser, explorer_page):
+    """At 45 degrees the mean of both groups prefers neither diagonal; a head weighting group 0 alone prefers the
+    anti-diagonal by a visible margin. Captions follow the angle: at 90 degrees group 0 is a column term."""
+    open_tab(browser, explorer_page, "axes", alpha="45", weight="0.5")
+    assert "(no diagonal preferred)" in _texts(browser, "#axes figcaption")[2]
+    open_tab(browser, explorer_page, "axes", alpha="45", weight="1")
+    caption = _texts(browser, "#axes figcaption")[2]
+    assert "(the ↗ anti-diagonal preferred)" in caption
+    assert float(caption.split("anti-diagonal: ")[1].split(" ")[0]) < -0.5
+    open_tab(browser, explorer_page, "axes", alpha="90")
+    group0, group1 = _texts(browser, "#axes figcaption")[:2]
+    assert "a column term" in group0 and "row term" not in group0 and "a row term" in group1
+
+
+@pytest.mark.parametrize("view", ["shift", "long"])
+def test_spectrogram_maps_share_one_cell_size_and_name_their_axes(browser, explorer_page, view):
+    open_tab(browser, explorer_page, "spec", time="rope", freq="learned", view=view)
+    sizes = browser.execute_script(
+        "return [...document.querySelectorAll('#spec canvas.map')].map(c => c.getBoundingClientRect().height)")
+    assert len(sizes) == (3 if view == "shift" else 2) and max(sizes) - min(sizes) < 0.5
+    assert len(_texts(browser, "#spec .xlabel")) == len(sizes) == len(_texts(browser, "#spec .ylabel"))
+    captions = " ".join(_texts(browser, "#spec figcaption"))
+    assert "time: RoPE (relative), frequency: learned table (absolute)" in captions
+    if view == "shift":
+        assert "tells the pitches apart" in captions  # a learned table on the frequency axis sees the shift

@@ -52,18 +52,27 @@ function select(label, id, options, value, onchange, disabled) {
 }
 
 // ---- colour: each quantity's map (the figures' own, sampled by matplotlib) ----------------------------------
+// A scale spans the values drawn, so a map whose values all lie in 0.6 .. 1 uses the whole of its half of the
+// colours. A diverging map keeps white at 0 and each sign on its own side: negative values [lo, 0] take the lower
+// half of the colours, positive ones [0, hi] the upper half (values of one sign: their range fills that half).
 function limits(quantity, arrays) {
   let lo = Infinity, hi = -Infinity;
   for (const a of arrays) for (const v of a) if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
   if (!Number.isFinite(lo)) { lo = -1; hi = 1; }
-  if (DATA.cmaps[quantity].diverging) { const m = Math.max(Math.abs(lo), Math.abs(hi), 1e-6); return [-m, m]; }
   if (hi - lo < 1e-6) { lo -= 0.5; hi += 0.5; }
   return [lo, hi];
+}
+function position(v, quantity, lim) {  // 0 .. 1 along the colour map
+  const [lo, hi] = lim;
+  if (!DATA.cmaps[quantity].diverging) return (v - lo) / (hi - lo);
+  if (v >= 0) { const from = Math.max(lo, 0); return hi > from ? 0.5 + 0.5 * (v - from) / (hi - from) : 0.5; }
+  const to = Math.min(hi, 0);
+  return to > lo ? 0.5 - 0.5 * (to - v) / (to - lo) : 0.5;
 }
 function colourOf(v, quantity, lim) {
   if (!Number.isFinite(v)) return NAN_COLOUR;
   const lut = DATA.cmaps[quantity].lut;
-  const t = Math.min(1, Math.max(0, (v - lim[0]) / (lim[1] - lim[0])));
+  const t = Math.min(1, Math.max(0, position(v, quantity, lim)));
   return lut[Math.min(lut.length - 1, Math.floor(t * lut.length))];
 }
 
@@ -135,7 +144,7 @@ const DEFAULTS = {
   growth: {kind: "rope", mode: "zoom", grow: "2", coords: "index", scaling: "none", q: "centre"},
   dials: {theta: "100", scaling: "none", grow: "2"},
   compare: {a: "rope", b: "learned", dims: "2", q: "", frame: ""},
-  axes: {alpha: "0"},
+  axes: {alpha: "0", weight: "0.5"},
   spec: {time: "rope", freq: "learned", view: "shift", shift: "2", q: ""},
   bias: {kind: "alibi (euclidean)"},
   bench: {task: "", kinds: ""},
@@ -146,6 +155,7 @@ function readHash() {
   const p = new URLSearchParams(location.hash.slice(1));
   const tab = p.get("tab");
   if (tab && tab in DEFAULTS) state.tab = tab;
+  if (p.size > 1) state[state.tab] = {...DEFAULTS[state.tab]};  // a link names its whole setting: nothing stale stays
   for (const [k, v] of p) if (k !== "tab" && k in state[state.tab]) state[state.tab][k] = v;
 }
 function writeHash() {
@@ -317,16 +327,31 @@ function renderCompare() {
 }
 
 // ---- axis decomposition -------------------------------------------------------------------------------------
+// what a group's term depends on: its frequency vectors point beta degrees from axis 0 (rows) towards axis 1
+function dependsOn(beta) {
+  const b = ((beta % 180) + 180) % 180;
+  if (b === 0) return "depends on the row alone: a row term";
+  if (b === 90) return "depends on the column alone: a column term";
+  if (b === 45) return "depends on row + column: equal along each ↗ anti-diagonal";
+  if (b === 135) return "depends on column − row: equal along each ↘ diagonal";
+  const r = Math.PI * b / 180;
+  return `depends on ${fmt(Math.cos(r), 2)} row + ${fmt(Math.sin(r), 2)} column`;
+}
 function renderAxes() {
-  const s = state.axes, A = DATA.axes;
+  const s = state.axes, A = DATA.axes, alpha = Number(s.alpha);
   document.getElementById("axes-controls").replaceChildren(
     el("label", {for: "axes-alpha"}, `mixing angle: ${s.alpha}°`, el("input", {type: "range", id: "axes-alpha", min: 0, max: A.angles.length - 1, step: 1,
-      value: Math.max(0, A.angles.indexOf(Number(s.alpha))), oninput: e => set("axes", {alpha: String(A.angles[Number(e.target.value)])})})));
-  const d = A.settings[String(Number(s.alpha))];
-  const [r, c] = A.grid, parts = [["row", "axis-0 pairs (the row term)"], ["col", "axis-1 pairs (the column term)"], ["total", "their mean: the relation"]];
-  const lim = [-1, 1];
-  document.getElementById("axes-view").replaceChildren(...parts.map(([key, cap]) =>
-    figure(drawMap(unpack(d[key]), r, c, {quantity: "relation", lim, query: A.query, cell: 16, label: cap}), cap)),
+      value: Math.max(0, A.angles.indexOf(alpha)), oninput: e => set("axes", {alpha: String(A.angles[Number(e.target.value)])})})),
+    select("the head's weight on group 0", "axes-weight", A.weights.map(w => [String(w), w === 0.5 ? "0.5 (both groups alike: RoPE)" : `${w} (group 1: ${1 - w})`]), s.weight, v => set("axes", {weight: v})));
+  const d = A.settings[String(alpha)], w = Number(s.weight), key = w === 0.5 ? "total" : String(w);
+  const [r, c] = A.grid, diag = v => `↘ diagonal minus ↗ anti-diagonal: ${fmt(v, 2)}`;
+  const parts = [["row", `group 0 (axis-0 pairs turned ${alpha}°) ${dependsOn(alpha)}; ${diag(d.diagonal.row)}`],
+    ["col", `group 1 (axis-1 pairs turned ${alpha}°) ${dependsOn(alpha + 90)}; ${diag(d.diagonal.col)}`],
+    [key, `the head's relation, ${w} × group 0 + ${1 - w} × group 1; ${diag(d.diagonal[key])}` +
+      (Math.abs(d.diagonal[key]) < 0.005 ? " (no diagonal preferred)" : d.diagonal[key] > 0 ? " (the ↘ diagonal preferred)" : " (the ↗ anti-diagonal preferred)")]];
+  const maps = parts.map(([k]) => unpack(d[k])), lim = limits("relation", maps);
+  document.getElementById("axes-view").replaceChildren(...parts.map(([k, cap], i) =>
+    figure(drawMap(maps[i], r, c, {quantity: "relation", lim, query: A.query, cell: 16, label: cap, id: `axes-map-${i}`}), cap)),
     el("div", {}, colourBar("relation", lim), el("p", {class: "made", text: d.made})));
 }
 
@@ -336,6 +361,11 @@ function specImage(vals, frames, bins) {  // key index t * bins + b -> picture w
   for (let t = 0; t < frames; t++) for (let b = 0; b < bins; b++) out[(bins - 1 - b) * frames + t] = vals[t * bins + b];
   return out;
 }
+function specMap(vals, frames, opts) {  // a spectrogram map with its axes named: time across, frequency up
+  return el("div", {class: "specmap"}, el("span", {class: "ylabel", text: "frequency bin →"}), drawMap(vals, DATA.spec.grid[1], frames, {cell: 14, ...opts}),
+    el("span", {class: "xlabel", text: `time frame → (0 … ${frames - 1})`}));
+}
+function largest(values) { let m = 0; for (const v of values) if (Number.isFinite(v)) m = Math.max(m, Math.abs(v)); return m; }
 function renderSpec() {
   const s = state.spec, S = DATA.spec, [T, F] = S.grid;
   const names = {none: "none", learned: "learned table (absolute)", sinusoidal: "sinusoidal (absolute values)", rope: "RoPE (relative)"};
@@ -350,23 +380,32 @@ function renderSpec() {
   let q = s.q === "" ? Math.floor(T / 2) * F + 2 : Number(s.q);
   if (s.view === "shift" && q % F + k >= F) q = q - (q % F) + (F - 1 - k);  // the shifted query stays on the grid
   s.q = String(q);
-  const all = unpack(d.rows), base = row(all, q, T * F);
+  const all = unpack(d.rows), base = row(all, q, T * F), qt = Math.floor(q / F), qb = q % F;
   const toCell = (t, b, bins) => (bins - 1 - b) * T + t;
   const pick = cell => { const t = cell % T, b = F - 1 - Math.floor(cell / T); set("spec", {q: String(t * F + b)}); };
+  const encodings = `time: ${names[s.time]}, frequency: ${names[s.freq]}`;
   const figs = [];
   if (s.view === "long") {
-    const longVals = row(unpack(d.long), q % F, 2 * T * F);
-    const lim = limits("relation", [base, longVals]);
-    figs.push(figure(drawMap(specImage(base, T, F), F, T, {quantity: "relation", lim, query: toCell(Math.floor(q / F), q % F, F), onpick: pick, cell: 14, label: "training clip"}), `training clip: ${T} frames × ${F} bins; click a query`),
-      figure(drawMap(specImage(longVals, 2 * T, F), F, 2 * T, {quantity: "relation", lim, query: (F - 1 - q % F) * 2 * T + T, cell: 14, label: "clip twice as long"}),
-        `a clip twice as long, the query in its middle frame: a relative time axis keeps the same pattern around it`), colourBar("relation", lim));
+    const longVals = row(unpack(d.long), qb, 2 * T * F), lim = limits("relation", [base, longVals]);
+    const around = new Float32Array(T * F);  // the long clip around its query minus the training clip around its own
+    for (let t = 0; t < T; t++) for (let b = 0; b < F; b++) around[t * F + b] = longVals[(t - qt + T) * F + b] - base[t * F + b];
+    const m = largest(around);
+    figs.push(figure(specMap(specImage(base, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb, F), onpick: pick, label: "training clip"}),
+      `training clip (${encodings}): ${T} frames × ${F} bins; click a query`),
+      figure(specMap(specImage(longVals, 2 * T, F), 2 * T, {quantity: "relation", lim, query: (F - 1 - qb) * 2 * T + T, label: "clip twice as long"}),
+        `a clip twice as long, the query in its middle frame: around it the map differs from the training clip's by at most ${fmt(m, 2)}` +
+        (m < 0.01 ? ` (the same pattern: ${names[s.time]} on the time axis)` : ` (${names[s.time]} on the time axis changes it)`)), colourBar("relation", lim));
   } else {
     const moved = row(all, q + k, T * F), diff = new Float32Array(T * F).fill(NaN);
     for (let t = 0; t < T; t++) for (let b = 0; b + k < F; b++) diff[t * F + b] = moved[t * F + b + k] - base[t * F + b];
-    const lim = limits("relation", [base, moved, diff]);
-    figs.push(figure(drawMap(specImage(base, T, F), F, T, {quantity: "relation", lim, query: toCell(Math.floor(q / F), q % F, F), onpick: pick, cell: 14, label: "the sound"}), "the sound: a query at one pitch; click to move it"),
-      figure(drawMap(specImage(moved, T, F), F, T, {quantity: "relation", lim, query: toCell(Math.floor(q / F), q % F + k, F), cell: 14, label: "pitch-shifted"}), `pitch-shifted by ${k} bins`),
-      figure(drawMap(specImage(diff, T, F), F, T, {quantity: "relation", lim, cell: 14, label: "difference"}), "shifted map moved back minus the original: zero (white) where the frequency axis is blind to the shift"),
+    const lim = limits("relation", [base, moved, diff]), m = largest(diff);
+    figs.push(figure(specMap(specImage(base, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb, F), onpick: pick, label: "the sound"}),
+      `the sound (${encodings}): a query at one pitch; click to move it`),
+      figure(specMap(specImage(moved, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb + k, F), label: "pitch-shifted"}), `pitch-shifted by ${k} bins`),
+      figure(specMap(specImage(diff, T, F), T, {quantity: "relation", lim, label: "difference"}),
+        `shifted map moved back minus the original: at most ${fmt(m, 2)} in size` + (m < 0.01
+          ? `, zero (white): ${names[s.freq]} on the frequency axis is blind to the shift`
+          : `: ${names[s.freq]} on the frequency axis tells the pitches apart`)),
       colourBar("relation", lim));
   }
   view.replaceChildren(...figs, el("p", {class: "made", text: d.made}));
@@ -388,7 +427,7 @@ function renderBias() {
   for (let h = 0; h < heads; h++) {
     const vals = row(all, h, n), contour = Array.from(vals, v => (v >= -1 ? 1 : 0));
     const slope = d.slopes ? `, slope ${fmt(d.slopes[h])}` : "";
-    figs.push(figure(drawMap(vals, r, c, {quantity: "bias", lim, query: B.query, contour, cell: 8, label: `head ${h}`}), `head ${h}${slope}`));
+    figs.push(figure(drawMap(vals, r, c, {quantity: "bias", lim, query: B.query, contour, cell: 8, label: `head ${h}`, id: `bias-map-${h}`}), `head ${h}${slope}`));
   }
   document.getElementById("bias-view").replaceChildren(...figs, el("div", {}, colourBar("bias", lim),
     el("p", {class: "note", text: "Learned kinds (fire, cpb, relative) at their initialization: training shapes them."}),
