@@ -41,7 +41,8 @@ def open_tab(driver, page, tab: str, **params: str) -> None:
     driver.get("about:blank")  # a new hash alone would keep the page and its state: load it afresh
     driver.get(f"file://{page}#{query}")
     wait_for(driver, lambda: driver.execute_script(
-        f"return document.querySelectorAll('#{tab} canvas').length > 0 || !!document.querySelector('#{tab} .error')"))
+        f"return document.querySelectorAll('#{tab} canvas, #{tab} svg').length > 0 || "
+        f"!!document.querySelector('#{tab} .error')"))
     if tab == "growth":  # the toy scene is an image: drawn once it has loaded
         wait_for(driver, lambda: driver.execute_script("return document.documentElement.dataset.scene === 'loaded'"))
 
@@ -55,8 +56,10 @@ def wait_for(driver, condition, timeout: float = 10.0) -> None:
 
 
 def pixels(driver, tab: str) -> list[str]:
-    """What the tab draws: every canvas of its panel as a PNG data URL (the scene waits for its image)."""
-    return driver.execute_script(f"return [...document.querySelectorAll('#{tab} canvas')].map(c => c.toDataURL())")
+    """What the tab draws: every canvas of its panel as a PNG data URL (the scene waits for its image), every SVG
+    chart as its markup (with the styles that show or hide its series)."""
+    return driver.execute_script(f"return [...document.querySelectorAll('#{tab} canvas')].map(c => c.toDataURL())"
+                                 f".concat([...document.querySelectorAll('#{tab} svg')].map(s => s.outerHTML))")
 
 
 def hash_params(driver) -> dict[str, str]:
@@ -453,3 +456,55 @@ def test_spectrogram_maps_share_one_cell_size_and_name_their_axes(browser, explo
     assert "time: RoPE (relative), frequency: learned table (absolute)" in captions
     if view == "shift":
         assert "tells the pitches apart" in captions  # a learned table on the frequency axis sees the shift
+
+
+# --- the benchmark charts: matplotlib's, every label readable ----------------------------------------------------
+
+CHART_TEXTS = """return [...document.querySelectorAll('#bench-plot svg text')]
+    .filter(t => t.closest('[style*="display: none"]') === null)
+    .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.left, b.top, b.right, b.bottom]; })"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_chart_labels_neither_overlap_nor_clip(browser, explorer_page, width):
+    """Every task's chart at a desktop and a phone width: each text of the chart (ticks, axis labels, legend) lies
+    inside the chart and overlaps no other; the x ticks are the task's test sizes. (The hand-drawn canvas piled its
+    end-of-line labels on each other and cut its last x label.)"""
+    data = page_data(explorer_page.read_text())
+    browser.set_window_size(width, 1000)
+    try:
+        for name, task in data["bench"]["tasks"].items():
+            open_tab(browser, explorer_page, "bench", task=quote(name, safe=""))
+            box = browser.execute_script("const b = document.querySelector('#bench-plot svg').getBoundingClientRect();"
+                                         "return [b.left, b.top, b.right, b.bottom]")
+            assert box[2] <= browser.execute_script("return window.innerWidth") + 1, name
+            texts = [t for t in browser.execute_script(CHART_TEXTS) if t[0].strip()]
+            assert texts, name
+            for text, left, top, right, bottom in texts:
+                assert box[0] - 1 <= left and right <= box[2] + 1 and box[1] - 1 <= top and bottom <= box[3] + 1, \
+                    (name, text, "clipped")
+            for i, a in enumerate(texts):
+                for b in texts[i + 1:]:
+                    overlap = min(a[3], b[3]) - max(a[1], b[1]), min(a[4], b[4]) - max(a[2], b[2])
+                    assert min(overlap) <= 0.5, (name, a[0], b[0], "overlap")
+            shown = [t[0] for t in texts]
+            if len(task["sizes"]) > 1:
+                assert all(z["label"] in shown for z in task["sizes"]), name
+    finally:
+        browser.set_window_size(1280, 1000)
+
+
+def test_unticked_series_leave_the_chart(browser, explorer_page):
+    """A series not ticked is not drawn (its line and bars hidden) and its legend entry is pale; floors stay."""
+    data = page_data(explorer_page.read_text())
+    open_tab(browser, explorer_page, "bench", task=quote("image/shapes-zoom", safe=""), kinds="rope")
+    ids = data["bench"]["charts"]["image/shapes-zoom"]["ids"]
+    task = data["bench"]["tasks"]["image/shapes-zoom"]
+    state = browser.execute_script(
+        "const ids = arguments[0], out = {};"
+        "for (const [label, id] of Object.entries(ids)) { const line = document.getElementById(id + '-line'),"
+        " text = document.getElementById(id + '-legend-text');"
+        " out[label] = [line.style.display !== 'none', text.style.opacity || '1']; } return out", ids)
+    for label, (drawn, opacity) in state.items():
+        on = label == "rope" or task["series"][label]["floor"]
+        assert drawn == on and (opacity == "1") == on, label

@@ -125,7 +125,7 @@ def build_data(results: Path | None = None, kinds: list[str] | None = None,
     views = {"growth": ("growth maps", lambda: data.growth_data(kinds)), "dials": ("angle dials", data.dials_data),
              "compare": ("click-a-query maps", lambda: data.compare_data(kinds)), "axes": ("axis terms", data.axes_data),
              "spec": ("spectrogram maps", data.spectrogram_data), "bias": ("bias heads", lambda: data.bias_data(kinds))}
-    stage = _stages(progress, len(views) + 1)
+    stage = _stages(progress, len(views) + 1 + (bench is not None))
     with torch.no_grad():
         out = {"meta": {"ndpe": __version__, "torch": torch.__version__.split("+")[0], "dim": data.DIM,
                         "heads": data.HEADS, "python": platform.python_version(),
@@ -137,6 +137,10 @@ def build_data(results: Path | None = None, kinds: list[str] | None = None,
                "scene": stage("toy scene", lambda: {"png": scene_png(), "train_px": 96})}
         for key, (name, fn) in views.items():
             out[key] = stage(name, fn)
+    if bench is not None:
+        from .charts import bench_charts
+
+        bench["charts"] = stage("benchmark charts", lambda: bench_charts(bench))
     out["bench"] = bench
     return out
 

@@ -451,7 +451,7 @@ function renderBench() {
       set("bench", {kinds: next.join(",") || "-"}); }}),
     el("span", {class: "swatch", style: `background:${colourOfLabel(task.series[l].kind)}`}), l + (task.series[l].counts ? "" : " ✗"))));
   ctl.replaceChildren(select("task", "bench-task", tasks, s.task, v => set("bench", {task: v, kinds: ""})), boxes);
-  const plot = benchPlot(task, chosen);
+  const plot = benchPlot(task, s.task, chosen);
   const tbl = el("table", {class: "nums"}, el("tr", {}, el("th", {text: task.metric + (task.higher ? " ↑" : " ↓")}), ...task.sizes.map(z => el("th", {text: z.label}))));
   for (const l of [...chosen, ...Object.keys(task.series).filter(x => task.series[x].floor)]) {
     const ser = task.series[l];
@@ -461,43 +461,28 @@ function renderBench() {
     })));
   }
   view.replaceChildren(el("p", {class: "note", text: `run ${DATA.bench.run}; ${task.protocol}`}),
-    figure(plot, `mean over runs with 95 % t intervals; dashed grey: floors; ✗: does not count (misses the task's bar or a floor)${task.learned ? "" : "; no kind learned this task at this budget"}`),
+    figure(plot, `mean over runs with 95 % t intervals; dashed grey: floors; pale legend entries: not drawn (tick them above); ✗: does not count (misses the task's bar or a floor)${task.learned ? "" : "; no kind learned this task at this budget"}`),
     tbl, el("h3", {text: "Verdicts"}),
     ...(task.verdicts.length ? task.verdicts.map(v => el("div", {class: "verdict " + v.verdict.replace(" ", "-")},
       el("b", {text: `${v.source}: ${v.verdict}. `}), v.text + ". ", el("span", {class: "note", text: v.detail}))) : [el("p", {class: "note", text: "No literature claim on this task."})]));
 }
 function colourOfLabel(kind) { return DATA.kinds[kind] ? DATA.kinds[kind].colour : "#636363"; }
-function benchPlot(task, labels) {
-  const W = 560, H = 320, L = 52, R = 12, T = 12, Bm = 40;
-  const c = el("canvas", {width: W, height: H, id: "bench-plot", role: "img", "aria-label": `${task.metric} against the test size`});
-  const g = c.getContext("2d");
-  const series = [...labels, ...Object.keys(task.series).filter(l => task.series[l].floor)].map(l => [l, task.series[l]]).filter(([, x]) => x);
-  const ys = series.flatMap(([, x]) => x.points.flatMap(p => [p.mean, p.lo, p.hi])).filter(v => v !== null && Number.isFinite(v));
-  let y0 = Math.min(...ys), y1 = Math.max(...ys);
-  if (!(y1 > y0)) { y0 -= 0.5; y1 += 0.5; }
-  const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
-  const ratios = task.sizes.map(z => z.ratio), x0 = Math.min(...ratios), x1 = Math.max(...ratios) === x0 ? x0 + 1 : Math.max(...ratios);
-  const X = r => L + (r - x0) / (x1 - x0) * (W - L - R), Y = v => T + (1 - (v - y0) / (y1 - y0)) * (H - T - Bm);
-  g.fillStyle = "#fff"; g.fillRect(0, 0, W, H);
-  g.strokeStyle = "#999"; g.lineWidth = 1; g.strokeRect(L, T, W - L - R, H - T - Bm);
-  g.fillStyle = "#333"; g.font = "11px system-ui, sans-serif";
-  for (let i = 0; i <= 4; i++) { const v = y0 + (y1 - y0) * i / 4; g.fillText(fmt(v, 2), 4, Y(v) + 4); }
-  task.sizes.forEach(z => { g.fillText(z.label, X(z.ratio) - 20, H - Bm + 16); });
-  g.fillText(`${task.metric} against the test size`, L, H - 6);
-  for (const [l, ser] of series) {
-    const colour = ser.floor ? "#8c8c8c" : colourOfLabel(ser.kind);
-    const pts = ser.points.filter(p => p.mean !== null);
-    g.strokeStyle = colour; g.fillStyle = colour; g.lineWidth = ser.floor ? 1 : 2;
-    g.setLineDash(ser.floor ? [5, 4] : l.includes("(") ? [2, 3] : []);
-    g.beginPath(); pts.forEach((p, i) => (i ? g.lineTo : g.moveTo).call(g, X(p.ratio), Y(p.mean))); g.stroke();
-    g.setLineDash([]);
-    for (const p of pts) {
-      if (p.lo !== null) { g.beginPath(); g.moveTo(X(p.ratio), Y(p.lo)); g.lineTo(X(p.ratio), Y(p.hi)); g.stroke(); }
-      if (!ser.floor) { g.beginPath(); g.arc(X(p.ratio), Y(p.mean), 3, 0, 2 * Math.PI); g.fill(); }
+// the task's chart, drawn by matplotlib when the page was built (ndpe/explore/charts.py): an SVG whose series the
+// checkboxes show or hide (its groups "<id>-..."); floors always shown, a hidden series' legend entry greyed
+function benchPlot(task, taskName, labels) {
+  const chart = DATA.bench.charts[taskName], box = el("div", {class: "chart", id: "bench-plot", role: "img",
+    "aria-label": `${task.metric} against the test size`});
+  box.innerHTML = chart.svg;
+  const svg = box.querySelector("svg");
+  svg.removeAttribute("width"); svg.removeAttribute("height");
+  for (const [label, id] of Object.entries(chart.ids)) {
+    const on = task.series[label].floor || labels.includes(label);
+    for (const node of svg.querySelectorAll(`[id^="${id}-"]`)) {
+      if (node.id.startsWith(`${id}-legend-`)) node.style.opacity = on ? "" : "0.3";
+      else node.style.display = on ? "" : "none";
     }
-    if (pts.length) g.fillText(l, Math.min(X(pts[pts.length - 1].ratio) - 40, W - 110), Y(pts[pts.length - 1].mean) - 5);
   }
-  return c;
+  return box;
 }
 
 // ---- main ---------------------------------------------------------------------------------------------------
