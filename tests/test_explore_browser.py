@@ -186,7 +186,7 @@ def test_it_renders_at_a_phone_width(browser, explorer_page):
             width = browser.execute_script("return window.innerWidth")
             assert browser.execute_script("return document.documentElement.scrollWidth") <= width + 1, tab
             widths = browser.execute_script(
-                f"return [...document.querySelectorAll('#{tab} canvas')].map(c => c.getBoundingClientRect().right)")
+                f"return [...document.querySelectorAll('#{tab} canvas, #{tab} svg')].map(c => c.getBoundingClientRect().right)")
             assert widths and max(widths) <= width + 1, tab
         assert console_errors(browser) == []
     finally:
