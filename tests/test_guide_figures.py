@@ -90,3 +90,20 @@ def test_rope_2d_grow_neighbours_and_unseen_offsets(figures):
     assert near_p > near_e
     said(f"beyond it the relation dips to {dip:.2f} at offsets never trained; PI lifts the nearest neighbour from "
          f"{near_e:.2f} to {near_p:.2f}")
+
+
+def test_rope_scaling_freqs_bands_and_dynamic_ntk(figures):
+    """The frequency ratios the figure plots: YaRN's kept and divided bands, linear's constant 1/scale and dynamic
+    NTK's slowest division, as the guide counts them."""
+    import matplotlib.pyplot as plt
+
+    fig = figures.rope_scaling_freqs()
+    lines = {label.split(" (at")[0]: y for label, (_, y) in curves(fig.axes[0]).items()}
+    plt.close(fig)
+    scale = figures.SCALING_SCALE
+    yarn = lines["yarn"]
+    kept, divided = int((np.abs(yarn - 1) < 1e-6).sum()), int((np.abs(yarn * scale - 1) < 1e-6).sum())
+    assert np.allclose(lines["linear (PI)"], 1 / scale) and kept > 0 and divided > 0
+    said(f"YaRN keeps the {kept} fastest of {len(yarn)} pairs at ratio 1 and divides the {divided} slowest by "
+         f"{scale:g}")
+    said(f"divides its slowest frequency by {1 / lines['dynamic-ntk'][-1]:.0f}, not {scale:g}")
