@@ -35,7 +35,8 @@ def rope_2d_grow():
               (grow, {"scaling": "linear", "scale": s}, f'{grow}: scaling="linear", scale {s:g}\n'
                                                         f"(every angle within those of the {train} grid)")]
     fig, axes = plt.subplot_mosaic([["a", "b", "c"], ["p", "p", "p"]], figsize=(12, 6.6), layout="constrained",
-                                   gridspec_kw={"width_ratios": [train[1], grow[1], grow[1]], "height_ratios": [3, 1.4]})
+                                   gridspec_kw={"width_ratios": [train[1], grow[1], grow[1]],
+                                                "height_ratios": [3, 1.4]})
     pes = [seeded(dims=2, kind="rope", dim=32, theta=100.0, **opts) for _, opts, _ in panels]
     rels = [relation(pe(grid), centre_index(grid)) for pe, (grid, _, _) in zip(pes, panels)]
     scale = color_scale(*rels)  # one scale for the three panels
@@ -45,7 +46,8 @@ def rope_2d_grow():
             mark_trained_range(ax, trained_window(pe, train, grid, centre_index(grid)), grid)
         ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=[axes["a"], axes["b"], axes["c"]], shrink=0.8, label=RELATION)
-    lines = [("trained grid (8, 8)", style.BASELINE_COLOUR, "--", "o"), ("(24, 24): extrapolate", style.VARIANT_COLOURS[0], "-", "."),
+    lines = [("trained grid (8, 8)", style.BASELINE_COLOUR, "--", "o"),
+             ("(24, 24): extrapolate", style.VARIANT_COLOURS[0], "-", "."),
              ('(24, 24): scaling="linear", scale 3', style.VARIANT_COLOURS[1], "-", "v")]
     for (grid, _, _), rel, (label, colour, ls, marker) in zip(panels, rels, lines):
         profile(axes["p"], rel, grid, centre_index(grid), color=colour, ls=ls, marker=marker, label=label)
@@ -87,7 +89,8 @@ def zoom_canvas_profiles() -> dict:
 def largest_gap(profiles: dict, view: str) -> float:
     """The largest difference between ``view``'s profile and the training one at the training grid's offsets."""
     (x0, y0), (x, y) = profiles["training"]["profile"], profiles[view]["profile"]
-    gaps = [abs(float(y[(x - a).abs().argmin()]) - float(b)) for a, b in zip(x0, y0) if float((x - a).abs().min()) < 1e-9]
+    gaps = [abs(float(y[(x - a).abs().argmin()]) - float(b)) for a, b in zip(x0, y0)
+            if float((x - a).abs().min()) < 1e-9]
     return max(gaps)
 
 
@@ -97,7 +100,8 @@ def rope_dinov3_zoom():
     image, patches of the same size), drawn in content units (training image widths) so the three line up; a row
     per encoding (index coordinates, DINOv3's centred coordinates with periods), the query's row as curves."""
     data = zoom_canvas_profiles()
-    fig, axes = plt.subplots(2, 4, figsize=(13, 6.6), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 2, 2.2]})
+    fig, axes = plt.subplots(2, 4, figsize=(13, 6.6), layout="constrained",
+                             gridspec_kw={"width_ratios": [1, 1, 2, 2.2]})
     scale = color_scale(*(v["map"] for views in data.values() for v in views.values()))
     colours = {"training": style.BASELINE_COLOUR, "zoom": style.VARIANT_COLOURS[0], "canvas": style.VARIANT_COLOURS[1]}
     for row, (name, views) in zip(axes, data.items()):
@@ -109,8 +113,8 @@ def rope_dinov3_zoom():
             ax.plot((c + 0.5) * v["patch"], (r + 0.5) * v["patch"], "k+", ms=8, mew=1.5)
             if view == "canvas":
                 ax.add_patch(plt.Rectangle((0, 0), 1, 1, fill=False, ec="k", lw=1.5, ls="--"))
-            ax.set_title(f"{name}\n{view} {rows} x {cols}" + (": the training image dashed" if view == "canvas" else ""),
-                         fontsize=8)
+            dashed = ": the training image dashed" if view == "canvas" else ""
+            ax.set_title(f"{name}\n{view} {rows} x {cols}{dashed}", fontsize=8)
             ax.set_xlabel("image widths", fontsize=8)
             ax.tick_params(labelsize=7)
             for spine in ax.spines.values():

@@ -232,7 +232,8 @@ def test_the_formatter_of_the_page(browser, explorer_page, x, digits, shown):
     reference agrees. The old ``fmt`` printed 100 as "1" and 49.5 (2 digits) as "5"."""
     if browser.execute_script("return typeof fmt") != "function":
         open_tab(browser, explorer_page, "growth")
-    literal = "null" if x is None else "NaN" if math.isnan(x) else "Infinity" if math.isinf(x) else repr(x)  # NaN does not travel as an argument
+    # NaN and infinities do not travel as arguments: written as JavaScript literals
+    literal = "null" if x is None else "NaN" if math.isnan(x) else "Infinity" if math.isinf(x) else repr(x)
     assert browser.execute_script(f"return fmt({literal}, {digits})") == shown
     assert fmt(x, digits) == shown
 
@@ -241,7 +242,8 @@ def test_the_formatter_agrees_with_python_on_random_values(browser, explorer_pag
     import random
 
     rng = random.Random(0)
-    values = [rng.choice([-1, 1]) * 10 ** rng.uniform(-9, 12) for _ in range(400)] + [rng.randint(-5000, 5000) for _ in range(100)]
+    values = [rng.choice([-1, 1]) * 10 ** rng.uniform(-9, 12) for _ in range(400)]
+    values += [rng.randint(-5000, 5000) for _ in range(100)]
     open_tab(browser, explorer_page, "growth")
     for digits in (2, 3):
         shown = browser.execute_script("return arguments[0].map(x => fmt(x, arguments[1]))", values, digits)
@@ -306,7 +308,8 @@ def test_numbers_of_every_tab_are_pythons(browser, explorer_page):
     data = page_data(explorer_page.read_text())
     # growth: the scale of both maps, the grown grid, and the benchmark's numbers at this growth
     G = data["growth"]
-    for key, q in [("rope|index|none|2|zoom", "edge"), ("rope|index|yarn|3|canvas", "centre"), ("rope|pixel|none|3|canvas", "centre"),
+    for key, q in [("rope|index|none|2|zoom", "edge"), ("rope|index|yarn|3|canvas", "centre"),
+                   ("rope|pixel|none|3|canvas", "centre"),
                    ("learned|-|none|1.5|zoom", "corner")]:
         kind, coords, scaling, grow, mode = key.split("|")
         open_tab(browser, explorer_page, "growth", kind=kind, mode=mode, grow=grow, coords=coords, scaling=scaling, q=q)
@@ -315,7 +318,8 @@ def test_numbers_of_every_tab_are_pythons(browser, explorer_page):
         train = _unpack(d["train_rows"])[qi * n_train:(qi + 1) * n_train]
         grown = _unpack(d["rows"])[qi * n_grown:(qi + 1) * n_grown]
         assert _texts(browser, "#growth .scale") == [_scale_text(data, d["quantity"], train, grown)], key
-        assert any(t.startswith(f"grown {d['grid'][0]} × {d['grid'][1]};") for t in _texts(browser, "#growth figcaption"))
+        grown = f"grown {d['grid'][0]} × {d['grid'][1]};"
+        assert any(t.startswith(grown) for t in _texts(browser, "#growth figcaption"))
         label = kind + (f" ({scaling})" if scaling != "none" else "")
         rows = []
         for name, task in data["bench"]["tasks"].items():
@@ -361,7 +365,8 @@ def test_numbers_of_every_tab_are_pythons(browser, explorer_page):
         if view == "shift":
             base, moved = rows_[q], rows_[q + 2]
             diff = np.full((T, F), np.nan, dtype=np.float32)
-            diff[:, :F - 2] = (moved.reshape(T, F)[:, 2:].astype(np.float64) - base.reshape(T, F)[:, :F - 2]).astype(np.float32)
+            moved_back = moved.reshape(T, F)[:, 2:].astype(np.float64)
+            diff[:, :F - 2] = (moved_back - base.reshape(T, F)[:, :F - 2]).astype(np.float32)
             expected = _scale_text(data, "relation", base, moved, diff.ravel())
         else:
             expected = _scale_text(data, "relation", rows_[q], _unpack(d["long"]).reshape(F, -1)[q % F])

@@ -91,7 +91,8 @@ Progress = Callable[[str], None]
 
 
 def _stages(progress: Progress | None, total: int) -> Callable[[str, Callable[[], Any]], Any]:
-    """``run(name, fn)``: ``fn()``, with a line to ``progress`` before it (``[i/total] name``) and after it (seconds)."""
+    """``run(name, fn)``: ``fn()``, with a line to ``progress`` before it (``[i/total] name``) and after it
+    (its seconds)."""
     count = 0
 
     def run(name: str, fn: Callable[[], Any]) -> Any:
@@ -123,7 +124,8 @@ def build_data(results: Path | None = None, kinds: list[str] | None = None,
         raise ValueError(f"unknown kinds {unknown}: pick from {sorted(available())}")
     bench = None if results is None else _bench(Path(results))  # first: a wrong folder fails at once
     views = {"growth": ("growth maps", lambda: data.growth_data(kinds)), "dials": ("angle dials", data.dials_data),
-             "compare": ("click-a-query maps", lambda: data.compare_data(kinds)), "axes": ("axis terms", data.axes_data),
+             "compare": ("click-a-query maps", lambda: data.compare_data(kinds)),
+             "axes": ("axis terms", data.axes_data),
              "spec": ("spectrogram maps", data.spectrogram_data), "bias": ("bias heads", lambda: data.bias_data(kinds))}
     stage = _stages(progress, len(views) + 1 + (bench is not None))
     with torch.no_grad():

@@ -31,7 +31,7 @@ def _styles(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
     from ..catalog import colour
 
     seen: dict[str, int] = {}
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for label, ser in task["series"].items():
         if ser["floor"]:
             out[label] = {"color": FLOOR_COLOUR, "ls": (0, (4, 3)), "marker": None, "lw": 1.2}
@@ -101,7 +101,8 @@ def task_chart(name: str, task: dict[str, Any]) -> str:
                           marker=styles[label]["marker"], ms=5) for label in labels]
         legend = fig.legend(handles, shown, loc="outside right upper", fontsize=8, frameon=False)
         for label, handle, text in zip(labels, legend.legend_handles, legend.get_texts()):
-            handle.set_gid(f"{ids[label]}-legend-handle")
+            if handle is not None:  # one per entry (a Line2D here): matplotlib types it optional
+                handle.set_gid(f"{ids[label]}-legend-handle")
             text.set_gid(f"{ids[label]}-legend-text")
         ax.set_title(name, fontsize=10)
         buffer = io.StringIO()
