@@ -193,7 +193,8 @@ def _explore(out: Path, results: Path | None, kinds: list[str] | None) -> int:
     from .explore import write_page
 
     try:
-        path = write_page(out, results=results, kinds=kinds)
+        path = write_page(out, results=results, kinds=kinds,
+                          progress=lambda line: print(f"{PROG} explore: {line}", file=sys.stderr, flush=True))
     except (ImportError, ValueError, OSError) as err:  # no matplotlib, no or a stale explore.json, --out...
         return _fail(f"{PROG} explore", str(err).splitlines()[0] if str(err) else type(err).__name__)
     print(path)
