@@ -35,11 +35,16 @@ def site_path(repo_path: str) -> str:
     return repo_path.removeprefix("docs/") if repo_path.startswith("docs/") else OUTSIDE.get(repo_path, repo_path)
 
 
+REPO_PATHS: dict[str, str] = {}  # site path -> repository path of each page added by on_files
+
+
 def on_files(files: Files, config) -> Files:
     outside = dict(OUTSIDE)
     outside.update({str(p.relative_to(ROOT)): str(p.relative_to(ROOT)) for g in OUTSIDE_GLOBS for p in ROOT.glob(g)})
+    REPO_PATHS.clear()
     for repo_path, site in sorted(outside.items()):
         files.append(File.generated(config, site, abs_src_path=str(ROOT / repo_path)))
+        REPO_PATHS[site] = repo_path
     if files.get_file_from_path("explorer/index.html") is None:
         files.append(File.generated(config, "explorer/index.html", content=EXPLORER))
     return files
@@ -51,7 +56,7 @@ LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?\)")
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
     """Links between repository files, rewritten as links between their site pages."""
     src = page.file.src_uri
-    repo_path = next((r for r, s in OUTSIDE.items() if s == src), src if src.startswith("benchmarks/") else f"docs/{src}")
+    repo_path = REPO_PATHS.get(src, f"docs/{src}")
 
     def relink(m: re.Match) -> str:
         target = m[2]
@@ -67,6 +72,9 @@ def on_page_markdown(markdown: str, page, config, files: Files) -> str:
 ROLE = re.compile(r":(?:class|func|meth|mod|data|attr):`(~?)([\w.]+)`")
 DOCTEST = re.compile(r"((?:^>>> .*\n?|^>>>\n?)(?:^(?!\s*$).*\n?)*)", re.M)  # a >>> line and the lines up to a blank one
 LITERAL = re.compile(r"::\n\n((?:(?: {4}.*)?\n)+)")
+FIELDS = re.compile(r"^(\S[^\n]*:)\n((?: {4,}\S[^\n]*\n?)+)", re.M)  # "Shapes:" then indented "name: what" lines
+SECTION = re.compile(r"(Args|Arguments|Parameters|Other Parameters|Keyword Args|Raises|Warns|Returns|Yields|Receives|"
+                     r"Examples?|Notes?|Attributes|Functions|Classes|Modules|Methods|References|Deprecated)\s*:")
 
 
 class Docstrings(griffe.Extension):
@@ -82,12 +90,24 @@ class Docstrings(griffe.Extension):
             name = m[2].lstrip(".")
             try:
                 target = obj.resolve(name) if "." not in name else name
-            except Exception:  # a name griffe cannot place: left as written
+            except griffe.NameResolutionError:  # a name griffe cannot place: left as written
                 target = name
             shown = name.rsplit(".", 1)[-1] if m[1] else name
             return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
 
+        text = FIELDS.sub(Docstrings.field_list, text + "\n")  # first: a code block's lines may end with ":"
         text = LITERAL.sub(lambda m: ":\n\n```text\n" + re.sub(r"^ {4}", "", m[1].rstrip("\n"), flags=re.M) + "\n```\n\n",
-                           text + "\n").rstrip("\n")
+                           text).rstrip("\n")
         text = DOCTEST.sub(lambda m: "```pycon\n" + m[1].rstrip("\n") + "\n```\n", text)
         return ROLE.sub(role, text)
+
+    @staticmethod
+    def field_list(m: re.Match) -> str:
+        """An indented ``name: what`` block under a line that ends with ``:`` (not a Google section: griffe parses
+        those) as a Markdown list, one item per line at the block's indent; help() shows it as written."""
+        if SECTION.fullmatch(m[1]):
+            return m[0]
+        lines = m[2].rstrip("\n").split("\n")
+        indent = len(lines[0]) - len(lines[0].lstrip())
+        items = [("- " if len(line) - len(line.lstrip()) == indent else "  ") + line.strip() for line in lines]
+        return m[1] + "\n\n" + "\n".join(items) + "\n"
