@@ -42,6 +42,12 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: Tensor, pos: PosOut | None = None, cache: "KVCache | None" = None) -> Tensor:
+        """Attend over tokens ``x`` ``(B, T, dim)`` with the encoding ``pos``; returns ``(B, T, dim)``.
+
+        ``pos``: what ``pe(grid_shape, num_prefix=P)`` returned for these ``T = P + N`` tokens, or None (no
+        position). ``cache``: this layer's :class:`KVCache` when decoding (one per layer); then ``pos`` is
+        ``pe((T,), past=cache.length)`` and the ``T`` new tokens attend to the cached ones and to each other.
+        """
         check_cache(pos, cache)  # pos checked once here; rotate_qk and attn_term relate it to q, k and x
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         q, k = rotate_qk(q, k, pos)
@@ -86,7 +92,8 @@ def check_cache(pos: PosOut | None, cache: "KVCache | None") -> None:
 
 
 class KVCache:
-    """Keys and values of one attention layer for decoding, as the attention used them (rotated keys).
+    """Keys and values of one attention layer for decoding, as the attention used them (rotated keys): a model
+    keeps one ``KVCache`` per layer and passes each to its layer's :meth:`Attention.forward`.
 
     ``update(k, v)`` appends the new tokens' ``(B, heads, n, head_dim)`` keys and values and returns all of
     them; ``length`` is the number of cached tokens (the next call's ``past``).
@@ -103,9 +110,12 @@ class KVCache:
 
     @property
     def length(self) -> int:
+        """The number of cached tokens: the ``past=`` of the next tokens' encoding."""
         return 0 if self.k is None else self.k.shape[-2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the new tokens' keys and values ``(B, heads, n, head_dim)``; return all cached ones,
+        ``(B, heads, length, head_dim)`` each."""
         for t, name in ((k, "keys"), (v, "values")):
             if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
                 raise ValueError(f"{name} must be a floating (B, heads, T, head_dim) tensor, got "

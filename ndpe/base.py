@@ -130,6 +130,7 @@ class Encoding(nn.Module):
     # -- shared machinery ----------------------------------------------------------------
     @property
     def device(self) -> torch.device:
+        """The device the encoding's outputs are built on (that of its parameters and buffers)."""
         return self._anchor.device
 
     @property
@@ -206,6 +207,8 @@ class Encoding(nn.Module):
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
                 num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut:
+        """The :class:`~ndpe.PosOut` of ``num_prefix`` unencoded tokens then a grid of ``grid_shape`` (or of
+        ``positions``); the arguments are described in the class docstring ("Args of ``forward``")."""
         check_int(num_prefix, "num_prefix", low=0)
         check_int(past, "past", low=0)
         check_float_dtype(dtype)

@@ -30,6 +30,8 @@ from torch import Tensor
 
 from .checks import check_bool, check_float_tensor, check_int
 
+__all__ = ["attention", "flex_available", "packed_attention", "score_mod"]
+
 
 
 def flex_available() -> tuple[bool, str]:

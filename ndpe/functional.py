@@ -23,8 +23,12 @@ from .kernels import compile as compile_kernel
 from .kernels import eager
 from .kernels.autograd import Rotary
 
+__all__ = ["KERNELS", "apply_qk", "apply_rotary", "apply_rotary_many", "change_basis", "rotary_kernel", "rotate_qk",
+           "rotate_reference", "set_rotary_kernel"]
+
 
 KERNELS = ("auto", "eager", "compile", "triton")
+"""The rotary kernels :func:`set_rotary_kernel` takes."""
 _kernel = "auto"
 
 

@@ -48,6 +48,8 @@ from .kinds.rope import RoPE
 from .registry import make
 from .scaling_config import RopeScaling, hf_types
 
+__all__ = ["from_hf_rope", "hf_cos_sin", "use"]
+
 def _config_dict(config: Any, name: str) -> dict | None:
     value = getattr(config, name, None)
     if value is not None and not isinstance(value, dict):

@@ -97,6 +97,8 @@ class NdpeAttention(nn.Module):
         return q, k, v
 
     def forward(self, x: Tensor, rope: Any = None, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        """The wrapped timm attention on ``x`` ``(B, N, dim)`` with the model's ndpe encoding of this forward; ``rope``
+        (timm's own) is ignored, ``attn_mask`` is added to the encoding's bias."""
         a: Any = self.attn
         B, N, _ = x.shape
         gate = a.gate(x).sigmoid() if getattr(a, "gate", None) is not None else None

@@ -35,7 +35,8 @@ import torch
 
 __all__ = ["BENCH_FILE", "SIZE_BUDGET", "build_data", "write_page"]
 
-SIZE_BUDGET = 3_000_000  # bytes of index.html, the benchmark tab of a full run included
+SIZE_BUDGET = 3_000_000
+"""The most bytes ``index.html`` may have, the benchmark tab of a full run included."""
 EXTRA = "pip install 'ndpe[viz]'"
 _HERE = Path(__file__).parent
 
@@ -66,7 +67,8 @@ def scene_png(train_px: int = 96, growth: float = 3.0, seed: int = 0) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-BENCH_FILE = "explore.json"  # a run's benchmark-tab numbers, written by its checkout's train/explore.py
+BENCH_FILE = "explore.json"
+"""A run's benchmark-tab numbers in its results folder, written by its checkout's ``train/explore.py``."""
 
 
 def _bench(results: Path) -> dict[str, Any]:

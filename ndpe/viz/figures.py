@@ -22,6 +22,7 @@ from .panels import (axis_names, bias_contour, mark_trained_range, shade_outside
 from .style import colourbar_label
 
 MAX_HEADS_SHOWN = 8
+"""The most heads a ``heads`` figure draws, one panel each."""
 
 
 class MissingDependencyError(ModuleNotFoundError):
@@ -217,6 +218,7 @@ def _what(pos: PosOut) -> str:
 
 
 FIGURES = ("table", "similarity", "offset", "grow", "heads")
+"""The figures :func:`draw` makes (``ndpe viz --figures``)."""
 
 
 def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...] | None = None,
