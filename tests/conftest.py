@@ -78,7 +78,7 @@ def assert_tells_apart(out: torch.Tensor, other: torch.Tensor, ref: torch.Tensor
 def linear(module: torch.nn.Module, name: str) -> torch.nn.Module | None:
     """``module.<name>``, or the ``nn.Linear`` it wraps at ``.linear`` (Gemma 4's clippable linears)."""
     sub = getattr(module, name, None)
-    return getattr(sub, "linear", sub) if isinstance(getattr(sub, "linear", None), torch.nn.Linear) else sub
+    return sub.linear if isinstance(getattr(sub, "linear", None), torch.nn.Linear) else sub
 
 
 def sharpen_attention(model: torch.nn.Module, qk_gain: float = 1.5) -> torch.nn.Module:
