@@ -218,13 +218,31 @@ def hf_cos_sin(pe: RoPE, position_ids: Tensor, *, dtype: torch.dtype | None = No
     return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))
 
 
+def _own_rope(pe: RoPE, rotary_emb: Any, config: Any, head_dim: int) -> RoPE:
+    """``pe`` (:func:`from_hf_rope` of the config) as the model's ``rotary_emb`` applies it. Its attention turns the
+    whole head: where ``partial_rotary_factor`` < 1 the Llama family's default rope ignores the factor (a full series
+    over the head: so does ndpe's), and its other rope types give cos/sin the attention cannot apply (refused)."""
+    own = getattr(rotary_emb, "inv_freq", None)
+    if pe.rot_dim == head_dim or not isinstance(own, Tensor):
+        return pe
+    if 2 * own.numel() != head_dim:
+        raise ValueError(f"this model's rope turns {2 * own.numel()} of its {head_dim} head channels "
+                         f"(partial_rotary_factor), but its attention turns the whole head: transformers' model "
+                         "cannot run this config either")
+    full = cast(RoPE, from_hf_rope(config, axis_dims=(head_dim,)))  # the model's default rope: the whole head
+    if not torch.allclose(full.inv_freq.to(own), own, rtol=1e-5, atol=0):
+        raise ValueError(f"this model's rope ignores partial_rotary_factor in a way ndpe cannot follow: its "
+                         f"{own.numel()} frequencies are not ndpe's rope over the whole head")
+    return full
+
+
 def use(model: Any, kind: str, **options: Any) -> Any:
     """Make a Hugging Face decoder of the Llama family (Llama, Qwen2, Mistral, Gemma: ``model.model.rotary_emb``,
     ``embed_tokens`` and attention modules calling transformers' attention interface) use ndpe's ``kind``; returns
     the same model, changed in place. Through transformers' own extension points, no model code copied:
 
     - ``rope`` with no options is :func:`from_hf_rope` of the model's config (the model's own rope: the same
-      logits); any rotary kind with HF's pairing and one rotation for q and k replaces ``rotary_emb``'s cos/sin, so
+      logits; with ``partial_rotary_factor`` < 1, the rope the model applies, see :func:`_own_rope`); any rotary kind with HF's pairing and one rotation for q and k replaces ``rotary_emb``'s cos/sin, so
       keys enter the KV cache rotated, as HF's;
     - any other kind: ``rotary_emb`` gives the identity, and an attention function registered with
       ``AttentionInterface`` (the model's ``attn_implementation`` becomes ``"ndpe-<id>"``) rotates q and every
@@ -233,7 +251,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
       cached ones.
 
     ``generate()`` with the KV cache works for every 1D kind that decodes. Positions count from the first token of
-    each row: left-padded batches (HF shifts their ``position_ids``) are not supported. Pinned against
+    each row: other ``position_ids`` (left-padded batches, packed rows) are refused in one line, except by the kinds
+    that go through ``rotary_emb``, which take them as HF's rope does. Pinned against
     transformers 5.23 (``tests/test_hf_use.py``).
     """
     import torch.nn.functional as F
@@ -256,6 +275,7 @@ def use(model: Any, kind: str, **options: Any) -> Any:
         pe = cast(Any, from_hf_rope(config))
         if isinstance(pe, dict):
             raise ValueError("this config has one rope per layer type: ndpe.hf.use takes one encoding for all layers")
+        pe = _own_rope(pe, inner.rotary_emb, config, head_dim)
     else:
         pe = make(dims=1, kind=kind, dim=heads * head_dim, heads=heads, **options)
     if pe.cat_dim:
@@ -266,7 +286,7 @@ def use(model: Any, kind: str, **options: Any) -> Any:
         raise ValueError(f"kind {kind!r} reads the token states, which transformers' attention interface does not "
                          "receive: use it in ndpe.Attention or ndpe.timm.use")
     via_rotary = (probe.rot is not None and probe.rot_k is None and probe.basis is None and probe.pairing == "half"
-                  and isinstance(pe, RoPE))
+                  and isinstance(pe, RoPE) and pe.rot_dim == head_dim)  # HF's attention turns the whole head
     model.ndpe_pe = pe
     state: dict[str, int] = {"past": 0}
     encoded: dict[tuple[int, int], PosOut] = {}  # this forward's encodings, shared by its layers
@@ -280,6 +300,10 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     def rotary(x, position_ids, *args, **kwargs):
         if via_rotary:
             return hf_cos_sin(pe, position_ids, dtype=x.dtype)
+        past, n = state["past"], position_ids.shape[-1]
+        if not torch.equal(position_ids, torch.arange(past, past + n, device=position_ids.device).expand_as(position_ids)):
+            raise ValueError(f"ndpe.hf.use with kind {kind!r} counts positions from the first token of each row: it "
+                             f"takes position_ids {past}..{past + n - 1} only (no left padding, packed or shifted rows)")
         ones = x.new_ones(*position_ids.shape, head_dim)
         return ones, torch.zeros_like(ones)
 

@@ -6,7 +6,10 @@ sizes: each sample encoded for its own grid), pinned against timm 1.0.31. The ca
 
 - builds ``pe = ndpe.make(dims=2, kind=kind, dim=heads * head_dim, heads=heads, **options)`` and registers it as
   ``model.ndpe_pe`` (its parameters train with the model and are in its ``state_dict``);
-- removes the model's own encoding (``pos_embed``, ``rope``; NaFlexVit's embedding tables);
+- removes the model's own encoding (``pos_embed``, ``rope``; NaFlexVit's embedding tables). In a model with both a
+  learned table and a rope (EVA02, a NaFlexVit built with both) the kind takes the rope's place and the table stays,
+  as the model has it, unless the kind is ``none`` or adds to the tokens itself: ``"rope"`` on EVA02 is EVA02 (set
+  ``model.pos_embed = None`` first for ndpe's kind alone);
 - makes the model take any image size (a multiple of the patch, or any with ``dynamic_img_pad``), as timm's
   ``dynamic_img_size=True`` does, and encodes once per forward, in ``_pos_embed``, for the grid the patches form,
   with the model's class and register tokens as ndpe's prefix tokens, adding or transforming the tokens there
@@ -127,9 +130,25 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     return _use(model, kind, options)
 
 
+def _check_supported(model: Any) -> None:
+    """Refuse, before changing anything, a model whose embedding or blocks ``use`` cannot take over: a subclass with
+    its own ``_pos_embed`` (DeiT's distilled model adds its table there), a block without one timm attention at
+    ``.attn`` (parallel blocks)."""
+    base = next(c for c in (NaFlexVit, Eva, VisionTransformer) if isinstance(model, c))
+    hook = "_forward_embeds" if base is NaFlexVit else "_pos_embed"
+    if getattr(type(model), hook) is not getattr(base, hook):
+        raise TypeError(f"ndpe.timm.use encodes in timm's {base.__name__}.{hook}; {type(model).__name__} has its own "
+                        f"{hook}, which ndpe cannot take over")
+    for i, blk in enumerate(model.blocks):
+        if not isinstance(getattr(blk, "attn", None), (_TimmAttention, AttentionRope, EvaAttention)):
+            raise TypeError(f"ndpe.timm.use replaces each block's attention (.attn: timm's Attention, AttentionRope "
+                            f"or EvaAttention); block {i} is a {type(blk).__name__} without one")
+
+
 def _use(model: Any, kind: str, options: dict) -> Any:
     if getattr(model, "ndpe_pe", None) is not None:
         raise ValueError("this model already uses an ndpe encoding (model.ndpe_pe): build a fresh model to use another")
+    _check_supported(model)
     attn = model.blocks[0].attn
     if kind == "learned":
         options = {**_table_options(model), **options}
@@ -137,22 +156,23 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     if pe.cat_dim:
         raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a timm model's token width "
                          "is fixed: use a kind that adds, rotates or biases")
+    if hasattr(model, "embeds") and getattr(model, "patch_drop", None) is not None:
+        raise ValueError("ndpe.timm.use: NaFlexVit's patch dropout reorders tokens after the encoding; build the "
+                         "model with patch_drop_rate=0")
     if not isinstance(model, NaFlexVit):  # NaFlexVit takes any size as it is
         _take_any_size(model)
         if isinstance(pe, Learned) and not pe.factorized and model.pos_embed is not None:
             _start_from_table(pe, model)
     holder = _Holder()
+    keep_table = _keeps_table(model, pe)
     model.ndpe_pe = pe
     model._ndpe_holder = holder
-    if hasattr(model, "embeds"):  # NaFlexVit: its embedding module holds the tables
-        if getattr(model, "patch_drop", None) is not None:
-            raise ValueError("ndpe.timm.use: NaFlexVit's patch dropout reorders tokens after the encoding; build the "
-                             "model with patch_drop_rate=0")
+    if hasattr(model, "embeds") and not keep_table:  # NaFlexVit: its embedding module holds the tables
         model.embeds.pos_embed_type = "none"
         for name in ("pos_embed", "pos_embed_y", "pos_embed_x"):
             if getattr(model.embeds, name, None) is not None:
                 setattr(model.embeds, name, None)
-    else:
+    elif not keep_table:
         model.pos_embed = None
     if hasattr(model, "rope"):  # Eva's and NaFlexVit's rope module
         model.rope = None
@@ -200,6 +220,19 @@ def _start_from_table(pe: Learned, model: Any) -> None:
             start += token.shape[1]
 
 
+def _keeps_table(model: Any, pe: Any) -> bool:
+    """Whether the model's learned absolute table stays: in a model with a table and a rope (EVA02; NaFlexVit built
+    with both) ndpe's kind takes the rope's place, and the table stays, as in the model, unless the kind is
+    position-free (``none``) or adds to the tokens itself (``learned``, ``sinusoidal``, ...)."""
+    naflex = hasattr(model, "embeds")  # NaFlexVit's tables live in model.embeds
+    has_table = model.embeds.pos_embed_type != "none" if naflex else model.pos_embed is not None
+    if getattr(model, "rope", None) is None or not has_table or pe.position_free:
+        return False
+    grid = model.embeds.pos_embed_grid_size if naflex else model.patch_embed.grid_size  # the table's own grid
+    probe = pe(tuple(grid), num_prefix=model.num_prefix_tokens)
+    return probe.add is None and probe.tokens is None
+
+
 _CLASSES: dict[type, type] = {}
 
 
@@ -208,7 +241,7 @@ def _encoding_class(base: type) -> type:
     if base not in _CLASSES:
         def _pos_embed(self, x: Tensor):
             grid = tuple(x.shape[1:3]) if x.dim() == 4 else tuple(self.patch_embed.grid_size)
-            out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (no table left to add)
+            out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (and the table, where it stays)
             tokens = out[0] if isinstance(out, tuple) else out  # Eva returns (tokens, rope)
             pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype)
             self._ndpe_holder.pos = pos  # for this forward's attention modules
@@ -216,7 +249,7 @@ def _encoding_class(base: type) -> type:
             return (tokens, None) if isinstance(out, tuple) else tokens
 
         def _forward_embeds(self, x: Tensor, patch_coord, patch_valid, attn_mask):
-            out = getattr(base, "_forward_embeds")(self, x, patch_coord, patch_valid, attn_mask)  # no table, no rope
+            out = getattr(base, "_forward_embeds")(self, x, patch_coord, patch_valid, attn_mask)  # no rope
             tokens, p = out["patches"], self.num_prefix_tokens
             if patch_coord is None:  # one grid for the batch
                 size = self.embeds.patch_size

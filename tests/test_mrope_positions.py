@@ -110,14 +110,17 @@ def test_vision_axial_rope_equals_hf(head_dim):
     ids = get_vision_position_ids(torch.tensor([[1, 8, 12], [2, 4, 4]]), 2)  # (N, 2), merge-block order
     ref = Qwen2_5_VLVisionRotaryEmbedding(cfg)(torch.zeros(1), ids)
     ours = ndpe.hf_cos_sin(pe, ids)
-    for a, b in zip(ours, ref):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    xy = pe.replace(grid_indexing="xy")  # the wrong option: columns on the first channels
+    for a, b, c in zip(ours, ref, ndpe.hf_cos_sin(xy, ids)):
+        assert_tells_apart(a, c, b, rtol=0, atol=1e-5)
     q, k = torch.randn(2, len(ids), 2, head_dim).unbind(0)  # HF's vision layout (N, heads, head_dim)
-    pos = pe(positions=ids.float())
-    mine = [rearrange(t, "h n d -> n h d") for t in ndpe.apply_qk(rearrange(q, "n h d -> h n d"),
-                                                                  rearrange(k, "n h d -> h n d"), pos)]
-    for a, b in zip(mine, apply_rotary_pos_emb_vision(q, k, *ref)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+    def rotated(pe):
+        pos = pe(positions=ids.float())
+        return [rearrange(t, "h n d -> n h d") for t in ndpe.apply_qk(rearrange(q, "n h d -> h n d"),
+                                                                      rearrange(k, "n h d -> h n d"), pos)]
+    for a, b, c in zip(rotated(pe), apply_rotary_pos_emb_vision(q, k, *ref), rotated(xy)):
+        assert_tells_apart(a, c, b, rtol=1e-5, atol=1e-5)
     # the ids themselves: row-major grid coordinates regrouped into merge x merge blocks
     grid = pe.coords((8, 12)).long()
     assert torch.equal(rearrange(grid, "(hb m1 wb m2) d -> (hb wb m1 m2) d", m1=2, m2=2, hb=4), ids[:96])

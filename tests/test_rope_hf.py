@@ -64,6 +64,8 @@ def test_inv_freq_and_attention_factor_match_rope_init_functions(head_dim, theta
     pe = ndpe.from_hf_rope(cfg)
     inv_freq, factor = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu")
     torch.testing.assert_close(pe.inv_freq, inv_freq.double(), rtol=2e-6, atol=0)
+    unscaled = ndpe.from_hf_rope(cfg, scaling=None).inv_freq  # the wrong option: the series without its scaling
+    assert ((unscaled - inv_freq.double()).abs() / inv_freq.double()).max() > 100 * 2e-6
     assert pe.attn_factor[0] == pytest.approx(factor, rel=1e-12)
     if params["rope_type"] == "longrope":  # the long factors, beyond the original length
         long_freq, _ = ROPE_INIT_FUNCTIONS["longrope"](cfg, "cpu", seq_len=params["original_max_position_embeddings"] + 1)
@@ -77,11 +79,13 @@ def test_cos_sin_match_hf_rotary_embedding(head_dim, theta, params, max_pos):
     pe, hf = ndpe.from_hf_rope(cfg), LlamaRotaryEmbedding(cfg)
     L = params["original_max_position_embeddings"]
     x = torch.zeros(1)
+    unscaled = ndpe.from_hf_rope(cfg, scaling=None)  # the wrong option: the series without its scaling
     for pos in (torch.arange(min(L, 300))[None],                               # within the trained length
                 torch.stack([torch.arange(200), torch.arange(200) + L - 100]),  # batch, one row crossing L
                 torch.arange(L - 5, L + 40)[None]):                            # beyond: longrope's long factors
-        for a, b in zip(ndpe.hf_cos_sin(pe, pos), hf(x, pos)):
-            close(a, b, int(pos.max()))
+        for a, b, c in zip(ndpe.hf_cos_sin(pe, pos), hf(x, pos), ndpe.hf_cos_sin(unscaled, pos)):
+            tol = 2e-7 * int(pos.max()) + 2e-6
+            assert_tells_apart(a, c, b, rtol=0, atol=tol)
 
 
 def test_direct_options_equal_from_hf_rope():
@@ -183,6 +187,7 @@ def test_tiny_llama_rotary_and_logits(name, monkeypatch):
     ids = torch.randint(0, 101, (2, 48))  # 48 > original 32: longrope switches to its long factors
     pos = torch.arange(48)[None].expand(2, -1)
     x = torch.zeros(1)
+    sharpen_attention(model)  # positions must matter (tests/conftest.py)
     with torch.no_grad():
         hf_cos, hf_sin = model.model.rotary_emb(x, pos)
         cos, sin = ndpe.hf_cos_sin(pe, pos)
@@ -192,7 +197,9 @@ def test_tiny_llama_rotary_and_logits(name, monkeypatch):
         monkeypatch.setattr(model.model.rotary_emb, "forward",
                             lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype))
         out = model(ids, position_ids=pos).logits
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        pe = ndpe.from_hf_rope(model.config, theta=100.0)  # another theta: another model (the lambda reads pe)
+        other = model(ids, position_ids=pos).logits
+    assert_tells_apart(out, other, ref, rtol=1e-4, atol=1e-4)
 
 
 # --- recipes of docs/integrations.md (keep in sync) -------------------------------------------------------------
@@ -208,12 +215,15 @@ def test_recipe_hf_llama_swap():
     model = LlamaForCausalLM(config).eval()
     pe = ndpe.from_hf_rope(model.config)  # the same rope, as an ndpe encoding
 
+    sharpen_attention(model)  # not in the recipe: positions must matter (tests/conftest.py)
     ids = torch.randint(0, 101, (1, 200))
     with torch.no_grad():
         ref = model(ids).logits
         model.model.rotary_emb.forward = lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype)
         out = model(ids).logits
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        pe = ndpe.from_hf_rope(model.config, scaling=None)  # llama3 scaling left out: another model
+        other = model(ids).logits
+    assert_tells_apart(out, other, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_recipe_sdpa_compile():
@@ -239,8 +249,9 @@ def test_apply_qk_equals_hf_apply_rotary_pos_emb():
     q, k = torch.randn(2, 2, 100, 64), torch.randn(2, 2, 100, 64)
     pos = torch.arange(100)[None].expand(2, -1)
     ref = apply_rotary_pos_emb(q, k, *ndpe.hf_cos_sin(pe, pos))
-    for a, b in zip(ndpe.apply_qk(q, k, pe((100,))), ref):
-        torch.testing.assert_close(a, b)
+    wrong = ndpe.apply_qk(q, k, pe.replace(pairing="interleaved")((100,)))  # another pairing
+    for a, b, c in zip(ndpe.apply_qk(q, k, pe((100,))), ref, wrong):
+        assert_tells_apart(a, c, b, rtol=1.3e-6, atol=1e-5)  # assert_close's float32 tolerances
 
 
 # ---- per-layer-type rope parameters (Gemma 3: sliding layers theta 10k, full layers theta 1M with linear x8) --------
@@ -296,7 +307,9 @@ def test_proportional_matches_hf(partial, factor, head_dim):
         close(a, b, 300)
     q = torch.randn(1, 2, 300, head_dim)  # the whole head with HF's rotate_half: pairs (i, i + head_dim / 2)
     ref, _ = apply_rotary_pos_emb(q, q, *LlamaRotaryEmbedding(cfg)(q, pos))
-    torch.testing.assert_close(ndpe.apply_qk(q, q, pe(positions=pos[0, :, None].double()))[0], ref, rtol=0, atol=1e-4)
+    wrong = pe.replace(proportion=1.0) if partial < 1 else pe.replace(theta=1e4)  # every pair turning / another theta
+    assert_tells_apart(ndpe.apply_qk(q, q, pe(positions=pos[0, :, None].double()))[0],
+                       ndpe.apply_qk(q, q, wrong(positions=pos[0, :, None].double()))[0], ref, rtol=0, atol=1e-4)
 
 
 def test_proportion_is_not_partial_rotation():
@@ -384,8 +397,9 @@ def test_llama4_rotation_equals_hf(rope_parameters):
     q, k = torch.randn(1, 600, 2, 32), torch.randn(1, 600, 2, 32)  # Llama 4's (B, T, heads, head_dim)
     ref_q, ref_k = apply_rotary_emb(q, k, Llama4TextRotaryEmbedding(cfg)(q, ids))
     ours_q, ours_k = ndpe.apply_qk(q.transpose(1, 2), k.transpose(1, 2), pe((600,)))
-    torch.testing.assert_close(ours_q.transpose(1, 2), ref_q, rtol=0, atol=2e-4)  # HF's float32 angles up to 600
-    torch.testing.assert_close(ours_k.transpose(1, 2), ref_k, rtol=0, atol=2e-4)
+    half_q, half_k = ndpe.apply_qk(q.transpose(1, 2), k.transpose(1, 2), pe.replace(pairing="half")((600,)))
+    assert_tells_apart(ours_q.transpose(1, 2), half_q.transpose(1, 2), ref_q, rtol=0, atol=2e-4)  # HF's float32
+    assert_tells_apart(ours_k.transpose(1, 2), half_k.transpose(1, 2), ref_k, rtol=0, atol=2e-4)  # angles to 600
     # its default no_rope_layers (every 4th layer without rope) is the reference model's nope_every=4
     from models.block import Encoder
 

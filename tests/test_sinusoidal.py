@@ -11,6 +11,7 @@ from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
 
 import ndpe
 from ndpe.coords import grid_coords
+from tests.conftest import assert_tells_apart
 
 
 def make(dims, dim, **opts):
@@ -37,7 +38,9 @@ def test_1d_is_the_aiayn_formula(n, dim, temperature):
 @pytest.mark.parametrize("layout,interleave_sin_cos", [("sin_cos", False), ("blocks", True)])
 def test_2d_equals_timm_build_sincos2d(grid, layout, interleave_sin_cos):
     ref = build_sincos2d_pos_embed(list(grid), dim=32, interleave_sin_cos=interleave_sin_cos)
-    torch.testing.assert_close(make(2, 32, layout=layout)(grid).add, ref, atol=0, rtol=0)
+    torch.testing.assert_close(make(2, 32, layout=layout)(grid).add, ref, atol=0, rtol=0)  # exact
+    other = make(2, 32, layout="blocks" if layout == "sin_cos" else "sin_cos")(grid).add  # the other layout
+    assert_tells_apart(make(2, 32, layout=layout)(grid).add, other, ref, rtol=0, atol=1e-6)
 
 
 def test_timm_reverse_coord_encodes_the_transposed_grid_column_major():
@@ -66,7 +69,8 @@ def test_non_square_grids_differ_and_keep_axis_order():
 def test_equals_positional_encodings_when_channels_split_evenly(dims, peer, dim, grid):
     ref = peer(dim)(torch.zeros(1, *grid, dim))[0]  # (*grid, dim), axes in our ij order
     out = make(dims, dim, layout="interleaved")(grid).add
-    torch.testing.assert_close(out, rearrange(ref, "... c -> (...) c"), atol=1e-6, rtol=0)
+    other = make(dims, dim, layout="blocks")(grid).add  # another layout
+    assert_tells_apart(out, other, rearrange(ref, "... c -> (...) c"), atol=1e-6, rtol=0)
 
 
 def test_positional_encodings_uneven_split_truncates_where_ndpe_splits():

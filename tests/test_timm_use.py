@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ndpe
-from tests.conftest import sharpen_attention
+from tests.conftest import assert_tells_apart, sharpen_attention
 from conftest import build
 
 timm = pytest.importorskip("timm")
@@ -18,44 +18,86 @@ from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed  # noqa: E402
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 
 
-def outputs_equal_after_use(model, x, kind, **options):
-    torch.manual_seed(0)
+def outputs_equal_after_use(build, x, kind, wrong, *, atol=2e-5, **options):
+    """``ndpe.timm.use(model, kind, **options)`` gives the timm model's outputs, and ``wrong`` (a fresh model -> that
+    model with a wrong option: another pairing, indexing, layout, a missing table) is > 100 x ``atol`` away from them.
+    Attention is sharpened (tests/conftest.py) so that positions move the outputs well past rounding."""
+    def fresh():
+        torch.manual_seed(0)
+        return sharpen_attention(build()).eval()
+
     with torch.no_grad():
-        ref = model.eval()(x)
+        model = fresh()
+        ref = model(x)
         out = ndpe.timm.use(model, kind, **options).eval()(x)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
+        other = wrong(fresh()).eval()(x)
+    assert_tells_apart(out, other, ref, rtol=1e-5, atol=atol)
+    return model
+
+
+def without_table(model):
+    model.pos_embed = None
     return model
 
 
 def test_eva02_rope_equals_timm():
-    """EVA02 (interleaved pairs, ref_feat_shape 16 x 16: scale 1 at 224 px)."""
-    torch.manual_seed(0)
-    model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=2, num_classes=10)
-    outputs_equal_after_use(model, torch.randn(2, 3, 224, 224), "rope", pairing="interleaved")
+    """EVA02 (interleaved pairs, ref_feat_shape 16 x 16: scale 1 at 224 px) keeps its learned table beside ndpe's
+    rope: without it the model is another one."""
+    build = lambda: timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=2, num_classes=0)  # noqa: E731
+    outputs_equal_after_use(build, torch.randn(2, 3, 224, 224), "rope",
+                            lambda m: ndpe.timm.use(without_table(m), "rope", pairing="interleaved"),
+                            pairing="interleaved")
+
+
+def test_eva02_keeps_a_trained_scale_table_at_another_size():
+    """A table of trained scale (std 0.5), EVA02 at 112 px (grid 8 x 8: scale 0.5, timm resamples the table): still
+    timm's outputs; the table stays for every kind that takes the rope's place, goes for none and additive kinds."""
+    def build():
+        model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=112, depth=2, num_classes=0)
+        with torch.no_grad():
+            model.pos_embed.normal_(0.0, 0.5)
+        return model
+
+    outputs_equal_after_use(build, torch.randn(2, 3, 112, 112), "rope",
+                            lambda m: ndpe.timm.use(without_table(m), "rope", pairing="interleaved", scaling="linear",
+                                                    scale=0.5),
+                            pairing="interleaved", scaling="linear", scale=0.5)
+    for kind, stays in [("alibi", True), ("rope-mixed", True), ("none", False), ("sinusoidal", False)]:
+        assert (ndpe.timm.use(build(), kind).pos_embed is not None) == stays, kind
+    plain = ndpe.timm.use(timm.create_model("vit_small_patch16_rope_224", pretrained=False, img_size=32, depth=1), "rope")
+    assert plain.pos_embed is None  # RoPE-ViT has no table
 
 
 @pytest.mark.parametrize("img_size", [64, 96])
 def test_rope_vit_xy_equals_timm(img_size):
-    torch.manual_seed(0)
-    model = timm.create_model("vit_small_patch16_rope_224", pretrained=False, img_size=img_size, depth=2, num_classes=10)
-    outputs_equal_after_use(model, torch.randn(2, 3, img_size, img_size), "rope", theta=100.0, pairing="interleaved",
-                            grid_indexing="xy")
+    build = lambda: timm.create_model("vit_small_patch16_rope_224", pretrained=False,  # noqa: E731
+                                      img_size=img_size, depth=2, num_classes=0)
+    outputs_equal_after_use(build, torch.randn(2, 3, img_size, img_size), "rope",
+                            lambda m: ndpe.timm.use(m, "rope", theta=100.0, pairing="interleaved"),  # ij indexing
+                            theta=100.0, pairing="interleaved", grid_indexing="xy")
 
 
 def test_dinov3_equals_timm():
-    torch.manual_seed(0)
-    model = timm.create_model("vit_small_patch16_dinov3", pretrained=False, img_size=64, depth=2, num_classes=10)
-    outputs_equal_after_use(model, torch.randn(2, 3, 64, 80), "rope", coords="centered", periods=True, theta=100.0)
+    build = lambda: timm.create_model("vit_small_patch16_dinov3", pretrained=False, img_size=64,  # noqa: E731
+                                      depth=2, num_classes=0)
+    outputs_equal_after_use(build, torch.randn(2, 3, 64, 80), "rope",
+                            lambda m: ndpe.timm.use(m, "rope", coords="centered", periods=True, theta=100.0,
+                                                    pairing="interleaved"),
+                            coords="centered", periods=True, theta=100.0)
 
 
 def test_vit_sincos_table_equals_timm():
     """A VisionTransformer whose table is timm's 2D sincos (no_embed_class, cls + 4 register tokens)."""
-    torch.manual_seed(0)
-    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=10,
-                              no_embed_class=True, reg_tokens=4)
-    with torch.no_grad():
-        model.pos_embed.copy_(build_sincos2d_pos_embed((4, 4), 64)[None])
-    outputs_equal_after_use(model, torch.randn(2, 3, 32, 32), "sinusoidal", combine="concat", layout="sin_cos")
+    def build():
+        model = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=0,
+                                  no_embed_class=True, reg_tokens=4)
+        with torch.no_grad():
+            model.pos_embed.copy_(build_sincos2d_pos_embed((4, 4), 64)[None])
+        return model
+
+    outputs_equal_after_use(build, torch.randn(2, 3, 32, 32), "sinusoidal",
+                            lambda m: ndpe.timm.use(m, "sinusoidal", combine="concat", layout="blocks"),
+                            combine="concat", layout="sin_cos")
 
 
 KINDS = [k for k, dims in ndpe.available().items() if 2 in dims and build(k, 2).cat_dim == 0]
@@ -77,7 +119,9 @@ def tiny_models():
 def test_every_kind_trains_and_runs_at_another_size(kind, name):
     torch.manual_seed(0)
     model = ndpe.timm.use(tiny_models()[name](), kind, **type(build(kind, 2)).example_options(2))
-    assert model.pos_embed is None and isinstance(model.ndpe_pe, ndpe.Encoding)
+    probe = build(kind, 2)((2, 2))
+    keeps = name == "eva" and kind != "none" and probe.add is None and probe.tokens is None  # EVA02's table stays
+    assert (model.pos_embed is not None) == keeps and isinstance(model.ndpe_pe, ndpe.Encoding)
     x = torch.randn(2, 3, 32, 32) if name != "eva" else torch.randn(2, 3, 28, 28)
     loss = torch.nn.functional.cross_entropy(model.train()(x), torch.tensor([0, 1]))
     loss.backward()
@@ -137,13 +181,13 @@ def naflexvit(**kw):
                              num_heads=2, num_classes=5, **kw)
 
 
-def test_naflexvit_axial_rope_equals_timm():
-    model = naflexvit(rope_type="axial", rope_temperature=100.0, pos_embed="none").eval()
+@pytest.mark.parametrize("table", ["none", "learned"])
+def test_naflexvit_axial_rope_equals_timm(table):
+    """NaFlexVit's axial rope on a NaFlex batch of three sizes, with or without its learned table (which stays)."""
     batch, _ = naflex_batch([torch.randn(3, 32, 32), torch.randn(3, 24, 40), torch.randn(3, 16, 8)])
-    with torch.no_grad():
-        ref = model(batch)
-        out = ndpe.timm.use(model, "rope", theta=100.0, pairing="interleaved")(batch)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    outputs_equal_after_use(lambda: naflexvit(rope_type="axial", rope_temperature=100.0, pos_embed=table), batch,
+                            "rope", lambda m: ndpe.timm.use(m, "rope", theta=100.0, pairing="half"),
+                            atol=1e-5, theta=100.0, pairing="interleaved")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -171,10 +215,14 @@ def test_naflex_batch_out_of_row_major_order_is_refused():
 
 def test_rope_mixed_one_block_equals_timm():
     """timm's RoPE-Mixed ViT learns one frequency set per block, ndpe's rope-mixed one per encoding: with one block
-    and timm's frequencies copied (its xy order: freqs[0] turns with the column), the outputs are timm's."""
-    torch.manual_seed(0)
-    model = timm.create_model("vit_small_patch16_rope_mixed_224", pretrained=False, img_size=64, depth=1,
-                              num_classes=10).eval()
+    and timm's frequencies copied (its xy order: freqs[0] turns with the column), the outputs are timm's; copied in
+    ij order they are another model."""
+    def fresh():
+        torch.manual_seed(0)
+        return sharpen_attention(timm.create_model("vit_small_patch16_rope_mixed_224", pretrained=False, img_size=64,
+                                                   depth=1, num_classes=0)).eval()  # positions matter (conftest.py)
+
+    model = fresh()
     freqs = model.rope.freqs.detach().clone()  # (2, depth, heads, head_dim / 2)
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
@@ -182,7 +230,20 @@ def test_rope_mixed_one_block_equals_timm():
         ndpe.timm.use(model, "rope-mixed", pairing="interleaved")
         model.ndpe_pe.freqs.copy_(torch.stack([freqs[1, 0], freqs[0, 0]], dim=1))  # (heads, (row, col), head_dim / 2)
         out = model(x)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
+        other = ndpe.timm.use(fresh(), "rope-mixed", pairing="interleaved")
+        other.ndpe_pe.freqs.copy_(torch.stack([freqs[0, 0], freqs[1, 0]], dim=1))  # ij order: another model
+        assert_tells_apart(out, other(x), ref, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name,match", [("deit_tiny_distilled_patch16_224", "has its own _pos_embed"),
+                                        ("vit_small_patch16_18x2_224", "block 0 is a ParallelThingsBlock")])
+def test_unsupported_models_are_refused_at_use_time(name, match):
+    """DeiT's distilled model adds its table in its own _pos_embed; parallel blocks hold several attentions: refused
+    in one line by use(), the model left as it was."""
+    model = timm.create_model(name, pretrained=False, img_size=32, depth=1, num_classes=0)
+    with pytest.raises(TypeError, match=match) as err:
+        ndpe.timm.use(model, "rope")
+    assert "\n" not in str(err.value) and getattr(model, "ndpe_pe", None) is None and model.pos_embed is not None
 
 
 def vit_pair(**config):
