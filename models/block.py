@@ -38,7 +38,8 @@ def make_pe(pe: Mapping[str, Any], *, dims: int, dim: int, heads: int, axes: Seq
             raise ValueError("a per-axis pe takes each axis's options inside it ({axis: {kind: ..., option: ...}}) "
                              "and no augment")
         if sorted(kind) != sorted(axes):
-            raise ValueError(f"a per-axis pe names each axis of this model's grid {tuple(axes)} once, got {tuple(kind)}")
+            raise ValueError(f"a per-axis pe names each axis of this model's grid {tuple(axes)} once, got "
+                             f"{tuple(kind)}")
         return ndpe.PerAxis({a: kind[a] for a in axes}, dim=dim, heads=heads)
     return ndpe.make(dims=dims, kind=kind, dim=dim, heads=heads, augment=pe.get("augment"),
                      **dict(pe.get("options") or {}))

@@ -1,4 +1,8 @@
-"""Tubelet video transformer (ViViT-style uniform tubelet embedding) on a 3D grid ``(frames, rows, cols)``."""
+"""Tubelet video transformer (ViViT-style uniform tubelet embedding) on a 3D grid ``(frames, rows, cols)``.
+
+``pe`` takes one kind (``{"kind": "rope"}``) or one per axis by name (:class:`ndpe.PerAxis`), e.g. sinusoids on
+frames and RoPE on space: ``{"kind": {"frames": "sinusoidal", "rows": "rope", "cols": "rope"}}``.
+"""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence

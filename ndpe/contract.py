@@ -409,10 +409,12 @@ def check_pos(pos) -> None:
 MAX_PREFIX_HINTED = 8  # more tokens than the encoding by up to this: prefix tokens (cls, registers) it was not told of
 
 
-def check_token_count(x: Tensor, covered: int, num_prefix: int, name: str, layout: tuple[str, ...]) -> None:
+def check_token_count(x: Tensor, covered: int, num_prefix: int, name: str, layout: tuple[str, ...],
+                      what: str = "") -> None:
     """Refuse ``x``, laid out as ``layout`` (its axis names, tokens at -2), unless it has the ``covered`` tokens of an
     encoding built with ``num_prefix``. The one-line error names the layout and the likely cause: the token axis
-    swapped with another (another axis holds ``covered``), or prefix tokens counted on one side only.
+    swapped with another (another axis holds ``covered``), or prefix tokens counted on one side only. ``what``: the
+    encoding's field ``x`` meets (``"add"``), if one.
 
     >>> check_token_count(torch.zeros(2, 197, 6, 64), 197, 1, "q", ("B", "heads", "T", "head_dim"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -422,8 +424,10 @@ def check_token_count(x: Tensor, covered: int, num_prefix: int, name: str, layou
     if have == covered:
         return
     shape = tuple(x.shape)
-    text = (f"{name} has {have} tokens but the encoding covers {covered} ({covered - num_prefix} grid + {num_prefix} "
-            f"prefix); {name} must be ({', '.join(layout)}), got {shape}")
+    says = (f"tokens have length {have} but the encoding's {what}" if what
+            else f"{name} has {have} tokens but the encoding")
+    text = (f"{says} covers {covered} ({covered - num_prefix} grid + {num_prefix} prefix); {name} must be "
+            f"({', '.join(layout)}), got {shape}")
     swapped = [a for a in range(x.dim() - 2) if shape[a] == covered] if len(layout) == x.dim() else []
     if swapped:
         names = [n.lower() for n in layout]
@@ -441,6 +445,6 @@ def check_token_count(x: Tensor, covered: int, num_prefix: int, name: str, layou
 
 
 def _check_tokens(x: Tensor, t: Tensor, name: str, num_prefix: int) -> None:
-    check_token_count(x, t.shape[-2], num_prefix, "x", ("B", "T", "C"))
+    check_token_count(x, t.shape[-2], num_prefix, "x", ("B", "T", "C"), name)
     if name == "add" and x.shape[-1] != t.shape[-1]:
         raise ValueError(f"tokens have {x.shape[-1]} channels but the encoding adds {t.shape[-1]}; build it with dim={x.shape[-1]}")

@@ -39,7 +39,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -139,6 +139,7 @@ class PerAxis(nn.Module):
         rotating = tuple(a for a, s in enumerate(self.specs) if s.acts in ROTATES)
         widths = self._token_widths([a for a, s in enumerate(self.specs) if s.acts == ADDS])
         self.encodings = nn.ModuleDict()
+        self.cat_dim = 0  # channels the concatenating axes append
         self.axes_of: dict[str, tuple[int, ...]] = {}
         self.blocks: dict[str, tuple[int, int]] = {}  # adding axes: (first channel, channels) of the token
         first = 0
@@ -153,12 +154,12 @@ class PerAxis(nn.Module):
             if width:
                 self.blocks[spec.name] = (first, width)
                 first += width
-        self.cat_dim = sum(pe.cat_dim for pe in self.encodings.values())
         self.kind = "+".join(f"{s.name}={s.kind}" for s in self.specs)
 
     def _add(self, key: str, axes: tuple[int, ...], pe: Encoding) -> None:
         self.encodings[key] = pe
         self.axes_of[key] = axes
+        self.cat_dim += pe.cat_dim
 
     def _rotary(self, axes: tuple[int, ...]) -> Encoding:
         """One encoding over the rotating ``axes`` (q and k rotate once), each axis its rotary channels."""
@@ -194,10 +195,10 @@ class PerAxis(nn.Module):
 
     def check_grid(self, grid_shape: Sequence[int]) -> tuple[int, ...]:
         """``grid_shape`` checked against the axes: their count, and each axis's fixed ``size``."""
-        if len(tuple(grid_shape)) != self.dims:
-            raise ValueError(f"grid_shape {tuple(grid_shape)} has {len(tuple(grid_shape))} axes but the encoding has "
-                             f"{self.dims}, {self.layout()}")
-        grid = check_grid_shape(grid_shape, self.dims)
+        try:
+            grid = check_grid_shape(grid_shape, self.dims)
+        except ValueError as err:
+            raise ValueError(f"{err}, {self.layout()}") from None
         for spec, n in zip(self.specs, grid):
             if spec.size is not None and n != spec.size:
                 raise ValueError(f"axis {spec.name!r} has {n} positions but is built for size={spec.size}: the grid "
@@ -232,13 +233,14 @@ class PerAxis(nn.Module):
             positions = check_positions(positions, self.dims, None if grid is None else num_grid_tokens(grid))
         outs = []
         for key, pe in self.encodings.items():
-            axes = self.axes_of[key]
+            pe, axes = cast(Encoding, pe), self.axes_of[key]
             try:
                 if positions is not None:
                     out = pe(positions=positions[..., list(axes)], dtype=dtype)
                 else:
                     assert grid is not None
-                    out = take_tokens(pe(tuple(grid[a] for a in axes), dtype=dtype), _token_index(grid, axes, pe.device))
+                    index = _token_index(grid, axes, pe.device)  # (N,): each token's place in the grid of its axes
+                    out = take_tokens(pe(tuple(grid[a] for a in axes), dtype=dtype), index)
             except ValueError as err:
                 raise ValueError(f"axis {key!r} of the grid {self.layout()}: {err}") from err
             outs.append(self._place(key, out))

@@ -35,7 +35,7 @@ CASES = [
      lambda: qk(2, 197, 6, 64)(ndpe.make(dims=2, kind="rope-mixed", dim=384, heads=6)((14, 14), num_prefix=1)),
      ["its axis 1 looks like the tokens"]),  # before the heads check, which would blame heads=197
     ("apply_tokens sequence first", lambda: ndpe.apply_tokens(torch.randn(197, 2, 384), ADD),
-     ["x has 2 tokens but the encoding covers 197", "x must be (B, T, C)", "einops.rearrange(x, 't b c -> b t c')"]),
+     ["tokens have length 2 but the encoding's add covers 197", "x must be (B, T, C)", "einops.rearrange(x, 't b c -> b t c')"]),
     ("apply_tokens without the cls token", lambda: ndpe.apply_tokens(torch.randn(2, 196, 384), ADD),
      ["num_prefix=0"]),
     ("Attention sequence first", lambda: ndpe.Attention(384, 6)(torch.randn(197, 2, 384), BIAS),

@@ -120,7 +120,7 @@ def test_bad_axes_are_one_line_errors(build, error, fragment):
 
 def test_bad_calls_are_one_line_errors():
     pe = ndpe.PerAxis({"time": "rope", "freq": {"kind": "learned", "size": 4}}, dim=32, heads=2)
-    with pytest.raises(ValueError, match=r"has 3 axes but the encoding has 2, \(time, freq\)"):
+    with pytest.raises(ValueError, match=r"has 3 axes but the encoding has dims=2, \(time, freq\)"):
         pe((2, 4, 4))
     with pytest.raises(ValueError, match="needs one token axis"):
         pe((2, 4), past=3)
