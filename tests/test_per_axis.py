@@ -131,9 +131,10 @@ def test_bad_calls_are_one_line_errors():
 def test_building_it_draws_from_the_seed_as_its_encodings_do():
     """How each kind acts is read off an example; that example must not use the seed's stream."""
     torch.manual_seed(0)
-    ndpe.PerAxis({"time": "rope", "freq": "sinusoidal"}, dim=32, heads=2)
+    ndpe.PerAxis({"time": "fourier", "freq": {"kind": "learned", "size": 4}}, dim=32, heads=2)
     after = torch.rand(1)
     torch.manual_seed(0)
+    ndpe.make(dims=1, kind="fourier", dim=16), ndpe.make(dims=1, kind="learned", dim=16, grid_shape=(4,))  # 16 each
     assert torch.equal(torch.rand(1), after)
 
 
