@@ -169,6 +169,7 @@ def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path
     """
     import torch
 
+    from .base import Encoding
     from .per_axis import PerAxis
     from .registry import make
     from .viz import draw, require_matplotlib
@@ -182,6 +183,7 @@ def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path
     if args.axis and (args.option or len(args.axis) != len(grid)):
         parser.error(f"--axis takes no --option and one axis per size of --grid ({len(grid)}), got {len(args.axis)}")
     torch.manual_seed(args.seed)
+    pe: Encoding | PerAxis
     try:
         if args.axis:
             pe = PerAxis({name: {"kind": kind, **_sized(kind, (n,), {})} for (name, kind), n in zip(args.axis, grid)},
