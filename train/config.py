@@ -57,7 +57,7 @@ class DataConfig:
 
 @dataclass
 class PEConfig:
-    kind: str = "none"  # a name from ndpe.available()
+    kind: str | dict = "none"  # a name from ndpe.available(), or per axis {axis: kind or {kind, channels, size, ...}}
     options: dict = field(default_factory=dict)  # the kind's keyword options (ndpe.options(kind))
     augment: str | None = None  # position augmentation ("cape", "random"), training mode only
 
@@ -278,7 +278,17 @@ def check_pe(pe: PEConfig) -> None:
     the kind itself when the model is built)."""
     import ndpe
     from ndpe.augment import AUGMENTS
+    from ndpe.per_axis import parse_axes
 
+    if isinstance(pe.kind, dict):  # per axis (ndpe.PerAxis): each axis's options inside it; the model checks the names
+        try:
+            parse_axes(pe.kind)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"model.pe.kind: {err}") from None
+        if pe.options or pe.augment is not None:
+            raise ConfigError("a per-axis model.pe.kind takes each axis's options inside it and no model.pe.options "
+                              "or model.pe.augment")
+        return
     if pe.kind not in ndpe.available():
         raise ConfigError(f"unknown model.pe.kind {pe.kind!r}; expected one of {sorted(ndpe.available())}")
     known = ndpe.options(pe.kind)
