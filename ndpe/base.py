@@ -164,15 +164,15 @@ class Encoding(nn.Module):
 
         Bias and logits kinds implement it from the grid coordinates ``coords (N, dims)`` (and, for logits
         kinds, the grid tokens' queries and keys ``(B, heads, N, head_dim)``), so flex attention
-        (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor; other kinds have no
-        term to add and refuse in one line (``ValueError``, as every capability a kind does not declare).
+        (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor. A kind without one refuses in
+        one line (``ValueError``); :func:`ndpe.flex.grid_term` then materializes the term of its ``PosOut``, if any.
         """
-        raise ValueError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
-                        "flex score_mod; apply its PosOut with apply_tokens / apply_qk")
+        raise ValueError(f"{type(self).__name__} ({self.kind!r}) has no score function per logit of its own: "
+                         "ndpe.flex.grid_term materializes its PosOut's logits term, if it has one")
 
     @classmethod
     def has_score_bias(cls) -> bool:
-        """Whether the kind adds a term to the logits that flex attention can take (it overrides score_bias)."""
+        """Whether the kind computes its logits term per logit for flex attention (it overrides score_bias)."""
         return cls.score_bias is not Encoding.score_bias
 
     def replace(self, **changes: Any) -> "Encoding":
