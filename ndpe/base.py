@@ -20,7 +20,7 @@ from .checks import check_choice, check_dims, check_float_dtype, check_heads, ch
 from .contract import PosOut, pad_prefix, tensors  # noqa: F401  (pad_prefix re-exported)
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
-from .packing import pack
+from .packing import check_mask_memory, pack
 
 _E = TypeVar("_E", bound="Encoding")
 
@@ -256,8 +256,11 @@ class Encoding(nn.Module):
         if isinstance(grid_shapes, (str, bytes)) or not isinstance(grid_shapes, (list, tuple)) or not grid_shapes:
             raise TypeError(f"grid_shapes must be a non-empty list of grid shapes (one per sample), got {grid_shapes!r}")
         shapes = [check_grid_shape(g, self.dims) for g in grid_shapes]
+        check_int(num_prefix, "num_prefix", low=0)
+        sizes = [num_prefix + num_grid_tokens(g) for g in shapes]
+        check_mask_memory((), sizes, dtype or torch.float32)  # its smallest mask, before any sample is encoded
         outs = [self(g, num_prefix=num_prefix, dtype=dtype) for g in shapes]
-        out = pack(outs, [num_prefix + num_grid_tokens(g) for g in shapes], device=self.device)
+        out = pack(outs, sizes, device=self.device)
         return out if dtype is None else out.to(dtype)
 
     def _decode(self, grid_shape: tuple[int, ...] | None, positions: Tensor | None, num_prefix: int,

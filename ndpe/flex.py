@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from .base import Encoding
-from .checks import check_bool, check_float_tensor, check_int
+from .checks import check_bool, check_devices, check_float_tensor, check_int
 from .contract import attn_term, logit_fields
 from .memory import check_memory
 
@@ -130,10 +130,7 @@ def _check_call(q: Tensor, k: Tensor, v: Tensor, pe, compiled: bool) -> None:
     if k.shape[:-1] != v.shape[:-1] or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match: one batch, k and v "
                          "one token count, q and k one head_dim")
-    devices = {t.device for t in (q, k, v)} | {pe.device}
-    if len(devices) > 1:
-        raise ValueError(f"q, k, v are on {q.device}, {k.device}, {v.device} and the encoding on {pe.device}: move "
-                         "them to one device (pe.to(q.device))")
+    check_devices("flex attention", q=q, k=k, v=v, encoding=pe.device)
     ok, why = flex_available()
     if not ok:
         raise RuntimeError(why)
