@@ -1,6 +1,8 @@
 """``ndpe.flex``: flex_attention score_mods equal SDPA with the materialized bias (no N x N tensor)."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -271,3 +273,25 @@ def test_flex_attention_equals_sdpa_or_refuses_for_every_kind(kind, dims):
         out = flex.attention(q, k, v, pe, grid, num_prefix=1, causal=causal, compiled=False)
         ref = sdpa_reference(q, k, v, pe, grid, 1, causal)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda q, pe: flex.packed_attention(q, q, q, "alibi", [(4,), (6,)], compiled=False), TypeError,
+     r"^pe must be an ndpe encoding \(pe = ndpe.make\(dims=..., kind=..., dim=..., heads=...\)\), got 'alibi' \(str\)$"),
+    (lambda q, pe: flex.attention(q[..., :6, :], q[..., :6, :], q[..., :6, :], "alibi", (6,), compiled=False),
+     TypeError, r"^pe must be an ndpe encoding"),
+    (lambda q, pe: flex.score_mod("alibi", (6,)), TypeError, r"^pe must be an ndpe encoding"),
+    (lambda q, pe: flex.packed_attention(q, q.to("meta"), q, pe, [(4,), (6,)], compiled=False), ValueError,
+     r"^flex attention needs one device, got q on cpu, k on meta, v on cpu, encoding on cpu[^\n]*$"),
+    (lambda q, pe: flex.packed_attention(q, q, q, copy.deepcopy(pe).to("meta"), [(4,), (6,)], compiled=False),
+     ValueError, r"^flex attention needs one device, got q on cpu, k on cpu, v on cpu, encoding on meta[^\n]*$"),
+    (lambda q, pe: flex.packed_attention(q, q[:1].expand(3, -1, -1, -1), q[:1].expand(3, -1, -1, -1), pe, [(4,), (6,)],
+                                         compiled=False), ValueError, r"^q \(2, 3, 10, 8\), k \(3, 3, 10, 8\)[^\n]*one batch"),
+])
+def test_encodings_devices_and_batches_that_do_not_meet(call, exc, match):
+    """A string where an encoding is expected, tensors on another device than each other or the encoding, and q of
+    another batch than k and v: one-line errors before anything is computed."""
+    pe = ndpe.make(dims=1, kind="alibi", dim=24, heads=3)
+    q = torch.randn(2, 3, 10, 8)
+    with pytest.raises(exc, match=match), torch.no_grad():
+        call(q, pe)
