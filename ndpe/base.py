@@ -20,7 +20,7 @@ from .checks import check_choice, check_dims, check_float_dtype, check_heads, ch
 from .contract import PosOut, pad_prefix, tensors  # noqa: F401  (pad_prefix re-exported)
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
-from .packing import pack
+from .packing import check_mask_memory, pack
 
 _E = TypeVar("_E", bound="Encoding")
 
@@ -165,15 +165,15 @@ class Encoding(nn.Module):
 
         Bias and logits kinds implement it from the grid coordinates ``coords (N, dims)`` (and, for logits
         kinds, the grid tokens' queries and keys ``(B, heads, N, head_dim)``), so flex attention
-        (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor; other kinds have no
-        term to add and refuse in one line (``ValueError``, as every capability a kind does not declare).
+        (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor. A kind without one refuses in
+        one line (``ValueError``); :func:`ndpe.flex.grid_term` then materializes the term of its ``PosOut``, if any.
         """
-        raise ValueError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
-                        "flex score_mod; apply its PosOut with apply_tokens / apply_qk")
+        raise ValueError(f"{type(self).__name__} ({self.kind!r}) has no score function per logit of its own: "
+                         "ndpe.flex.grid_term materializes its PosOut's logits term, if it has one")
 
     @classmethod
     def has_score_bias(cls) -> bool:
-        """Whether the kind adds a term to the logits that flex attention can take (it overrides score_bias)."""
+        """Whether the kind computes its logits term per logit for flex attention (it overrides score_bias)."""
         return cls.score_bias is not Encoding.score_bias
 
     def replace(self, **changes: Any) -> "Encoding":
@@ -259,8 +259,11 @@ class Encoding(nn.Module):
         if isinstance(grid_shapes, (str, bytes)) or not isinstance(grid_shapes, (list, tuple)) or not grid_shapes:
             raise TypeError(f"grid_shapes must be a non-empty list of grid shapes (one per sample), got {grid_shapes!r}")
         shapes = [check_grid_shape(g, self.dims) for g in grid_shapes]
+        check_int(num_prefix, "num_prefix", low=0)
+        sizes = [num_prefix + num_grid_tokens(g) for g in shapes]
+        check_mask_memory((), sizes, dtype or torch.float32)  # its smallest mask, before any sample is encoded
         outs = [self(g, num_prefix=num_prefix, dtype=dtype) for g in shapes]
-        out = pack(outs, [num_prefix + num_grid_tokens(g) for g in shapes], device=self.device)
+        out = pack(outs, sizes, device=self.device)
         return out if dtype is None else out.to(dtype)
 
     def _decode(self, grid_shape: tuple[int, ...] | None, positions: Tensor | None, num_prefix: int,

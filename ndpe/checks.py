@@ -151,6 +151,20 @@ def check_float_dtype(dtype, name: str = "dtype") -> torch.dtype | None:
     return dtype
 
 
+def check_devices(where: str, **named: torch.Tensor | torch.device) -> None:
+    """Tensors (or devices) that meet in ``where`` must be on one device; the error names each one's.
+
+    >>> check_devices("attention", q=torch.zeros(1), k=torch.zeros(1, device="meta"))
+    Traceback (most recent call last):
+    ...
+    ValueError: attention needs one device, got q on cpu, k on meta: move them to one device (.to(device))
+    """
+    devices = {name: v if isinstance(v, torch.device) else v.device for name, v in named.items()}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} on {device}" for name, device in devices.items())
+        raise ValueError(f"{where} needs one device, got {listed}: move them to one device (.to(device))")
+
+
 def check_float_tensor(x, name: str) -> None:
     """``x`` must be a tensor of a floating dtype (tokens, queries, keys)."""
     if not isinstance(x, torch.Tensor):

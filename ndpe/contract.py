@@ -179,6 +179,13 @@ def tensors(out: PosOut) -> tuple[Tensor, ...]:
     return tuple(t for _, spec, value in _items(out) if spec.is_tensor for t in parts(value))
 
 
+def logit_fields(out: PosOut) -> list[str]:
+    """The fields of ``out`` that add to the attention logits, as declared: set, and per query-key pair (``pair``: a
+    bias) or a ``term`` meeting q and k (``logits``). :func:`attn_term` sums them; :mod:`ndpe.flex` reads them."""
+    return [name for name, spec, value in _items(out)
+            if value is not None and (spec.role == "pair" or (spec.role == "term" and spec.lead == QK))]
+
+
 def token_count(out: PosOut) -> int | None:
     """The tokens ``out``'s fields cover (the queries of the pairwise ones); None where no tensor counts them."""
     return next((parts(value)[0].shape[-2] for _, spec, value in _items(out)

@@ -24,8 +24,11 @@ from einops import rearrange
 from torch import Tensor
 
 from .checks import _is_int, check_number
+from .memory import check_memory
 
 Segment = Union[int, Sequence[float]]
+MAX_ID = torch.iinfo(torch.int64).max
+ID_BYTES = 48  # per token at the peak: its (3,) int64 ids, once in its part and once in the joined output
 
 
 def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, tokens_per_second: float | None = None,
@@ -51,20 +54,38 @@ def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, toke
         raise ValueError(f"start must be an int >= 0, got {start!r}")
     if tokens_per_second is not None:
         check_number(tokens_per_second, "tokens_per_second", low=0.0, inclusive=False)
-    parts, pos = [], start
+    plan, pos = [], start  # (segment, its first id, its t, h, w and time step) checked before anything is built
     for seg in segments:
         if isinstance(seg, int) and not isinstance(seg, bool):
             if seg < 0:
                 raise ValueError(f"a text run must be an int >= 0 tokens, got {seg}")
-            parts.append(rearrange(torch.arange(pos, pos + seg, device=device), "n -> n 1").expand(seg, 3))
+            plan.append((seg, pos, None))
             pos += seg
             continue
         t, h, w, interval = _grid(seg, spatial_merge, tokens_per_second)
-        time = (torch.arange(t, device=device) * interval).long() + pos  # floored after the multiply, as HF
-        mesh = torch.meshgrid(time, torch.arange(h, device=device) + pos, torch.arange(w, device=device) + pos,
+        ends = torch.tensor([0, t - 1]) * interval  # the first and last time steps, in the arithmetic built below
+        if not (ends.isfinite().all() and float(ends[1]) < 2.0 ** 63 and int(ends[1]) + pos <= MAX_ID):
+            raise ValueError(f"the time ids of video {tuple(seg)} reach {pos} + {float(ends[1]):.3g} ((T - 1) x "
+                             f"tokens_per_second x seconds_per_grid = {t - 1} x {interval:.3g}), past int64's {MAX_ID}: "
+                             "pass a tokens_per_second and seconds the model was trained with")
+        plan.append((seg, pos, (t, h, w, interval)))
+        pos += max(h, w)
+    if pos - 1 > MAX_ID:
+        raise ValueError(f"the ids of these segments run from start={start} to {pos - 1}, past int64's {MAX_ID}: "
+                         "use a smaller start or fewer tokens")
+    n = sum(seg if grid is None else grid[0] * grid[1] * grid[2] for seg, _, grid in plan)
+    check_memory(ID_BYTES * n, lambda: f"M-RoPE ids of {n} tokens ((N, 3) int64 and the parts they are joined from)",
+                 "use fewer tokens")
+    parts = []
+    for seg, first, grid in plan:
+        if grid is None:
+            parts.append(rearrange(torch.arange(first, first + seg, device=device), "n -> n 1").expand(seg, 3))
+            continue
+        t, h, w, interval = grid
+        time = (torch.arange(t, device=device) * interval).long() + first  # floored after the multiply, as HF
+        mesh = torch.meshgrid(time, torch.arange(h, device=device) + first, torch.arange(w, device=device) + first,
                               indexing="ij")
         parts.append(rearrange(torch.stack(mesh), "d t h w -> (t h w) d"))
-        pos += max(h, w)
     return torch.cat(parts)
 
 

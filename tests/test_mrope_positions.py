@@ -186,3 +186,17 @@ def test_tiny_qwen2_5_vl_with_ndpe_ropes_and_ids(monkeypatch):
         relative = ndpe.mrope_positions([3, image, 2, video, 2], spatial_merge=2)  # Qwen2-VL's time ids 0, 1
         other = model(**inputs, position_ids=relative.T[:, None]).last_hidden_state
     assert_tells_apart(out, other, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("segments,kwargs,match", [
+    ([(2, 2, 2, 1.0)], {"tokens_per_second": 1e30}, r"time ids of video \(2, 2, 2, 1.0\) reach 0 \+ 1e\+30"),
+    ([(1, 2, 2, 1.0)], {"tokens_per_second": 1e300}, "time ids of video"),  # 0 x inf in float32
+    ([3, (3, 2, 2, 2.0)], {"tokens_per_second": 2.4e18}, r"reach 3 \+ 9.6e\+18"),
+    ([3], {"start": 2 ** 63 - 2}, "run from start=9223372036854775806 to 9223372036854775808"),
+])
+def test_ids_past_int64_are_refused(segments, kwargs, match):
+    """Ids that int64 cannot hold are refused in one line (they wrapped to -2**63)."""
+    with pytest.raises(ValueError, match=rf"^[^\n]*{match}[^\n]*past int64's 9223372036854775807[^\n]*$"):
+        ndpe.mrope_positions(segments, **kwargs)
+    edge = ndpe.mrope_positions([(2, 1, 1, 1.0)], tokens_per_second=2.0 ** 62)  # the largest step float32 holds here
+    assert edge[:, 0].tolist() == [0, 2 ** 62]

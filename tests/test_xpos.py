@@ -203,3 +203,13 @@ def test_rope_scaling_of_xpos_is_static():
         ndpe.make(dims=1, kind="xpos", dim=32, scaling="dynamic-ntk", scale=2.0, train_shape=16)
     with pytest.raises(ValueError, match="needs train_shape"):
         ndpe.make(dims=1, kind="xpos", dim=32, scaling="yarn", scale=2.0)
+
+
+def test_meta_device_gives_shapes():
+    """On the meta device (shapes only, e.g. building a large model before loading it) xpos has no values to check:
+    it returns the shapes it returns on the CPU."""
+    pe = ndpe.make(dims=1, kind="xpos", dim=32, heads=2)
+    cpu = pe((5,), num_prefix=1)
+    meta = pe.to("meta")((5,), num_prefix=1)
+    for a, b in zip(cpu.rot + cpu.rot_k, meta.rot + meta.rot_k):
+        assert b.device.type == "meta" and b.shape == a.shape and b.dtype == a.dtype
