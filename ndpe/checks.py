@@ -45,6 +45,16 @@ def check_int(value, name: str, *, low: int | None = None) -> int:
     return value
 
 
+def check_cat_dim(cat_dim, dim: int, kind: str) -> int:
+    """A table's ``cat_dim``: 0 (the table is added to the tokens) or the channels it concatenates to tokens of
+    ``dim - cat_dim`` channels, below ``dim``."""
+    check_int(cat_dim, "cat_dim", low=0)
+    if cat_dim >= dim:
+        raise ValueError(f"{kind} cat_dim={cat_dim} concatenates that many channels to tokens of dim - cat_dim: it "
+                         f"must be below dim={dim} (0 adds the table instead)")
+    return cat_dim
+
+
 def check_heads(dim, heads) -> int:
     """``dim`` and ``heads`` positive ints, ``dim`` split evenly across the heads; returns ``head_dim``."""
     check_int(dim, "dim", low=1)

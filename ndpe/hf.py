@@ -42,7 +42,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from .checks import check_float_dtype
+from .checks import check_bool, check_float_dtype
 from .contract import PosOut
 from .kinds.rope import RoPE
 from .registry import make
@@ -104,18 +104,67 @@ def _number(params: dict, key: str) -> float:
     return float(value)
 
 
-def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None,
-                 **overrides: Any) -> RoPE | dict[str, RoPE]:
+def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None, per_layer: bool = False,
+                 **overrides: Any) -> RoPE | dict[str, RoPE] | list[RoPE | None]:
     """The ``rope`` encoding equal to the rotary embedding of the HF ``config`` (see the module doc); for a config
     with per-layer-type rope parameters (Gemma 3: ``sliding_attention`` theta 10k, ``full_attention`` theta 1M with
     linear x8), ``{layer_type: rope}``, one per type that has a rope.
 
+    ``per_layer=True``: one entry per layer (``config.num_hidden_layers``), the rope that layer applies or None
+    where it applies none, so a model's layers can be set from it. A layer takes no rope where the config's
+    ``no_rope_layers`` says 0 (iRoPE: Llama 4, SmolLM3; despite its name the list holds 1 for a layer that uses
+    rope, 0 for a NoPE layer, as transformers reads it; missing, it is built as transformers does from
+    ``no_rope_layer_interval``: every ``interval``-th layer NoPE) or where its ``layer_types`` entry has no rope
+    parameters. Layers of one type share one encoding.
+
     ``dim`` / ``heads`` default to one head of ``head_dim``; ``overrides`` are passed to
     ``ndpe.make`` over the options read from the config (e.g. ``pairing="interleaved"``).
+
+    >>> from types import SimpleNamespace
+    >>> cfg = SimpleNamespace(head_dim=64, num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0],
+    ...                       rope_parameters=dict(rope_type="default", rope_theta=5e5))
+    >>> [pe is not None for pe in from_hf_rope(cfg, per_layer=True)]
+    [True, True, True, False]
     """
+    check_bool(per_layer, "per_layer")
     ropes = {k: _from_parameters(p, _layer_config(config, k), dim, heads, overrides)
              for k, p in _rope_parameters(config).items()}
+    if per_layer:
+        return _per_layer(config, ropes)
     return ropes[None] if None in ropes else cast("dict[str, RoPE]", ropes)
+
+
+def _per_layer(config: Any, ropes: dict[str | None, RoPE]) -> list[RoPE | None]:
+    """Each layer's rope (None: a NoPE layer, or a layer type without rope parameters)."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise ValueError(f"per_layer=True needs config.num_hidden_layers (an int >= 1), got {layers!r}")
+    uses = _uses_rope(config, layers)
+    if None in ropes:
+        return [ropes[None] if use else None for use in uses]
+    types = getattr(config, "layer_types", None)
+    if not isinstance(types, (list, tuple)) or len(types) < layers:
+        raise ValueError(f"per-layer-type rope parameters {sorted(ropes)} need config.layer_types, one per layer "
+                         f"({layers}), got {types!r}")
+    return [ropes.get(t) if use else None for t, use in zip(types, uses)]
+
+
+def _uses_rope(config: Any, layers: int) -> list[bool]:
+    """Whether each layer applies rope: ``config.no_rope_layers`` (1: rope, 0: NoPE, as transformers' Llama 4 and
+    SmolLM3 read it), else transformers' default from ``no_rope_layer_interval``, else every layer."""
+    flags = getattr(config, "no_rope_layers", None)
+    interval = getattr(config, "no_rope_layer_interval", None)
+    if not flags and interval is not None:  # transformers builds it so (Llama 4 also for an empty list)
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            raise ValueError(f"config.no_rope_layer_interval must be an int >= 1, got {interval!r}")
+        return [(i + 1) % interval != 0 for i in range(layers)]
+    if flags is None:
+        return [True] * layers
+    if (not isinstance(flags, (list, tuple)) or len(flags) < layers
+            or not all(f in (0, 1) and not isinstance(f, float) for f in flags)):
+        raise ValueError(f"config.no_rope_layers must list 1 (rope) or 0 (NoPE) for each of the {layers} layers, "
+                         f"got {flags!r}")
+    return [bool(f) for f in flags[:layers]]
 
 
 def _layer_config(config: Any, layer_type: str | None) -> Any:

@@ -405,3 +405,82 @@ def test_llama4_rotation_equals_hf(rope_parameters):
 
     enc = Encoder(ndpe.make(dims=1, kind="rope", dim=64, heads=2), dim=64, depth=8, heads=2, nope_every=4)
     assert [int(not n) for n in enc.nope] == list(cfg.no_rope_layers)
+
+
+# ---- iRoPE: from_hf_rope(per_layer=True), None for the layers without rope (no_rope_layers) ------------------------
+
+def test_smollm3_layers_set_from_per_layer_ropes():
+    """SmolLM3: each layer's entry is None exactly where the model's attention skips rope (``use_rope`` from
+    ``no_rope_layers``), else one shared rope whose cos/sin are the model's own; the reference Encoder's
+    ``nope_every`` blocks are the same layers."""
+    from transformers import SmolLM3Config, SmolLM3Model
+
+    from models.block import Encoder
+
+    cfg = SmolLM3Config(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=8,
+                        intermediate_size=64, vocab_size=50, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                        rope_parameters={"rope_type": "default", "rope_theta": 2e6})
+    model = SmolLM3Model(cfg)
+    ropes = ndpe.from_hf_rope(cfg, per_layer=True)
+    assert len(ropes) == 8 and [pe is None for pe in ropes] == [not layer.self_attn.use_rope for layer in model.layers]
+    assert [pe is None for pe in ropes] == [False, False, False, True] * 2
+    assert len({id(pe) for pe in ropes if pe is not None}) == 1
+    ids = torch.arange(50)[None]
+    cos, sin = model.rotary_emb(torch.zeros(1, 50, 64), ids)
+    ours = ndpe.hf_cos_sin(next(pe for pe in ropes if pe is not None), ids)
+    close(ours[0], cos, 50)
+    close(ours[1], sin, 50)
+    enc = Encoder(ndpe.make(dims=1, kind="rope", dim=64, heads=2), dim=64, depth=8, heads=2, nope_every=4)
+    assert list(enc.nope) == [pe is None for pe in ropes]
+
+
+@pytest.mark.parametrize("flags", [[1, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 1]])
+def test_llama4_explicit_no_rope_layers(flags):
+    """An explicit ``no_rope_layers`` (1: rope, 0: NoPE, as HF's Llama 4 attention reads it)."""
+    from transformers import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
+
+    cfg = Llama4TextConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                           num_hidden_layers=6, intermediate_size=64, intermediate_size_mlp=64, vocab_size=50,
+                           no_rope_layers=list(flags), rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    ropes = ndpe.from_hf_rope(cfg, per_layer=True, pairing="interleaved")
+    assert [pe is None for pe in ropes] == [not Llama4TextAttention(cfg, i).use_rope for i in range(6)]
+    assert all(pe.pairing == "interleaved" for pe in ropes if pe is not None)
+
+
+@pytest.mark.parametrize("fields,expected", [
+    ({}, [True] * 4),                                                     # no iRoPE: every layer
+    ({"no_rope_layer_interval": 2}, [True, False, True, False]),          # built as transformers does
+    ({"no_rope_layers": [], "no_rope_layer_interval": 3}, [True, True, False, True]),  # Llama 4: empty -> default
+    ({"no_rope_layers": [0, 1, 1, 0, 1]}, [False, True, True, False]),
+])
+def test_per_layer_reads_no_rope_layers_as_transformers(fields, expected):
+    cfg = SimpleNamespace(head_dim=16, num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+                          **fields)
+    assert [pe is not None for pe in ndpe.from_hf_rope(cfg, per_layer=True)] == expected
+    assert isinstance(ndpe.from_hf_rope(cfg), ndpe.kinds.rope.RoPE)  # without per_layer: the one rope, as before
+
+
+def test_per_layer_with_layer_types():
+    """Per-layer-type parameters: each layer its type's rope; a type without rope and a NoPE layer give None."""
+    cfg = SimpleNamespace(head_dim=16, num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0],
+                          layer_types=["local", "global", "plain", "global"],
+                          rope_parameters={"local": {"rope_type": "default", "rope_theta": 1e4},
+                                           "global": {"rope_type": "default", "rope_theta": 1e6}, "plain": None})
+    ropes = ndpe.from_hf_rope(cfg, per_layer=True)
+    assert [pe and pe.theta for pe in ropes] == [(1e4,), (1e6,), None, None]
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"num_hidden_layers": None}, "needs config.num_hidden_layers"),
+    ({"no_rope_layers": [1, 0]}, "1 \\(rope\\) or 0 \\(NoPE\\) for each of the 3 layers"),
+    ({"no_rope_layers": [1, 2, 1]}, "1 \\(rope\\) or 0 \\(NoPE\\)"),
+    ({"no_rope_layer_interval": 0}, "no_rope_layer_interval must be an int >= 1"),
+    ({"rope_parameters": {"a": {"rope_type": "default"}}, "layer_types": None}, "need config.layer_types"),
+])
+def test_per_layer_errors(fields, match):
+    base = dict(head_dim=16, num_hidden_layers=3, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+    with pytest.raises((ValueError, TypeError), match=match):
+        ndpe.from_hf_rope(SimpleNamespace(**{**base, **fields}), per_layer=True)
+    with pytest.raises(TypeError, match="per_layer must be a bool"):
+        ndpe.from_hf_rope(SimpleNamespace(**base), per_layer=1)

@@ -235,3 +235,42 @@ def test_bad_options(dims, dim, opts, match):
         return
     with pytest.raises(ValueError, match=match):
         make(dims, dim, **opts)
+
+
+# ---- added or concatenated to the tokens (cat_dim) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("dims,grid,cat_dim,opts", [(1, (9,), 8, {}), (2, (3, 5), 16, {"layout": "sin_cos"}),
+                                                    (2, (4, 2), 10, {}), (3, (2, 3, 2), 12, {"combine": "add"})])
+def test_cat_dim_concatenates_the_table_of_that_width(dims, grid, cat_dim, opts):
+    """``cat_dim=c``: the table a c-channel sinusoidal encoding would add, concatenated after tokens of dim - c."""
+    pe = make(dims, 48, cat_dim=cat_dim, **opts)
+    out = pe(grid)
+    assert out.add is None and pe.cat_dim == cat_dim
+    torch.testing.assert_close(out.cat, make(dims, cat_dim, **opts)(grid).add, atol=0, rtol=0)
+    x = torch.randn(2, 1 + math.prod(grid), 48 - cat_dim)
+    y = ndpe.apply_tokens(x, pe(grid, num_prefix=1))
+    assert y.shape == (2, 1 + math.prod(grid), 48)
+    assert torch.equal(y[..., :48 - cat_dim], x) and (y[:, 0, 48 - cat_dim:] == 0).all()  # tokens kept, prefix 0
+    assert make(dims, 48)(grid).cat is None and make(dims, 48).cat_dim == 0  # default: added, as before
+
+
+def test_cat_dim_in_a_model_narrows_the_token_embedding():
+    """The model's width grows as for coordinate channels: patches are embedded to dim - cat_dim channels."""
+    from models import build_model
+
+    model = build_model({"name": "vit", "num_classes": 3, "dim": 48, "depth": 1, "heads": 4, "patch_size": 4,
+                         "pe": {"kind": "sinusoidal", "options": {"cat_dim": 16}}})
+    assert model.patch_embed.proj.out_channels == 32 and model.head.in_features == 48
+    assert model(torch.randn(2, 3, 16, 24)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("opts,err,match", [
+    ({"cat_dim": 48}, ValueError, "cat_dim=48 .* below dim=48"),
+    ({"cat_dim": -1}, ValueError, "cat_dim must be an int >= 0"),
+    ({"cat_dim": 8.0}, TypeError, "cat_dim must be an int"),
+    ({"cat_dim": 7, "combine": "add"}, ValueError, "cat_dim divisible by 2"),
+    ({"cat_dim": 16, "axis_dims": (8, 6)}, ValueError, "sum to 14 channels but dim is 16"),
+])
+def test_cat_dim_errors(opts, err, match):
+    with pytest.raises(err, match=match):
+        make(2, 48, **opts)
