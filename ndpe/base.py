@@ -48,6 +48,8 @@ class Encoding(nn.Module):
             whose output pairs queries with keys (``bias``, ``logits``) declares it to decode; without it such a
             kind refuses ``past=``. A per-token kind may declare it to refuse options that cannot decode.
         causal_only: defined for causal attention only (CoPE): a bidirectional use raises.
+        causal_only_option: the boolean option that, when true, makes it causal-only (its causal form; dd-alibi,
+            transformer-xl: ``"causal"``); :meth:`is_causal_only` reads either.
         position_free: encodes no position at all (NoPE): nothing tells grids apart.
         has_parameters: learns parameters with its default options (``fourier`` only with ``learnable=True``).
         coordinate_based: accepts positions other than the grid's (position augmentation).
@@ -65,6 +67,7 @@ class Encoding(nn.Module):
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     takes_key_positions: ClassVar[bool] = False
     causal_only: ClassVar[bool] = False
+    causal_only_option: ClassVar[str | None] = None
     position_free: ClassVar[bool] = False
     has_parameters: ClassVar[bool] = False
     coordinate_based: ClassVar[bool] = True
@@ -109,6 +112,20 @@ class Encoding(nn.Module):
         {'causal': True}
         """
         return dict(cls.causal_options) if causal else {}
+
+    @classmethod
+    def is_causal_only(cls, options: dict[str, Any]) -> bool:
+        """Whether this kind built with ``options`` is defined for causal attention only (a bidirectional use
+        raises): :attr:`causal_only`, or its :attr:`causal_only_option` set (or defaulting) to true.
+
+        >>> from ndpe.kinds.dd_alibi import DataDependentAlibi
+        >>> DataDependentAlibi.is_causal_only({}), DataDependentAlibi.is_causal_only({"causal": False})
+        (True, False)
+        """
+        name = cls.causal_only_option
+        if cls.causal_only or name is None:
+            return cls.causal_only
+        return bool(options.get(name, inspect.signature(cls.__init__).parameters[name].default))
 
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:

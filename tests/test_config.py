@@ -97,3 +97,52 @@ def test_config_reference_walks_every_dataclass_field():
     assert rows["model.pe.options"] == ("dict", "{}", "the kind's keyword options (ndpe.options(kind))")
     assert rows["optim.clip_grad"][:2] == ("float | None", "1.0")
     assert len(rows) == len(config_help().splitlines()) - 1 - 3  # a title, one blank line between sections
+
+
+def causal_only_kinds() -> list[tuple[str, dict]]:
+    """Every kind with the options that make it causal-only, as its class declares them (not a list kept here)."""
+    import ndpe
+    from ndpe.registry import kind_class
+
+    cases = []
+    for kind in sorted(ndpe.available()):
+        cls = kind_class(kind)
+        opts = {cls.causal_only_option: True} if cls.causal_only_option else {}
+        if 1 in cls.supported_dims and cls.is_causal_only(opts):
+            cases.append((kind, opts))
+    return cases
+
+
+@pytest.mark.parametrize("kind, options", causal_only_kinds())
+def test_a_causal_only_kind_in_bidirectional_attention_is_refused_at_config_time(kind, options):
+    """dd-alibi (causal by default), transformer-xl causal=True, cope: refused by the config, before data or model."""
+    cfg = ["model.name=text", f"model.pe.kind={kind}", *[f"model.pe.options.{k}={v}" for k, v in options.items()]]
+    for causal in ([], ["model.causal=false"]):
+        with pytest.raises(ConfigError, match="defined for causal attention only.*model.causal=true"):
+            load_config("configs/text_copy.yaml", [*cfg, *causal])
+    assert load_config("configs/text_copy.yaml", [*cfg, "model.causal=true"]).model.pe.kind == kind
+    with pytest.raises(ConfigError, match="causal attention only.*model.name=text"):
+        load_config(None, [f"model.pe.kind={kind}", *cfg[2:]])  # a ViT attends both ways
+
+
+def test_causal_only_kinds_are_derived_from_the_declarations():
+    assert {k for k, _ in causal_only_kinds()} >= {"cope", "dd-alibi", "transformer-xl"}
+    assert load_config("configs/text_copy.yaml", ["model.pe.kind=dd-alibi", "model.pe.options.causal=false"])
+
+
+def test_is_causal_only_matches_the_term_each_kind_returns():
+    """What a class declares (``is_causal_only(options)``) is what its encoding's logits term says, for every kind
+    built with its example options and with its causal form."""
+    import ndpe
+    from ndpe.registry import kind_class
+
+    for kind in sorted(ndpe.available()):
+        cls = kind_class(kind)
+        if 1 not in cls.supported_dims:
+            continue
+        forms = [cls.example_options(1), {**cls.example_options(1), **cls.task_options(dims=1, causal=True,
+                                                                                       train_grid=(4,), max_grid=(8,))}]
+        for opts in forms:
+            pe = ndpe.make(dims=1, kind=kind, dim=16, heads=2, **opts)
+            logits = pe((4,)).logits
+            assert cls.is_causal_only(opts) == (logits is not None and logits.causal_only), (kind, opts)

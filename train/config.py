@@ -252,6 +252,7 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
     if m.pool is not None and m.pool not in ("cls", "mean"):
         raise ConfigError(f"config key model.pool must be cls or mean, got {m.pool!r}")
     check_pe(m.pe)
+    check_causal(m)
     check_optimizer(o.opt)
     check_data_name(d)
     if ":" not in d.name:
@@ -287,6 +288,21 @@ def check_pe(pe: PEConfig) -> None:
         raise ConfigError(f"model.pe.options: {pe.kind} has no option(s) {unknown}; it takes {sorted(known)}")
     if pe.augment is not None and pe.augment not in AUGMENTS:
         raise ConfigError(f"config key model.pe.augment must be null or one of {sorted(AUGMENTS)}, got {pe.augment!r}")
+
+
+def check_causal(m: ModelConfig) -> None:
+    """Refuse a kind (as configured) defined for causal attention only in a model whose attention is not causal
+    (``model.causal``: the text model only; every other architecture attends both ways)."""
+    from ndpe.registry import kind_class
+
+    cls = kind_class(m.pe.kind)
+    if m.causal or not cls.is_causal_only(m.pe.options):
+        return
+    fix = f"set model.pe.options.{cls.causal_only_option}=false (its bidirectional form), or " \
+        if cls.causal_only_option else ""
+    raise ConfigError(f"model.pe.kind={m.pe.kind!r} is defined for causal attention only, but the {m.name} model's "
+                      f"attention is bidirectional ({'model.causal unset' if m.causal is None else 'model.causal=false'}): {fix}use "
+                      f"{'model.causal=true' if m.name == 'text' else 'a causal text model (model.name=text)'}")
 
 
 def check_optimizer(opt: str) -> None:
