@@ -157,6 +157,7 @@ class Encoding(nn.Module):
     @coords_mode.setter
     def coords_mode(self, mode: str) -> None:
         check_choice(mode, "coords", COORD_MODES)
+        _check_augment_coords(self.augment, mode)
         self._coords_mode = mode
         self.clear_cache()
 
@@ -172,6 +173,7 @@ class Encoding(nn.Module):
         if augment is not None and self.integer_positions and getattr(augment, "continuous", True):
             raise ValueError(f"kind {self.kind!r} needs integer positions but {type(augment).__name__} makes fractional "
                              "ones; use an integer augmentation such as 'random'")
+        _check_augment_coords(augment, self.coords_mode)
         self.augment = augment
         self.clear_cache()
 
@@ -385,6 +387,14 @@ class Encoding(nn.Module):
                 continue
             parts.append(f"{name}={value!r}")
         return ", ".join(parts)
+
+
+def _check_augment_coords(augment: nn.Module | None, mode: str) -> None:
+    """Refuse an augmentation made for other coordinates than ``mode`` (its ``coords_modes``, when it declares them)."""
+    modes = getattr(augment, "coords_modes", COORD_MODES)
+    if mode not in modes:
+        raise ValueError(f"{type(augment).__name__} is made for coords in {modes}, got coords={mode!r}: build the "
+                         "encoding with one of them")
 
 
 def _equal(a: Any, b: Any) -> bool:
