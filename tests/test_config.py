@@ -146,3 +146,35 @@ def test_is_causal_only_matches_the_term_each_kind_returns():
             pe = ndpe.make(dims=1, kind=kind, dim=16, heads=2, **opts)
             logits = pe((4,)).logits
             assert cls.is_causal_only(opts) == (logits is not None and logits.causal_only), (kind, opts)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["train.steps=100000000000000000000000000"], r"train\.steps must be <= 1,000,000,000"),
+    (["train.epochs=10000000000"], r"train\.epochs must be <= 1,000,000"),
+    (["optim.warmup_steps=10000000000"], r"optim\.warmup_steps must be <= 1,000,000,000"),
+    (["train.batch_size=1000000000000"], r"train\.batch_size must be <= 1,048,576"),
+    (["model.dim=10000000000"], r"model\.dim must be <= 65,536"),
+    (["model.depth=1000000000"], r"model\.depth must be <= 4,096"),
+    (["model.vocab_size=10000000000"], r"model\.vocab_size must be <= 16,777,216"),
+    (["model.dim=4096", "model.depth=64"], r"~48 GiB of float32 weights, over the 16 GiB"),
+    (["model.dim=65536"], r"~768 GiB of float32 weights"),  # under the dim bound, over the weights
+])
+def test_absurd_steps_and_sizes_are_refused_in_one_line(overrides, match):
+    with pytest.raises(ConfigError, match=match) as refused:
+        load_config(None, overrides)
+    assert "\n" not in str(refused.value)
+
+
+def test_largest_bounded_values_still_load():
+    cfg = load_config(None, ["train.steps=1000000000", "model.dim=1024", "model.depth=48", "train.batch_size=4096"])
+    assert cfg.train.steps == 10 ** 9
+
+
+@pytest.mark.parametrize("text", ["model: null\n", "model:\n", "train: ~\n", "model: {pe: null}\n"])
+def test_a_null_section_is_refused_not_read_as_the_defaults(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"config section \w+(\.pe)? is null; expected a mapping"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"config section model is null"):
+        load_config(None, ["model="])
