@@ -174,11 +174,15 @@ class CoordAug(nn.Module):
     """
 
     continuous = True  # makes fractional positions
+    coords_modes = ("pixel", "centered")  # its bounds are for coordinates in [-1, 1], centred on the image
 
     def __init__(self, *, dims: int, shift: float | None = None, jitter: float | None = None,
                  rescale: float | None = 2.0, batch_size: int | None = None,
                  generator: torch.Generator | None = None):
         super().__init__()
+        if dims < 2:
+            raise ValueError(f"augment 'dinov3' jitters each image axis apart from a shared rescale: it needs dims >= 2, "
+                             f"got dims={dims} (for sequences use 'cape' or 'random')")
         self.dims = dims
         self.shift = None if shift is None else check_number(shift, "shift", low=0.0)
         self.jitter = None if jitter is None else check_number(jitter, "jitter", low=1.0, what="a factor >= 1")

@@ -48,6 +48,8 @@ class Encoding(nn.Module):
             whose output pairs queries with keys (``bias``, ``logits``) declares it to decode; without it such a
             kind refuses ``past=``. A per-token kind may declare it to refuse options that cannot decode.
         causal_only: defined for causal attention only (CoPE): a bidirectional use raises.
+        causal_only_option: the boolean option that, when true, makes it causal-only (its causal form; dd-alibi,
+            transformer-xl: ``"causal"``); :meth:`is_causal_only` reads either.
         position_free: encodes no position at all (NoPE): nothing tells grids apart.
         has_parameters: learns parameters with its default options (``fourier`` only with ``learnable=True``).
         coordinate_based: accepts positions other than the grid's (position augmentation).
@@ -65,6 +67,7 @@ class Encoding(nn.Module):
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     takes_key_positions: ClassVar[bool] = False
     causal_only: ClassVar[bool] = False
+    causal_only_option: ClassVar[str | None] = None
     position_free: ClassVar[bool] = False
     has_parameters: ClassVar[bool] = False
     coordinate_based: ClassVar[bool] = True
@@ -111,6 +114,20 @@ class Encoding(nn.Module):
         return dict(cls.causal_options) if causal else {}
 
     @classmethod
+    def is_causal_only(cls, options: dict[str, Any]) -> bool:
+        """Whether this kind built with ``options`` is defined for causal attention only (a bidirectional use
+        raises): :attr:`causal_only`, or its :attr:`causal_only_option` set (or defaulting) to true.
+
+        >>> from ndpe.kinds.dd_alibi import DataDependentAlibi
+        >>> DataDependentAlibi.is_causal_only({}), DataDependentAlibi.is_causal_only({"causal": False})
+        (True, False)
+        """
+        name = cls.causal_only_option
+        if cls.causal_only or name is None:
+            return cls.causal_only
+        return bool(options.get(name, inspect.signature(cls.__init__).parameters[name].default))
+
+    @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
         """Options a small example of this kind needs beyond its defaults (the contract tests build every
         kind with them); a kind with a required option overrides this."""
@@ -141,6 +158,7 @@ class Encoding(nn.Module):
     @coords_mode.setter
     def coords_mode(self, mode: str) -> None:
         check_choice(mode, "coords", COORD_MODES)
+        _check_augment_coords(self.augment, mode)
         self._coords_mode = mode
         self.clear_cache()
 
@@ -156,6 +174,7 @@ class Encoding(nn.Module):
         if augment is not None and self.integer_positions and getattr(augment, "continuous", True):
             raise ValueError(f"kind {self.kind!r} needs integer positions but {type(augment).__name__} makes fractional "
                              "ones; use an integer augmentation such as 'random'")
+        _check_augment_coords(augment, self.coords_mode)
         self.augment = augment
         self.clear_cache()
 
@@ -374,6 +393,14 @@ class Encoding(nn.Module):
                 continue
             parts.append(f"{name}={value!r}")
         return ", ".join(parts)
+
+
+def _check_augment_coords(augment: nn.Module | None, mode: str) -> None:
+    """Refuse an augmentation made for other coordinates than ``mode`` (its ``coords_modes``, when it declares them)."""
+    modes = getattr(augment, "coords_modes", COORD_MODES)
+    if mode not in modes:
+        raise ValueError(f"{type(augment).__name__} is made for coords in {modes}, got coords={mode!r}: build the "
+                         "encoding with one of them")
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -171,11 +171,16 @@ def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path
 
     from .base import Encoding
     from .per_axis import PerAxis
-    from .registry import make
-    from .viz import draw, require_matplotlib
+    from .registry import make, options
+    from .viz.figures import check_prefix, draw, require_matplotlib
 
     parser = viz_parser(prog)
     args = parser.parse_args(argv)
+    if args.name:
+        try:
+            check_prefix(args.name)
+        except ValueError as err:
+            parser.error(f"--{err}")
     require_matplotlib()
     grid = tuple(args.grid)
     if args.grow is not None and len(args.grow) != len(grid):

@@ -46,6 +46,7 @@ from .checks import check_bool, check_float_dtype
 from .contract import PosOut
 from .kinds.rope import RoPE
 from .registry import make
+from .scaling import SCALINGS
 from .scaling_config import RopeScaling, hf_types
 
 __all__ = ["from_hf_rope", "hf_cos_sin", "use"]
@@ -67,7 +68,11 @@ def _rope_parameters(config: Any) -> dict[str | None, dict]:
     ``type`` (else ``config.default_rope_type``, ``"default"``); for ``llama3``, ``yarn`` and ``longrope``
     ``original_max_position_embeddings`` is ``config.original_max_position_embeddings`` where a one-rope config
     has one (it wins, as HF), else ``max_position_embeddings``."""
-    params = dict(_config_dict(config, "rope_scaling") or _config_dict(config, "rope_parameters") or {})
+    scaling, parameters = _config_dict(config, "rope_scaling"), _config_dict(config, "rope_parameters")
+    if scaling and parameters and scaling != parameters:
+        raise ValueError(f"config.rope_scaling {scaling} and config.rope_parameters {parameters} disagree: keep one "
+                         "(rope_parameters, the newer name)")
+    params = dict(scaling or parameters or {})
     labels = set(getattr(config, "layer_types", None) or ()) | set(getattr(config, "_rope_type_labels", None) or ())
     nested = sorted(k for k, v in params.items() if isinstance(v, dict) or (k in labels and v is None))
     if not nested:
@@ -79,7 +84,21 @@ def _rope_parameters(config: Any) -> dict[str | None, dict]:
     return {k: _standardize(dict(params[k]), config, nested=True) for k in nested if params[k] is not None}
 
 
+# what a rope parameter dict may hold: HF's shared keys, every scaling type's options (ndpe.scaling), and keys that
+# models read elsewhere (Ministral 3 / Mistral 4 scale the queries with llama_4_scaling_beta, not the rotation)
+KNOWN_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor", "original_max_position_embeddings",
+              "max_position_embeddings", "mrope_section", "mrope_interleaved", "llama_4_scaling_beta"}
+
+
+def _check_keys(params: dict) -> None:
+    known = KNOWN_KEYS.union(*(SCALINGS[name].options for name in SCALINGS))
+    unknown = sorted(str(k) for k in params if k not in known)
+    if unknown:
+        raise ValueError(f"rope_parameters holds unknown key(s) {unknown}; expected some of {sorted(known)}")
+
+
 def _standardize(params: dict, config: Any, *, nested: bool) -> dict:
+    _check_keys(params)
     theta = getattr(config, "rope_theta", None)
     params.setdefault("rope_theta", theta if theta is not None else getattr(config, "default_theta", 10000.0))
     if getattr(config, "partial_rotary_factor", None) is not None:
@@ -224,6 +243,9 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
                                                               for n in section):
             raise ValueError(f"rope_parameters['mrope_section'] must be a list of ints (rotary pairs per axis), "
                              f"got {section!r}")
+        if len(section) != 3:
+            raise ValueError(f"rope_parameters['mrope_section'] must have 3 entries, the rotary pairs of the t, h and w "
+                             f"axes of HF's M-RoPE ids (3, B, T), got {section!r}")
         dims = len(section)
         interleaved = p.get("mrope_interleaved", str(getattr(config, "model_type", "")).startswith("qwen3_vl"))
         opts.update(mrope_section=tuple(section), mrope_interleaved=bool(interleaved))

@@ -162,3 +162,14 @@ def test_equals_timm_rotary_embedding_mrope(head_dim, section, grid):
     other = pe.replace(mrope_interleaved=False)  # Qwen2-VL's sections: another layout
     assert_tells_apart(ndpe.apply_qk(q, q, pe((1, *grid)))[0], ndpe.apply_qk(q, q, other((1, *grid)))[0], ref,
                        rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("section", [[8, 8], [4, 4, 4, 4], [16]])
+def test_from_hf_rope_refuses_an_mrope_section_that_is_not_t_h_w(section):
+    """HF's M-RoPE splits (3, B, T) ids: a section of another length is a config error, not a 2-D or 4-D rope."""
+    cfg = SimpleNamespace(head_dim=64, rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                        "mrope_section": section})
+    with pytest.raises(ValueError, match=r"mrope_section'\] must have 3 entries.*got \[" + str(section[0])):
+        ndpe.from_hf_rope(cfg)
+    cfg.rope_parameters["mrope_section"] = [8, 12, 12]
+    assert ndpe.from_hf_rope(cfg).dims == 3

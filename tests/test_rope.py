@@ -310,3 +310,28 @@ def test_head_map_is_an_option_and_kept_by_replace():
 def test_head_map_errors(opts, match):
     with pytest.raises(ValueError, match=match):
         ndpe.make(dims=2, kind="rope", dim=64, heads=2, **opts)
+
+
+@pytest.mark.parametrize("dims, opts, match", [
+    # every period equal: one frequency repeated (with min = max = 1, index coordinates never rotate)
+    (2, dict(periods=True, min_period=1, max_period=1), r"max_period must be above min_period=1"),
+    (1, dict(periods=True, min_period=4.0, max_period=4.0), r"max_period must be above min_period=4"),
+    # p-RoPE keeping int(p * d_a / 2) = 0 frequencies: nothing rotates (a NoPE in disguise)
+    (1, dict(proportion=1e-9), r"proportion=1e-09 keeps no frequency .* use proportion >= 0.0625"),
+    (2, dict(proportion=0.05), r"keeps no frequency of an axis of 8"),
+    # DINOv3's augmentation is for centred coordinates of images
+    (2, dict(augment="dinov3"), r"made for coords in \('pixel', 'centered'\), got coords='index'"),
+    (1, dict(augment="dinov3", coords="centered"), r"'dinov3' .* needs dims >= 2, got dims=1"),
+])
+def test_degenerate_rope_options_are_refused(dims, opts, match):
+    with pytest.raises(ValueError, match=match):
+        ndpe.make(dims=dims, kind="rope", dim=32, **opts)
+
+
+def test_the_nearest_valid_rope_options_still_build():
+    ndpe.make(dims=2, kind="rope", dim=32, periods=True, min_period=1, max_period=1.5)
+    assert int((ndpe.make(dims=1, kind="rope", dim=32, proportion=0.0625).inv_freq > 0).sum()) == 1
+    pe = ndpe.make(dims=2, kind="rope", dim=32, augment="dinov3", coords="centered")
+    with pytest.raises(ValueError, match="got coords='index'"):  # nor switched to index coordinates afterwards
+        pe.coords_mode = "index"
+    assert pe.coords_mode == "centered"

@@ -484,3 +484,26 @@ def test_per_layer_errors(fields, match):
         ndpe.from_hf_rope(SimpleNamespace(**{**base, **fields}), per_layer=True)
     with pytest.raises(TypeError, match="per_layer must be a bool"):
         ndpe.from_hf_rope(SimpleNamespace(**base), per_layer=1)
+
+
+def test_from_hf_rope_refuses_rope_scaling_and_rope_parameters_that_disagree():
+    """Both names set and different: which one HF would read depends on its version; neither silently wins."""
+    cfg = SimpleNamespace(head_dim=32, rope_scaling={"rope_type": "linear", "factor": 2.0},
+                          rope_parameters={"rope_type": "linear", "factor": 4.0})
+    with pytest.raises(ValueError, match=r"rope_scaling .*'factor': 2\.0.* and config\.rope_parameters .*'factor': "
+                                         r"4\.0.* disagree"):
+        ndpe.from_hf_rope(cfg)
+    cfg.rope_scaling = dict(cfg.rope_parameters)  # the same dict under both names (HF 5 keeps both): fine
+    assert ndpe.from_hf_rope(cfg).scale == (4.0,)
+
+
+@pytest.mark.parametrize("params, unknown", [
+    ({"rope_type": "linear", "factor": 2.0, "factr": 3.0}, "['factr']"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fats": 16}, "['beta_fats']"),
+    ({"rope_type": "default", "theta": 500000.0}, "['theta']"),  # rope_theta misspelt: 10000 would be used
+])
+def test_from_hf_rope_names_unknown_keys(params, unknown):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) " + unknown.replace("[", r"\[").replace("]", r"\]")):
+        ndpe.from_hf_rope(SimpleNamespace(head_dim=32, max_position_embeddings=256, rope_parameters=params))
+    known = {k: v for k, v in params.items() if k not in unknown}
+    ndpe.from_hf_rope(SimpleNamespace(head_dim=32, max_position_embeddings=256, rope_parameters=known))

@@ -207,6 +207,10 @@ class RoPE(Encoding):
             axis_dims = tuple(2 * n for n in self.mrope_section)
         self.axis_dims = resolve_axis_dims(self.head_dim, dims, axis_dims)
         self.rot_dim = sum(self.axis_dims)
+        if self.proportion != 1.0 and min(int(self.proportion * d // 2) for d in self.axis_dims) == 0:
+            raise ValueError(f"proportion={proportion!r} keeps no frequency of an axis of {min(self.axis_dims) // 2} "
+                             f"(axis_dims {self.axis_dims}): nothing would rotate; use proportion >= "
+                             f"{2 / min(self.axis_dims):g}")
         self.theta = per_axis(theta, dims, "theta", low=1.0, inclusive=False)
         if self.mrope_section is not None and len(set(self.theta)) > 1:
             raise ValueError(f"mrope_section uses one frequency series: theta must be one number, got {theta!r}")
