@@ -186,6 +186,14 @@ def logit_fields(out: PosOut) -> list[str]:
             if value is not None and (spec.role == "pair" or (spec.role == "term" and spec.lead == QK))]
 
 
+def attention_fields(out: PosOut, tokens_too: bool = False) -> list[str]:
+    """The fields of ``out`` that act in attention, as declared: set, and meeting q and k (a rotation, a bias, a
+    logits term): what a model must hand every attention layer for exactly the tokens it encoded. ``tokens_too``:
+    also those that act on the tokens (``add``, ``cat``, ``tokens``): every field that acts."""
+    leads = (QK, TOKENS) if tokens_too else (QK,)
+    return [name for name, spec, value in _items(out) if value is not None and spec.role != "meta" and spec.lead in leads]
+
+
 def token_count(out: PosOut) -> int | None:
     """The tokens ``out``'s fields cover (the queries of the pairwise ones); None where no tensor counts them."""
     return next((parts(value)[0].shape[-2] for _, spec, value in _items(out)

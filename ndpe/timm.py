@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .contract import PosOut, apply_tokens, attn_bias
+from .contract import PosOut, apply_tokens, attention_fields, attn_bias
 from .functional import apply_qk
 from .kinds.learned import Learned
 from .packing import stack
@@ -160,6 +160,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
         raise ValueError("ndpe.timm.use: NaFlexVit's patch dropout reorders tokens after the encoding; build the "
                          "model with patch_drop_rate=0")
     if not isinstance(model, NaFlexVit):  # NaFlexVit takes any size as it is
+        _check_patch_drop(model, pe, kind)
         _take_any_size(model)
         if isinstance(pe, Learned) and not pe.factorized and model.pos_embed is not None:
             _start_from_table(pe, model)
@@ -180,6 +181,21 @@ def _use(model: Any, kind: str, options: dict) -> Any:
         blk.attn = NdpeAttention(blk.attn, holder)
     model.__class__ = _encoding_class(type(model))
     return model
+
+
+def _check_patch_drop(model: Any, pe: Any, kind: str) -> None:
+    """Refuse a kind that would meet other tokens than it encoded in a model that drops patches. A
+    ``VisionTransformer`` keeps a random subset of the tokens after ``_pos_embed``: what is added to the tokens there
+    follows them, a rotation, bias or logits term built for every patch does not. ``Eva`` drops them inside its
+    ``_pos_embed``, before ndpe's encoding meets the tokens: only a kind with no position fits."""
+    if getattr(model, "patch_drop", None) is None or isinstance(model.patch_drop, nn.Identity):
+        return
+    eva = isinstance(model, Eva)
+    fields = attention_fields(pe(tuple(model.patch_embed.grid_size), num_prefix=model.num_prefix_tokens), eva)
+    if fields:
+        instead = "" if eva else ", or use a kind that adds to the tokens (learned, sinusoidal)"
+        raise ValueError(f"ndpe.timm.use: the model drops patches (patch_drop_rate > 0) where kind {kind!r} would act "
+                         f"({', '.join(fields)}) on every patch: build the model with patch_drop_rate=0{instead}")
 
 
 def _take_any_size(model: Any) -> None:
@@ -271,6 +287,9 @@ def _naflex_pos(pe, patch_coord: Tensor, patch_valid: Tensor | None, num_prefix:
     """One ``PosOut`` for a NaFlex batch: each sample encoded for its own grid (its patches must be that grid in
     row-major order, as timm's ``patchify_image`` makes them), padded to ``length`` tokens (identity; timm's
     ``attn_mask`` keeps the padding out) and stacked along the batch."""
+    if patch_coord.is_floating_point() and not torch.equal(patch_coord, patch_coord.round()):
+        raise ValueError("ndpe.timm.use on a NaFlex batch: patch_coord must hold whole (row, col) patch indices, got "
+                         f"fractions (e.g. {patch_coord[patch_coord != patch_coord.round()][0].item():g})")
     grids = calculate_naflex_grid_sizes(patch_coord)
     outs = []
     for b, (h, w) in enumerate(grids):

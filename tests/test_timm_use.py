@@ -213,6 +213,37 @@ def test_naflex_batch_out_of_row_major_order_is_refused():
         model(batch)
 
 
+def test_naflex_fractional_patch_coords_are_refused():
+    """Coordinates are whole patch indices; fractions were truncated to another grid."""
+    model = ndpe.timm.use(naflexvit(), "rope").eval()
+    batch, _ = naflex_batch([torch.randn(3, 16, 16)])
+    batch["patch_coord"] = batch["patch_coord"].float() + 0.5
+    with pytest.raises(ValueError, match=r"whole \(row, col\) patch indices, got fractions \(e.g. 0.5\)"):
+        model(batch)
+
+
+@pytest.mark.parametrize("name", ["vit", "eva"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_patch_dropout_refuses_kinds_that_act_in_attention(name, kind):
+    """timm's patch dropout keeps a random subset of the patches: in a ViT, after the encoding, so a kind that adds to
+    the tokens follows them and trains, and one that acts in attention is refused at use(), the model left as it
+    was; in Eva, before ndpe's encoding meets the tokens, so every kind with a position is refused."""
+    torch.manual_seed(0)
+    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=1, num_heads=2, num_classes=5,
+                              patch_drop_rate=0.5) if name == "vit" else \
+        timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=32, patch_size=8, embed_dim=48,
+                          num_heads=2, depth=1, num_classes=5, patch_drop_rate=0.5)
+    pe = build(kind, 2)
+    if ndpe.contract.attention_fields(pe((4, 4), num_prefix=1), tokens_too=name == "eva"):  # Eva drops them first
+        with pytest.raises(ValueError, match=r"drops patches \(patch_drop_rate > 0\) where kind .* build the model "
+                                             r"with patch_drop_rate=0") as err:
+            ndpe.timm.use(model, kind, **type(pe).example_options(2))
+        assert "\n" not in str(err.value) and getattr(model, "ndpe_pe", None) is None
+    else:
+        model = ndpe.timm.use(model, kind, **type(pe).example_options(2)).train()
+        model(torch.randn(2, 3, 32, 32)).sum().backward()
+
+
 def test_rope_mixed_one_block_equals_timm():
     """timm's RoPE-Mixed ViT learns one frequency set per block, ndpe's rope-mixed one per encoding: with one block
     and timm's frequencies copied (its xy order: freqs[0] turns with the column), the outputs are timm's; copied in
