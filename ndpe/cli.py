@@ -23,6 +23,7 @@ learned (dims 1, 2, 3): ndpe.make(dims=..., kind='learned', dim=..., heads=1, <o
   combine: str = 'add'
   resize: str | None = None
   init_std: float = 0.02
+  cat_dim: int = 0
 0
 """
 from __future__ import annotations

@@ -163,7 +163,7 @@ def _per_layer(config: Any, ropes: dict[str | None, RoPE]) -> list[RoPE | None]:
         return [ropes[None] if use else None for use in uses]
     types = getattr(config, "layer_types", None)
     if not isinstance(types, (list, tuple)) or len(types) < layers:
-        raise ValueError(f"per-layer-type rope parameters {sorted(ropes)} need config.layer_types, one per layer "
+        raise ValueError(f"per-layer-type rope parameters {sorted(map(str, ropes))} need config.layer_types, one per layer "
                          f"({layers}), got {types!r}")
     return [ropes.get(t) if use else None for t, use in zip(types, uses)]
 

@@ -28,7 +28,7 @@ Where the counter resumes after an image or video (``resume=``):
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, Sequence, Union, cast
 
 import torch
 from einops import rearrange
@@ -69,7 +69,8 @@ def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, toke
     check_choice(resume, "resume", RESUMES)
     if tokens_per_second is not None:
         check_number(tokens_per_second, "tokens_per_second", low=0.0, inclusive=False)
-    plan, pos = [], start  # (segment, its first id, its t, h, w and time step) checked before anything is built
+    plan: list[tuple[Any, int, tuple[int, int, int, float] | None]] = []  # (segment, first id, t, h, w, time step)
+    pos = start  # everything is checked before anything is built
     for seg in segments:
         if isinstance(seg, int) and not isinstance(seg, bool):
             if seg < 0:
@@ -80,7 +81,8 @@ def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, toke
         t, h, w, interval = _grid(seg, spatial_merge, tokens_per_second)
         ends = torch.tensor([0, t - 1]) * interval  # the first and last time steps, in the arithmetic built below
         if not (ends.isfinite().all() and float(ends[1]) < 2.0 ** 63 and int(ends[1]) + pos <= MAX_ID):
-            raise ValueError(f"the time ids of video {tuple(seg)} reach {pos} + {float(ends[1]):.3g} ((T - 1) x "
+            video = tuple(cast(Sequence, seg))
+            raise ValueError(f"the time ids of video {video} reach {pos} + {float(ends[1]):.3g} ((T - 1) x "
                              f"tokens_per_second x seconds_per_grid = {t - 1} x {interval:.3g}), past int64's {MAX_ID}: "
                              "pass a tokens_per_second and seconds the model was trained with")
         plan.append((seg, pos, (t, h, w, interval)))

@@ -222,6 +222,8 @@ class PerAxis(nn.Module):
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
                 num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut:
+        """Encode a grid (or ``positions`` ``(..., N, dims)`` in axis order): each axis by its own encoding, merged
+        into one ``PosOut`` for ``num_prefix + N`` tokens; ``past`` as for an encoding (a decoder's cache length)."""
         check_int(num_prefix, "num_prefix", low=0)
         check_float_dtype(dtype)
         if past:

@@ -199,11 +199,6 @@ def test_bad_options_raise(opts, error, words):
 
 # -- head map: which heads rotate which axis, which stay unrotated (head_axes) ------------------------------------------
 
-def rotate(pe, q, k, **where):
-    """q, k ``(B, heads, N, head_dim)`` rotated by ``pe``'s output for ``where`` (a grid or positions)."""
-    return ndpe.apply_qk(q, k, pe(**where))
-
-
 def logits(q, k):
     return q @ k.transpose(-1, -2)  # (B, heads, N, N)
 

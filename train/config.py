@@ -344,6 +344,8 @@ def check_causal(m: ModelConfig) -> None:
     (``model.causal``: the text model only; every other architecture attends both ways)."""
     from ndpe.registry import kind_class
 
+    if not isinstance(m.pe.kind, str):  # per axis: ndpe.PerAxis refuses every kind with a logits term, these among them
+        return
     cls = kind_class(m.pe.kind)
     if m.causal or not cls.is_causal_only(m.pe.options):
         return

@@ -35,7 +35,7 @@ torch.Size([8, 5, 5])
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 from torch import Tensor
@@ -75,6 +75,7 @@ def biased_heads(alibi_heads: int | Sequence[int] | None, heads: int) -> tuple[i
     if alibi_heads is None:
         return tuple(range(heads))
     if _is_int(alibi_heads):
+        alibi_heads = int(cast(int, alibi_heads))
         if not 1 <= alibi_heads <= heads:
             raise ValueError(f"alibi_heads must be a number of heads in 1..heads={heads} or a list of head indices, "
                              f"got {alibi_heads}")

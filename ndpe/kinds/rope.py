@@ -221,7 +221,7 @@ class RoPE(Encoding):
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (rot_dim / 2,) float64
         # single-axis heads: each axis' series over all rot_dim channels, (dims * rot_dim / 2,) float64
-        head_freq, self.head_attn_factor = self._build_inv_freq(torch.device("cpu"), self.single_axis_dims)
+        head_freq, self.head_attn_factor = self._build_head_inv_freq(torch.device("cpu"))
         self.register_buffer("head_inv_freq", head_freq, persistent=False)
 
     def _check_head_axes(self, head_axes) -> tuple[int | str | None, ...] | None:
@@ -244,6 +244,13 @@ class RoPE(Encoding):
             raise ValueError(f"scaling={self.scaling!r} gives per-frequency factors for the axial layout; a single-axis "
                              "head spends every rotary channel on one axis: use head_axes 'all' / None with it")
         return tuple(head_axes)
+
+    def _build_head_inv_freq(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
+        """Single-axis heads' frequencies (each axis' series over all ``rot_dim`` channels), built only where a head
+        takes one axis (a per-frequency scaling's factors fit the axial layout alone); empty otherwise."""
+        if self.head_axes is None or not any(isinstance(e, int) for e in self.head_axes):
+            return torch.zeros(0, dtype=torch.float64, device=device), self.attn_factor
+        return self._build_inv_freq(device, self.single_axis_dims)
 
     @property
     def single_axis_dims(self) -> tuple[int, ...]:
@@ -330,7 +337,7 @@ class RoPE(Encoding):
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self.inv_freq = self._build_inv_freq(self.inv_freq.device)[0]  # .half() / .to(bf16) never reach it
-        self.head_inv_freq = self._build_inv_freq(self.inv_freq.device, self.single_axis_dims)[0]
+        self.head_inv_freq = self._build_head_inv_freq(self.inv_freq.device)[0]
         return out
 
     def axis_inv_freqs(self, positions: Tensor, single: bool = False) -> list[Tensor]:
@@ -380,7 +387,8 @@ class RoPE(Encoding):
         over every rotary channel, or the identity (cos 1, sin 0)."""
         single_cos, single_sin = self._cos_sin(pos, single=True) if any(
             isinstance(e, int) for e in cast(tuple, self.head_axes)) else ([], [])
-        table = {"all": (cos, sin), None: (torch.ones_like(cos), torch.zeros_like(sin)),
-                 **{a: (c.float(), s.float()) for a, (c, s) in enumerate(zip(single_cos, single_sin))}}
+        table: dict[int | str | None, tuple[Tensor, Tensor]] = {
+            "all": (cos, sin), None: (torch.ones_like(cos), torch.zeros_like(sin)),
+            **{a: (c.float(), s.float()) for a, (c, s) in enumerate(zip(single_cos, single_sin))}}
         rows = [table[e] for e in cast(tuple, self.head_axes)]
         return torch.stack([c for c, _ in rows], dim=-3), torch.stack([s for _, s in rows], dim=-3)
