@@ -1,6 +1,6 @@
-"""The README's picture of the explorer: build the page, open it in headless Chromium, save one view.
+"""The pictures of the explorer in the docs: build the page, open it in headless Chromium, save two views.
 
-    python docs/explorer_screenshot.py            # docs/figures/explorer.png
+    python docs/explorer_screenshot.py    # docs/figures/explorer.png (growth view), explorer_bench.png (a chart)
 
 Needs the viz extra (the page) and a browser (ndpe/explore/browser.py: selenium with Debian's chromium).
 """
@@ -16,22 +16,33 @@ from ndpe.explore.browser import chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEW = "tab=growth&kind=rope&mode=zoom&grow=2&coords=index&scaling=none&q=centre"
+CHART = "tab=bench&task=text%2Fstdlib_lm&kinds=alibi,fire,relative,rope,rope%20(ntk),rope%20(pi),rope%20(yarn)"
 
 
-def main(out: Path = ROOT / "docs" / "figures" / "explorer.png") -> Path:
+def wait_for(driver, script: str, what: str) -> None:
+    end = time.time() + 20
+    while not driver.execute_script(script):
+        if time.time() > end:
+            raise RuntimeError(f"the explorer did not draw {what} in 20 s")
+        time.sleep(0.05)
+
+
+def main(out: Path = ROOT / "docs" / "figures") -> list[Path]:
     os.chdir(ROOT)  # the page names the run as given: benchmarks/results/standard-v1
     with tempfile.TemporaryDirectory() as tmp:
         page = write_page(Path(tmp), results=Path("benchmarks/results/standard-v1"))
         with chromium(1100, 900) as driver:
             driver.get(f"file://{page}#{VIEW}")
-            end = time.time() + 20
-            while driver.execute_script("return document.documentElement.dataset.scene") != "loaded":
-                if time.time() > end:
-                    raise RuntimeError("the explorer did not draw its scene in 20 s")
-                time.sleep(0.05)
-            driver.save_screenshot(str(out))
-    print(out)
-    return out
+            wait_for(driver, "return document.documentElement.dataset.scene === 'loaded'", "its scene")
+            driver.save_screenshot(str(out / "explorer.png"))
+            driver.set_window_size(1100, 2400)  # the whole chart in the window: an element's picture is cut to it
+            driver.get("about:blank")
+            driver.get(f"file://{page}#{CHART}")
+            wait_for(driver, "return !!document.querySelector('#bench-plot svg')", "the benchmark chart")
+            driver.find_element("id", "bench-plot").screenshot(str(out / "explorer_bench.png"))
+    paths = [out / "explorer.png", out / "explorer_bench.png"]
+    print(*paths, sep="\n")
+    return paths
 
 
 if __name__ == "__main__":

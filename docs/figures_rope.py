@@ -13,70 +13,159 @@ from ndpe.viz.panels import mark_trained_range, trained_window
 from figure_registry import RELATION, VARIANT_LINES, figure, seeded
 
 
+def profile(ax, values: torch.Tensor, grid: tuple, query: int, offsets=None, **line) -> None:
+    """The query's row of a relation map as a curve against the column offset from the query (or ``offsets``)."""
+    rows, cols = grid[-2], grid[-1]
+    r, c = divmod(query % (rows * cols), cols)
+    start = query - query % (rows * cols)
+    ys = values[start + r * cols:start + (r + 1) * cols].numpy()
+    xs = torch.arange(cols).numpy() - c if offsets is None else offsets
+    ax.plot(xs, ys, **line)
+
+
 @figure("rope")
 def rope_2d_grow():
     """RoPE trained on 8x8, on a 24x24 grid: as it is (extrapolation: offsets beyond the training grid's, hatched)
     and with position interpolation (every angle divided by 3: each offset's angles stay within the trained ones).
-    Theta 100, so the relation varies over these few tokens (theta 1e4's slow pairs barely turn over 24 tokens)."""
+    Theta 100, so the relation varies over these few tokens (theta 1e4's slow pairs barely turn over 24 tokens).
+    Under the maps, the query's row as curves on one axis: the values the colours hide."""
     train, grow, s = (8, 8), (24, 24), 3.0
     panels = [(train, {}, f"trained grid {train}"),
               (grow, {}, f"{grow}: extrapolate\n(dashed: offsets seen in training)"),
               (grow, {"scaling": "linear", "scale": s}, f'{grow}: scaling="linear", scale {s:g}\n'
                                                         f"(every angle within those of the {train} grid)")]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4.1), layout="constrained",
-                             gridspec_kw={"width_ratios": [train[1], grow[1], grow[1]]})
+    fig, axes = plt.subplot_mosaic([["a", "b", "c"], ["p", "p", "p"]], figsize=(12, 6.6), layout="constrained",
+                                   gridspec_kw={"width_ratios": [train[1], grow[1], grow[1]],
+                                                "height_ratios": [3, 1.4]})
     pes = [seeded(dims=2, kind="rope", dim=32, theta=100.0, **opts) for _, opts, _ in panels]
     rels = [relation(pe(grid), centre_index(grid)) for pe, (grid, _, _) in zip(pes, panels)]
     scale = color_scale(*rels)  # one scale for the three panels
-    for ax, pe, (grid, opts, title), rel in zip(axes, pes, panels, rels):
+    for ax, pe, (grid, opts, title), rel in zip((axes["a"], axes["b"], axes["c"]), pes, panels, rels):
         image = show_relation(ax, rel, grid, centre_index(grid), scale)
         if grid != train and not opts:  # extrapolation: outline the trained offsets, hatch the others
             mark_trained_range(ax, trained_window(pe, train, grid, centre_index(grid)), grid)
         ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.8, label=RELATION)
-    fig.suptitle("2D RoPE, head_dim 32, theta 100, index coordinates: relation to the centre token as the grid grows; "
-                 "hatched: offsets the model never saw", fontsize=10)
+    fig.colorbar(image, ax=[axes["a"], axes["b"], axes["c"]], shrink=0.8, label=RELATION)
+    lines = [("trained grid (8, 8)", style.BASELINE_COLOUR, "--", "o"),
+             ("(24, 24): extrapolate", style.VARIANT_COLOURS[0], "-", "."),
+             ('(24, 24): scaling="linear", scale 3', style.VARIANT_COLOURS[1], "-", "v")]
+    for (grid, _, _), rel, (label, colour, ls, marker) in zip(panels, rels, lines):
+        profile(axes["p"], rel, grid, centre_index(grid), color=colour, ls=ls, marker=marker, label=label)
+    axes["p"].axvspan(-(train[1] // 2), train[1] - 1 - train[1] // 2, color="0.92", zorder=0)
+    axes["p"].set(xlabel="column offset from the query, along its row (grey: offsets of the trained grid)",
+                  ylabel="relation")
+    axes["p"].legend(fontsize=8, loc="lower center", ncols=3)
+    fig.suptitle("2D RoPE, head_dim 32, theta 100, index coordinates: relation to the centre token as the grid grows\n"
+                 "hatched: offsets the model never saw; below: the query's row of each map", fontsize=10)
     return fig
+
+
+ZOOM_TRAIN, ZOOM_GROWN = (8, 8), (16, 16)
+ZOOM_ENCODINGS = {"index coordinates": {"theta": 100.0},
+                  "DINOv3 (centred, periods)": {"coords": "centered", "periods": True, "theta": 100.0}}
+
+
+def zoom_canvas_profiles() -> dict:
+    """Per encoding of :data:`ZOOM_ENCODINGS`: the relation along the query's row against the offset in content
+    (training image widths), at the training size, zoomed (the same image in 16 x 16 patches) and on a canvas (16 x
+    16 patches of the training size: twice the image), as ``(offsets, values)``; and the three maps."""
+    out = {}
+    for name, opts in ZOOM_ENCODINGS.items():
+        pe = seeded(dims=2, kind="rope", dim=32, **opts)
+        views = {}
+        for view, grid, patch in (("training", ZOOM_TRAIN, 1 / ZOOM_TRAIN[1]), ("zoom", ZOOM_GROWN, 1 / ZOOM_GROWN[1]),
+                                  ("canvas", ZOOM_GROWN, 1 / ZOOM_TRAIN[1])):
+            q = centre_index(ZOOM_TRAIN) if view == "canvas" else centre_index(grid)  # canvas: the same patch
+            q = q // ZOOM_TRAIN[1] * grid[1] + q % ZOOM_TRAIN[1] if view == "canvas" else q
+            rel = relation(pe(grid), q)
+            r, c = divmod(q, grid[1])
+            offsets = (torch.arange(grid[1]) - c).double() * patch
+            views[view] = {"map": rel, "grid": grid, "query": q, "patch": patch,
+                           "profile": (offsets, rel.reshape(grid)[r].double())}
+        out[name] = views
+    return out
+
+
+def largest_gap(profiles: dict, view: str) -> float:
+    """The largest difference between ``view``'s profile and the training one at the training grid's offsets."""
+    (x0, y0), (x, y) = profiles["training"]["profile"], profiles[view]["profile"]
+    gaps = [abs(float(y[(x - a).abs().argmin()]) - float(b)) for a, b in zip(x0, y0)
+            if float((x - a).abs().min()) < 1e-9]
+    return max(gaps)
 
 
 @figure("rope")
 def rope_dinov3_zoom():
-    """DINOv3's rope: centred coordinates in [-1, 1] with periods, so a larger grid samples the same map finer."""
-    dino = {"coords": "centered", "periods": True, "theta": 100.0}
-    panels = [((8, 8), dino, "trained grid (8, 8)"), ((16, 16), dino, "(16, 16), DINOv3: the same map, finer"),
-              ((16, 16), {"theta": 100.0}, "(16, 16), index coordinates: wider")]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [8, 16, 16]})
-    rels = [relation(seeded(dims=2, kind="rope", dim=32, **opts)(grid), centre_index(grid)) for grid, opts, _ in panels]
-    scale = color_scale(*rels)
-    for ax, (grid, opts, title), rel in zip(axes, panels, rels):
-        image = show_relation(ax, rel, grid, centre_index(grid), scale)
-        ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.8, label=RELATION)
-    fig.suptitle("2D RoPE, head_dim 32, theta 100: relation to the centre token, DINOv3's periods on centred "
-                 "coordinates (zoom) vs index coordinates (canvas)", fontsize=10)
+    """One encoding at the training size, zoomed (the same image in more, smaller patches) and on a canvas (more
+    image, patches of the same size), drawn in content units (training image widths) so the three line up; a row
+    per encoding (index coordinates, DINOv3's centred coordinates with periods), the query's row as curves."""
+    data = zoom_canvas_profiles()
+    fig, axes = plt.subplots(2, 4, figsize=(13, 6.6), layout="constrained",
+                             gridspec_kw={"width_ratios": [1, 1, 2, 2.2]})
+    scale = color_scale(*(v["map"] for views in data.values() for v in views.values()))
+    colours = {"training": style.BASELINE_COLOUR, "zoom": style.VARIANT_COLOURS[0], "canvas": style.VARIANT_COLOURS[1]}
+    for row, (name, views) in zip(axes, data.items()):
+        for ax, (view, v) in zip(row, views.items()):
+            rows, cols = v["grid"]
+            extent = (0, cols * v["patch"], rows * v["patch"], 0)
+            image = ax.imshow(v["map"].reshape(rows, cols).numpy(), extent=extent, interpolation="nearest", **scale)
+            r, c = divmod(v["query"], cols)
+            ax.plot((c + 0.5) * v["patch"], (r + 0.5) * v["patch"], "k+", ms=8, mew=1.5)
+            if view == "canvas":
+                ax.add_patch(plt.Rectangle((0, 0), 1, 1, fill=False, ec="k", lw=1.5, ls="--"))
+            dashed = ": the training image dashed" if view == "canvas" else ""
+            ax.set_title(f"{name}\n{view} {rows} x {cols}{dashed}", fontsize=8)
+            ax.set_xlabel("image widths", fontsize=8)
+            ax.tick_params(labelsize=7)
+            for spine in ax.spines.values():
+                spine.set_color(colours[view])
+                spine.set_linewidth(2)
+        for view, v in views.items():
+            x, y = v["profile"]
+            gap = "" if view == "training" else f": differs by up to {largest_gap(views, view):.2f}"
+            row[3].plot(x.numpy(), y.numpy(), color=colours[view], marker="o" if view == "training" else ".",
+                        ls="-" if view != "zoom" else "--", label=view + gap)
+        row[3].set(xlabel="offset from the query along its row (image widths)", ylabel="relation", xlim=(-0.6, 1.1))
+        row[3].set_title(f"{name}: the query's row", fontsize=8)
+        row[3].legend(fontsize=7, loc="upper right")
+    fig.colorbar(image, ax=axes[:, :3], shrink=0.6, label=RELATION)
+    fig.suptitle("2D RoPE, head_dim 32, theta 100, one encoding per row: trained on 8 x 8, then the same image in\n"
+                 "16 x 16 patches (zoom) and twice the image in patches of the same size (canvas)", fontsize=10)
     return fig
 
 
 @figure("rope")
 def rope_3d_frames():
+    """The relation of the centre token of a 5-frame video to every frame, on one scale, and under each frame its
+    query row against the query frame's (dashed): each frame's map is the query frame's lowered by a constant."""
     grid = (5, 12, 12)  # (frames, rows, cols)
     pe = seeded(dims=3, kind="rope", dim=48, theta=100.0)  # head_dim 48: 16 rotary channels per axis
     q = centre_index(grid)
     rel = relation(pe(grid), q)
-    fig, axes = plt.subplots(1, 5, figsize=(12.5, 3.3), layout="constrained")
+    fig, axes = plt.subplots(2, 5, figsize=(12.5, 5.0), layout="constrained", gridspec_kw={"height_ratios": [3, 1.4]},
+                             sharey="row")
     scale = color_scale(rel)  # one scale for every frame
     ticks = list(range(0, grid[1], 3))
-    for ax, frame in zip(axes, range(grid[0])):
+    per_frame = grid[1] * grid[2]
+    for ax, low, frame in zip(axes[0], axes[1], range(grid[0])):
         image = ax.imshow(as_image(rel, grid, frame).numpy(), **scale, interpolation="nearest")
-        ax.set_title(f"frame {frame} (offset {frame - grid[0] // 2:+d})", fontsize=9)
+        drop = float(rel[q] - rel[frame * per_frame + q % per_frame])
+        ax.set_title(f"frame {frame} (offset {frame - grid[0] // 2:+d}): {drop:.2f} below", fontsize=9)
         ax.set(xticks=ticks, yticks=ticks)
         ax.tick_params(labelsize=7)
         ax.set_xlabel("column (axis 2)", fontsize=8)
         ax.set_ylabel("row (axis 1)", fontsize=8)
-    axes[grid[0] // 2].plot(grid[2] // 2, grid[1] // 2, "k+", ms=8, mew=1.5)
-    fig.colorbar(image, ax=axes, shrink=0.8, label=RELATION)
-    fig.suptitle(f"3D RoPE (video grid {grid}, theta 100): relation of the centre token (+) to every frame",
-                 fontsize=10)
+        profile(low, rel, grid, q, color=style.BASELINE_COLOUR, ls="--", lw=1, label="query frame")
+        profile(low, rel, grid, frame * per_frame + q % per_frame, color=style.VARIANT_COLOURS[0], marker=".",
+                label=f"frame {frame}")
+        low.set_xlabel("column offset (query row)", fontsize=8)
+        low.tick_params(labelsize=7)
+        low.legend(fontsize=6, loc="upper right")
+    axes[1, 0].set_ylabel("relation", fontsize=8)
+    axes[0, grid[0] // 2].plot(grid[2] // 2, grid[1] // 2, "k+", ms=8, mew=1.5)
+    fig.colorbar(image, ax=axes[0], shrink=0.8, label=RELATION)
+    fig.suptitle(f"3D RoPE (video grid {grid}, theta 100): relation of the centre token (+) to every frame; below, "
+                 "the query's row in each frame against the query frame's", fontsize=10)
     return fig
 
 

@@ -3,6 +3,10 @@
 The input is ``(B, 1, n_mels, frames)`` (channels, freq, time, as torchaudio / AST). The patch grid is
 ``(time, freq)`` in ``ij`` order: time is the first (slow) axis, so longer audio adds grid rows and the
 token order is frame-major. Inputs whose sizes are not multiples of the patch are zero-padded.
+
+``pe`` takes one kind for the grid (``{"kind": "rope"}``) or one per axis by name (:class:`ndpe.PerAxis`), e.g.
+RoPE on time and a learned vector per frequency patch (64 mels / 16 = 4): ``{"kind": {"time": "rope", "freq":
+{"kind": "learned", "size": 4}}}``; ``size`` also refuses an input whose frequency axis has another length.
 """
 from __future__ import annotations
 
@@ -24,13 +28,15 @@ class AudioTransformer(nn.Module):
     (torch.Size([2, 5]), torch.Size([2, 5]))
     """
 
+    axes = ("time", "freq")  # the grid's axes, in order: what a per-axis pe names
+
     def __init__(self, *, num_classes: int, pe: Mapping[str, Any], dim: int = 64, depth: int = 4, heads: int = 4,
                  patch_size: Sequence[int] = (4, 8), in_chans: int = 1, pool: str = "cls", mlp_ratio: float = 4.0,
                  drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
         self.num_prefix, self.pool = check_pool(pool), pool
-        self.encoder = Encoder(make_pe(pe, dims=2, dim=dim, heads=heads), dim=dim, depth=depth, heads=heads,
-                               mlp_ratio=mlp_ratio, drop=drop, drop_path=drop_path)
+        self.encoder = Encoder(make_pe(pe, dims=2, dim=dim, heads=heads, axes=self.axes), dim=dim, depth=depth,
+                               heads=heads, mlp_ratio=mlp_ratio, drop=drop, drop_path=drop_path)
         c = self.encoder.token_dim
         self.patch_embed = PatchEmbed(None, tuple(patch_size), in_chans, c, strict_img_size=False,
                                       dynamic_img_pad=True, output_fmt="NHWC")

@@ -17,16 +17,31 @@ from torch import Tensor, nn
 import ndpe
 
 
-def make_pe(pe: Mapping[str, Any], *, dims: int, dim: int, heads: int) -> nn.Module:
+def make_pe(pe: Mapping[str, Any], *, dims: int, dim: int, heads: int, axes: Sequence[str] = ()) -> nn.Module:
     """Build the encoding a model config names: ``{"kind": ..., "options": {...}, "augment": ...}``.
+
+    ``kind`` may also give each of the model's ``axes`` (its grid's axis names, e.g. ``("time", "freq")``) its
+    own kind, as :class:`ndpe.PerAxis` takes them: ``{"time": "rope", "freq": {"kind": "learned", "size": 4}}``,
+    every axis named once, in any order; the options then go inside each axis.
 
     >>> make_pe({"kind": "rope"}, dims=2, dim=64, heads=4).kind
     'rope'
+    >>> make_pe({"kind": {"freq": "sinusoidal", "time": "rope"}}, dims=2, dim=64, heads=4, axes=("time", "freq")).kind
+    'time=rope+freq=sinusoidal'
     """
     unknown = sorted(set(pe) - {"kind", "options", "augment"})
     if unknown:
         raise ValueError(f"unknown pe key(s) {unknown}; expected kind, options, augment")
-    return ndpe.make(dims=dims, kind=pe.get("kind", "none"), dim=dim, heads=heads, augment=pe.get("augment"),
+    kind = pe.get("kind", "none")
+    if isinstance(kind, Mapping):
+        if pe.get("options") or pe.get("augment") is not None:
+            raise ValueError("a per-axis pe takes each axis's options inside it ({axis: {kind: ..., option: ...}}) "
+                             "and no augment")
+        if sorted(kind) != sorted(axes):
+            raise ValueError(f"a per-axis pe names each axis of this model's grid {tuple(axes)} once, got "
+                             f"{tuple(kind)}")
+        return ndpe.PerAxis({a: kind[a] for a in axes}, dim=dim, heads=heads)
+    return ndpe.make(dims=dims, kind=kind, dim=dim, heads=heads, augment=pe.get("augment"),
                      **dict(pe.get("options") or {}))
 
 

@@ -93,6 +93,8 @@ class TextTransformer(nn.Module):
             raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
         if prompt.dim() != 2 or prompt.dtype != torch.long or prompt.shape[1] == 0:
             raise ValueError(f"prompt must be (B, L >= 1) token ids of dtype long, got {tuple(prompt.shape)} {prompt.dtype}")
+        if prompt.shape[0] == 0:  # no sequence to continue (min() of an empty tensor would raise)
+            return prompt.new_empty((0, prompt.shape[1] + max_new_tokens))
         vocab = self.tok_embed.num_embeddings
         low, high = int(prompt.min()), int(prompt.max())
         if low < 0 or high >= vocab:

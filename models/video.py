@@ -1,4 +1,8 @@
-"""Tubelet video transformer (ViViT-style uniform tubelet embedding) on a 3D grid ``(frames, rows, cols)``."""
+"""Tubelet video transformer (ViViT-style uniform tubelet embedding) on a 3D grid ``(frames, rows, cols)``.
+
+``pe`` takes one kind (``{"kind": "rope"}``) or one per axis by name (:class:`ndpe.PerAxis`), e.g. sinusoids on
+frames and RoPE on space: ``{"kind": {"frames": "sinusoidal", "rows": "rope", "cols": "rope"}}``.
+"""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -19,14 +23,16 @@ class VideoTransformer(nn.Module):
     (torch.Size([2, 4]), torch.Size([2, 4]))
     """
 
+    axes = ("frames", "rows", "cols")  # the grid's axes, in order: what a per-axis pe names
+
     def __init__(self, *, num_classes: int, pe: Mapping[str, Any], dim: int = 64, depth: int = 4, heads: int = 4,
                  tubelet: Sequence[int] = (2, 4, 4), in_chans: int = 3, pool: str = "cls", mlp_ratio: float = 4.0,
                  drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
         self.num_prefix, self.pool = check_pool(pool), pool
         self.tubelet = tuple(tubelet)
-        self.encoder = Encoder(make_pe(pe, dims=3, dim=dim, heads=heads), dim=dim, depth=depth, heads=heads,
-                               mlp_ratio=mlp_ratio, drop=drop, drop_path=drop_path)
+        self.encoder = Encoder(make_pe(pe, dims=3, dim=dim, heads=heads, axes=self.axes), dim=dim, depth=depth,
+                               heads=heads, mlp_ratio=mlp_ratio, drop=drop, drop_path=drop_path)
         c = self.encoder.token_dim
         self.tubelet_embed = nn.Conv3d(in_chans, c, kernel_size=self.tubelet, stride=self.tubelet)
         self.cls_token = nn.Parameter(torch.zeros(1, self.num_prefix, c))

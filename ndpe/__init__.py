@@ -18,11 +18,12 @@ from .kinds.coord import AddCoords
 from .memory import memory_budget, set_memory_budget
 from .mrope import mrope_positions
 from .packing import pack, stack
+from .per_axis import PerAxis
 from .registry import available, make, options, register
 from .scaling_config import RopeScaling
 
 __all__ = [
-    "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PosOut", "RopeScaling", "apply_qk", "apply_tokens", "attn_bias", "available",
+    "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PerAxis", "PosOut", "RopeScaling", "apply_qk", "apply_tokens", "attn_bias", "available",
     "bias_budget", "causal_mask", "from_hf_rope", "hf_cos_sin", "grid_coords", "make", "memory_budget", "merge", "mrope_positions", "pack", "options", "register",
     "set_bias_budget", "set_memory_budget", "stack",
 ]

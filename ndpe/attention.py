@@ -7,7 +7,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from .checks import check_bool, check_heads, check_number
-from .contract import PosOut, attn_term, check_pos
+from .contract import PosOut, attn_term, check_pos, check_token_count, token_count
 from .functional import rotate_qk
 
 
@@ -42,7 +42,25 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: Tensor, pos: PosOut | None = None, cache: "KVCache | None" = None) -> Tensor:
+        """Attend over the tokens ``x`` ``(B, T, dim)`` with the encoding ``pos``; returns ``(B, T, dim)``.
+
+        Args:
+            x: the tokens, batch first, prefix (cls / register) tokens first; ``ndpe.apply_tokens`` already applied.
+            pos: what ``pe(grid_shape, num_prefix=P)`` returned for these ``T = P + N`` tokens (None: no encoding).
+                Its rotation turns q and k, its bias or logits term goes to SDPA as ``attn_mask``.
+            cache: this layer's :class:`KVCache` when decoding (one per layer); ``pos`` then encodes the ``T`` new
+                tokens after the cached ones, ``pe((T,), past=cache.length)``.
+
+        A ``pos`` built for other tokens (another grid, num_prefix or KV-cache length) is refused in one line.
+
+        >>> import ndpe
+        >>> pe, attn = ndpe.make(dims=1, kind="alibi", dim=32, heads=4), Attention(32, heads=4, causal=True)
+        >>> attn(torch.randn(2, 6, 32), pe((6,))).shape
+        torch.Size([2, 6, 32])
+        """
         check_cache(pos, cache)  # pos checked once here; rotate_qk and attn_term relate it to q, k and x
+        if pos is not None and (covered := token_count(pos)) is not None:
+            check_token_count(x, covered, pos.num_prefix, "x", ("B", "T", "dim"))
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         q, k = rotate_qk(q, k, pos)
         if cache is not None:
@@ -88,6 +106,8 @@ def check_cache(pos: PosOut | None, cache: "KVCache | None") -> None:
 class KVCache:
     """Keys and values of one attention layer for decoding, as the attention used them (rotated keys).
 
+    One per layer: each :class:`Attention` of a decoder gets its own (``[KVCache() for _ in blocks]``), and every
+    layer's cache holds the same tokens, so any of them gives ``past=cache.length`` for the next encoding.
     ``update(k, v)`` appends the new tokens' ``(B, heads, n, head_dim)`` keys and values and returns all of
     them; ``length`` is the number of cached tokens (the next call's ``past``).
 
@@ -103,9 +123,12 @@ class KVCache:
 
     @property
     def length(self) -> int:
+        """The number of cached tokens: the ``past=`` of the next tokens' encoding."""
         return 0 if self.k is None else self.k.shape[-2]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the new tokens' keys and values ``(B, heads, n, head_dim)``; return all cached ones,
+        ``(B, heads, length, head_dim)`` each."""
         for t, name in ((k, "keys"), (v, "values")):
             if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
                 raise ValueError(f"{name} must be a floating (B, heads, T, head_dim) tensor, got "

@@ -26,6 +26,8 @@ from torch import Tensor, nn
 from .checks import check_number, per_axis
 from .memory import check_memory
 
+__all__ = ["AUGMENTS", "CAPE", "CoordAug", "RandomPositions", "make_augment"]
+
 
 def _check_batch(positions: Tensor, batch_size: int | None, dims: int) -> tuple[Tensor, bool]:
     """Positions as ``(B, N, dims)`` and whether the input was unbatched and should stay so."""
@@ -84,6 +86,7 @@ class CAPE(nn.Module):
         return (2 * u - 1) * bound  # U(-bound, bound)
 
     def forward(self, positions: Tensor, grid_shape: Sequence[int] | None = None) -> Tensor:
+        """``positions`` ``(N, dims)`` or ``(B, N, dims)`` augmented as the class says (``grid_shape``: axis sizes)."""
         pos, squeeze = _check_batch(positions, self.batch_size, self.dims)  # (B, N, dims)
         b, n, d = pos.shape
         shift = self._uniform((b, 1, d), pos.new_tensor(self.max_global_shift), pos)
@@ -133,6 +136,7 @@ class RandomPositions(nn.Module):
         return keys.topk(n, dim=-1).indices.sort(dim=-1).values.float()
 
     def forward(self, positions: Tensor, grid_shape: Sequence[int] | None = None) -> Tensor:
+        """``positions`` ``(N, dims)`` or ``(B, N, dims)`` augmented as the class says (``grid_shape``: axis sizes)."""
         if grid_shape is None:
             raise ValueError("RandomPositions needs grid_shape (the size of each axis); call pe(grid_shape, ...)")
         pos, squeeze = _check_batch(positions, self.batch_size, self.dims)  # (B, N, dims)
@@ -170,11 +174,15 @@ class CoordAug(nn.Module):
     """
 
     continuous = True  # makes fractional positions
+    coords_modes = ("pixel", "centered")  # its bounds are for coordinates in [-1, 1], centred on the image
 
     def __init__(self, *, dims: int, shift: float | None = None, jitter: float | None = None,
                  rescale: float | None = 2.0, batch_size: int | None = None,
                  generator: torch.Generator | None = None):
         super().__init__()
+        if dims < 2:
+            raise ValueError(f"augment 'dinov3' jitters each image axis apart from a shared rescale: it needs dims >= 2, "
+                             f"got dims={dims} (for sequences use 'cape' or 'random')")
         self.dims = dims
         self.shift = None if shift is None else check_number(shift, "shift", low=0.0)
         self.jitter = None if jitter is None else check_number(jitter, "jitter", low=1.0, what="a factor >= 1")
@@ -186,6 +194,7 @@ class CoordAug(nn.Module):
         return torch.empty(shape, device=like.device, dtype=like.dtype).uniform_(-bound, bound, generator=self.generator)
 
     def forward(self, positions: Tensor, grid_shape: Sequence[int] | None = None) -> Tensor:
+        """``positions`` ``(N, dims)`` or ``(B, N, dims)`` augmented as the class says (``grid_shape``: axis sizes)."""
         pos, squeeze = _check_batch(positions, self.batch_size, self.dims)  # (B, N, dims)
         b, d = pos.shape[0], self.dims
         if self.shift is not None:
@@ -208,6 +217,7 @@ def _check_batch_size(batch_size):
 
 
 AUGMENTS = {"cape": CAPE, "random": RandomPositions, "dinov3": CoordAug}
+"""The names ``augment=`` takes, and their modules."""
 
 
 def make_augment(spec, *, dims: int) -> nn.Module:

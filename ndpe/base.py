@@ -20,7 +20,7 @@ from .checks import check_choice, check_dims, check_float_dtype, check_heads, ch
 from .contract import PosOut, pad_prefix, tensors  # noqa: F401  (pad_prefix re-exported)
 from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
-from .packing import pack
+from .packing import check_mask_memory, pack
 
 _E = TypeVar("_E", bound="Encoding")
 
@@ -48,6 +48,8 @@ class Encoding(nn.Module):
             whose output pairs queries with keys (``bias``, ``logits``) declares it to decode; without it such a
             kind refuses ``past=``. A per-token kind may declare it to refuse options that cannot decode.
         causal_only: defined for causal attention only (CoPE): a bidirectional use raises.
+        causal_only_option: the boolean option that, when true, makes it causal-only (its causal form; dd-alibi,
+            transformer-xl: ``"causal"``); :meth:`is_causal_only` reads either.
         position_free: encodes no position at all (NoPE): nothing tells grids apart.
         has_parameters: learns parameters with its default options (``fourier`` only with ``learnable=True``).
         coordinate_based: accepts positions other than the grid's (position augmentation).
@@ -65,6 +67,7 @@ class Encoding(nn.Module):
     supported_dims: ClassVar[tuple[int, ...]] = (1, 2, 3)
     takes_key_positions: ClassVar[bool] = False
     causal_only: ClassVar[bool] = False
+    causal_only_option: ClassVar[str | None] = None
     position_free: ClassVar[bool] = False
     has_parameters: ClassVar[bool] = False
     coordinate_based: ClassVar[bool] = True
@@ -111,6 +114,20 @@ class Encoding(nn.Module):
         return dict(cls.causal_options) if causal else {}
 
     @classmethod
+    def is_causal_only(cls, options: dict[str, Any]) -> bool:
+        """Whether this kind built with ``options`` is defined for causal attention only (a bidirectional use
+        raises): :attr:`causal_only`, or its :attr:`causal_only_option` set (or defaulting) to true.
+
+        >>> from ndpe.kinds.dd_alibi import DataDependentAlibi
+        >>> DataDependentAlibi.is_causal_only({}), DataDependentAlibi.is_causal_only({"causal": False})
+        (True, False)
+        """
+        name = cls.causal_only_option
+        if cls.causal_only or name is None:
+            return cls.causal_only
+        return bool(options.get(name, inspect.signature(cls.__init__).parameters[name].default))
+
+    @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
         """Options a small example of this kind needs beyond its defaults (the contract tests build every
         kind with them); a kind with a required option overrides this."""
@@ -130,6 +147,7 @@ class Encoding(nn.Module):
     # -- shared machinery ----------------------------------------------------------------
     @property
     def device(self) -> torch.device:
+        """The device the encoding's outputs are built on (that of its parameters and buffers)."""
         return self._anchor.device
 
     @property
@@ -140,6 +158,7 @@ class Encoding(nn.Module):
     @coords_mode.setter
     def coords_mode(self, mode: str) -> None:
         check_choice(mode, "coords", COORD_MODES)
+        _check_augment_coords(self.augment, mode)
         self._coords_mode = mode
         self.clear_cache()
 
@@ -155,6 +174,7 @@ class Encoding(nn.Module):
         if augment is not None and self.integer_positions and getattr(augment, "continuous", True):
             raise ValueError(f"kind {self.kind!r} needs integer positions but {type(augment).__name__} makes fractional "
                              "ones; use an integer augmentation such as 'random'")
+        _check_augment_coords(augment, self.coords_mode)
         self.augment = augment
         self.clear_cache()
 
@@ -164,15 +184,15 @@ class Encoding(nn.Module):
 
         Bias and logits kinds implement it from the grid coordinates ``coords (N, dims)`` (and, for logits
         kinds, the grid tokens' queries and keys ``(B, heads, N, head_dim)``), so flex attention
-        (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor; other kinds have no
-        term to add and refuse in one line (``ValueError``, as every capability a kind does not declare).
+        (:mod:`ndpe.flex`) adds the term per logit without a ``(heads, N, N)`` tensor. A kind without one refuses in
+        one line (``ValueError``); :func:`ndpe.flex.grid_term` then materializes the term of its ``PosOut``, if any.
         """
-        raise ValueError(f"{type(self).__name__} ({self.kind!r}) adds nothing to the attention logits, so it has no "
-                        "flex score_mod; apply its PosOut with apply_tokens / apply_qk")
+        raise ValueError(f"{type(self).__name__} ({self.kind!r}) has no score function per logit of its own: "
+                         "ndpe.flex.grid_term materializes its PosOut's logits term, if it has one")
 
     @classmethod
     def has_score_bias(cls) -> bool:
-        """Whether the kind adds a term to the logits that flex attention can take (it overrides score_bias)."""
+        """Whether the kind computes its logits term per logit for flex attention (it overrides score_bias)."""
         return cls.score_bias is not Encoding.score_bias
 
     def replace(self, **changes: Any) -> "Encoding":
@@ -206,6 +226,8 @@ class Encoding(nn.Module):
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
                 num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut:
+        """The :class:`~ndpe.PosOut` of ``num_prefix`` unencoded tokens then a grid of ``grid_shape`` (or of
+        ``positions``); the arguments are described in the class docstring ("Args of ``forward``")."""
         check_int(num_prefix, "num_prefix", low=0)
         check_int(past, "past", low=0)
         check_float_dtype(dtype)
@@ -256,8 +278,11 @@ class Encoding(nn.Module):
         if isinstance(grid_shapes, (str, bytes)) or not isinstance(grid_shapes, (list, tuple)) or not grid_shapes:
             raise TypeError(f"grid_shapes must be a non-empty list of grid shapes (one per sample), got {grid_shapes!r}")
         shapes = [check_grid_shape(g, self.dims) for g in grid_shapes]
+        check_int(num_prefix, "num_prefix", low=0)
+        sizes = [num_prefix + num_grid_tokens(g) for g in shapes]
+        check_mask_memory((), sizes, dtype or torch.float32)  # its smallest mask, before any sample is encoded
         outs = [self(g, num_prefix=num_prefix, dtype=dtype) for g in shapes]
-        out = pack(outs, [num_prefix + num_grid_tokens(g) for g in shapes], device=self.device)
+        out = pack(outs, sizes, device=self.device)
         return out if dtype is None else out.to(dtype)
 
     def _decode(self, grid_shape: tuple[int, ...] | None, positions: Tensor | None, num_prefix: int,
@@ -368,6 +393,14 @@ class Encoding(nn.Module):
                 continue
             parts.append(f"{name}={value!r}")
         return ", ".join(parts)
+
+
+def _check_augment_coords(augment: nn.Module | None, mode: str) -> None:
+    """Refuse an augmentation made for other coordinates than ``mode`` (its ``coords_modes``, when it declares them)."""
+    modes = getattr(augment, "coords_modes", COORD_MODES)
+    if mode not in modes:
+        raise ValueError(f"{type(augment).__name__} is made for coords in {modes}, got coords={mode!r}: build the "
+                         "encoding with one of them")
 
 
 def _equal(a: Any, b: Any) -> bool:

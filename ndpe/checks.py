@@ -45,6 +45,16 @@ def check_int(value, name: str, *, low: int | None = None) -> int:
     return value
 
 
+def check_cat_dim(cat_dim, dim: int, kind: str) -> int:
+    """A table's ``cat_dim``: 0 (the table is added to the tokens) or the channels it concatenates to tokens of
+    ``dim - cat_dim`` channels, below ``dim``."""
+    check_int(cat_dim, "cat_dim", low=0)
+    if cat_dim >= dim:
+        raise ValueError(f"{kind} cat_dim={cat_dim} concatenates that many channels to tokens of dim - cat_dim: it "
+                         f"must be below dim={dim} (0 adds the table instead)")
+    return cat_dim
+
+
 def check_heads(dim, heads) -> int:
     """``dim`` and ``heads`` positive ints, ``dim`` split evenly across the heads; returns ``head_dim``."""
     check_int(dim, "dim", low=1)
@@ -149,6 +159,20 @@ def check_float_dtype(dtype, name: str = "dtype") -> torch.dtype | None:
     if not dtype.is_floating_point:
         raise ValueError(f"{name} must be a floating dtype (float32, float16, bfloat16, float64), got {dtype}")
     return dtype
+
+
+def check_devices(where: str, **named: torch.Tensor | torch.device) -> None:
+    """Tensors (or devices) that meet in ``where`` must be on one device; the error names each one's.
+
+    >>> check_devices("attention", q=torch.zeros(1), k=torch.zeros(1, device="meta"))
+    Traceback (most recent call last):
+    ...
+    ValueError: attention needs one device, got q on cpu, k on meta: move them to one device (.to(device))
+    """
+    devices = {name: v if isinstance(v, torch.device) else v.device for name, v in named.items()}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} on {device}" for name, device in devices.items())
+        raise ValueError(f"{where} needs one device, got {listed}: move them to one device (.to(device))")
 
 
 def check_float_tensor(x, name: str) -> None:

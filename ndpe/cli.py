@@ -23,6 +23,7 @@ learned (dims 1, 2, 3): ndpe.make(dims=..., kind='learned', dim=..., heads=1, <o
   combine: str = 'add'
   resize: str | None = None
   init_std: float = 0.02
+  cat_dim: int = 0
 0
 """
 from __future__ import annotations
@@ -129,7 +130,11 @@ def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
 
     parser = OneLineParser(prog=prog, description=(viz.__doc__ or "").split("\n")[0],
                            epilog=f"Example: {prog} --kind rope --grid 8 8 --grow 16 16 --heads 4")
-    parser.add_argument("--kind", required=True, choices=sorted(available()))
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--kind", choices=sorted(available()))
+    what.add_argument("--axis", type=parse_axis, action="append", metavar="NAME=KIND",
+                      help="per axis, in grid order (ndpe.PerAxis), e.g. --axis time=rope --axis freq=learned; "
+                           "repeatable, no --option; a learned table is sized to its axis of --grid")
     parser.add_argument("--grid", type=int, nargs="+", required=True,
                         help="grid sizes in ij order (dims = their count)")
     parser.add_argument("--grow", type=int, nargs="+", default=None, help="a larger grid to compare with")
@@ -146,6 +151,18 @@ def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
     return parser
 
 
+def parse_axis(text: str) -> tuple[str, str]:
+    """``"time=rope"`` -> ``("time", "rope")``, one axis of ``ndpe viz --axis``.
+
+    >>> parse_axis("freq=learned")
+    ('freq', 'learned')
+    """
+    name, sep, kind = text.partition("=")
+    if not sep or not name.isidentifier() or not kind:
+        raise argparse.ArgumentTypeError(f"an axis is NAME=KIND (e.g. time=rope), got {text!r}")
+    return name, kind
+
+
 def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path]:
     """Build one encoding from command-line arguments and draw it (:func:`ndpe.viz.draw`); return the written paths.
 
@@ -153,28 +170,48 @@ def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path
     """
     import torch
 
+    from .base import Encoding
+    from .per_axis import PerAxis
     from .registry import make, options
-    from .viz import draw, require_matplotlib
+    from .viz.figures import check_prefix, draw, require_matplotlib
 
     parser = viz_parser(prog)
     args = parser.parse_args(argv)
+    if args.name:
+        try:
+            check_prefix(args.name)
+        except ValueError as err:
+            parser.error(f"--{err}")
     require_matplotlib()
     grid = tuple(args.grid)
     if args.grow is not None and len(args.grow) != len(grid):
         parser.error(f"--grow needs one size per axis of --grid ({len(grid)}), got {args.grow}")
-    opts = dict(args.option)
-    params = options(args.kind)
-    if params.get("grid_shape", None) is inspect.Parameter.empty and "grid_shape" not in opts:
-        opts["grid_shape"] = grid  # a learned table sized to the training grid
+    if args.axis and (args.option or len(args.axis) != len(grid)):
+        parser.error(f"--axis takes no --option and one axis per size of --grid ({len(grid)}), got {len(args.axis)}")
     torch.manual_seed(args.seed)
+    pe: Encoding | PerAxis
     try:
-        pe = make(dims=len(grid), kind=args.kind, dim=args.dim, heads=args.heads, **opts)
+        if args.axis:
+            pe = PerAxis({name: {"kind": kind, **_sized(kind, (n,), {})} for (name, kind), n in zip(args.axis, grid)},
+                         dim=args.dim, heads=args.heads)
+        else:
+            pe = make(dims=len(grid), kind=args.kind, dim=args.dim, heads=args.heads,
+                      **_sized(args.kind, grid, dict(args.option)))
     except (TypeError, ValueError) as err:
         parser.error(str(err))
     paths = draw(pe, grid, tuple(args.grow) if args.grow else None, args.out, args.name, tuple(args.figures))
     for p in paths:
         print(p)
     return paths
+
+
+def _sized(kind: str, grid: tuple[int, ...], opts: dict) -> dict:
+    """``opts`` of ``kind``, with a table that needs a size (learned's ``grid_shape``) sized to ``grid``."""
+    from .registry import options
+
+    if options(kind).get("grid_shape", None) is inspect.Parameter.empty and "grid_shape" not in opts:
+        opts = {**opts, "grid_shape": grid}  # a learned table sized to the training grid
+    return opts
 
 
 def _viz(argv: list[str], prog: str) -> int:
@@ -193,7 +230,8 @@ def _explore(out: Path, results: Path | None, kinds: list[str] | None) -> int:
     from .explore import write_page
 
     try:
-        path = write_page(out, results=results, kinds=kinds)
+        path = write_page(out, results=results, kinds=kinds,
+                          progress=lambda line: print(f"{PROG} explore: {line}", file=sys.stderr, flush=True))
     except (ImportError, ValueError, OSError) as err:  # no matplotlib, no or a stale explore.json, --out...
         return _fail(f"{PROG} explore", str(err).splitlines()[0] if str(err) else type(err).__name__)
     print(path)

@@ -57,6 +57,7 @@ class Combine(nn.Module):
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, positions: Tensor | None = None,
                 num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut:
+        """Each encoding called with these arguments (:meth:`ndpe.Encoding.forward`), the outputs merged."""
         if positions is not None:
             self._check_one_unit()
         return merge(*(pe(grid_shape, positions=positions, num_prefix=num_prefix, dtype=dtype, past=past)

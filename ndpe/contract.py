@@ -36,7 +36,8 @@ from torch import Tensor
 from .checks import check_float_dtype, check_float_tensor, check_int, check_pairing
 from .fields import Field, LogitsTerm, TokenTerm, acting, declare, declared, each, parts, specs
 
-__all__ = ["Field", "LogitsTerm", "PosOut", "TokenTerm", "apply_tokens", "attn_bias", "merge", "pad_prefix"]
+__all__ = ["Field", "LogitsTerm", "PosOut", "TokenTerm", "apply_tokens", "attn_bias", "merge", "pad_prefix",
+           "take_tokens"]
 
 TOKENS, QK = ("batch",), ("batch", "heads")  # what leading dims broadcast to: tokens (B, T, C), q/k (B, heads, T, d)
 _CONTENT = "(content-dependent kinds): use one of them"
@@ -178,6 +179,21 @@ def tensors(out: PosOut) -> tuple[Tensor, ...]:
     return tuple(t for _, spec, value in _items(out) if spec.is_tensor for t in parts(value))
 
 
+def logit_fields(out: PosOut) -> list[str]:
+    """The fields of ``out`` that add to the attention logits, as declared: set, and per query-key pair (``pair``: a
+    bias) or a ``term`` meeting q and k (``logits``). :func:`attn_term` sums them; :mod:`ndpe.flex` reads them."""
+    return [name for name, spec, value in _items(out)
+            if value is not None and (spec.role == "pair" or (spec.role == "term" and spec.lead == QK))]
+
+
+def attention_fields(out: PosOut, tokens_too: bool = False) -> list[str]:
+    """The fields of ``out`` that act in attention, as declared: set, and meeting q and k (a rotation, a bias, a
+    logits term): what a model must hand every attention layer for exactly the tokens it encoded. ``tokens_too``:
+    also those that act on the tokens (``add``, ``cat``, ``tokens``): every field that acts."""
+    leads = (QK, TOKENS) if tokens_too else (QK,)
+    return [name for name, spec, value in _items(out) if value is not None and spec.role != "meta" and spec.lead in leads]
+
+
 def token_count(out: PosOut) -> int | None:
     """The tokens ``out``'s fields cover (the queries of the pairwise ones); None where no tensor counts them."""
     return next((parts(value)[0].shape[-2] for _, spec, value in _items(out)
@@ -225,6 +241,25 @@ def pad_prefix(out: PosOut, num_prefix: int, k_prefix: int | None = None) -> Pos
             value = value.with_prefix(p, pk)
         values[name] = value
     return derive(type(out), {**values, "num_prefix": p})
+
+
+def take_tokens(out: PosOut, index: Tensor) -> PosOut:
+    """The tokens ``index`` ``(N,)`` of ``out`` (built without prefix), in that order: the rows of the token fields,
+    the rows and columns of the pairwise ones; e.g. a 1D encoding of one axis spread over a grid's tokens.
+
+    >>> take_tokens(PosOut(add=torch.arange(3.0)[:, None]), torch.tensor([0, 0, 2])).add.flatten()
+    tensor([0., 0., 2.])
+    """
+    values = {}
+    for name, spec, value in _items(out):
+        if value is not None and spec.role == "term":
+            raise ValueError(f"PosOut.{name} is a function of whole sequences: its tokens cannot be taken apart")
+        if value is not None and spec.role == "token":
+            value = each(spec, value, lambda t, _: t.index_select(-2, index))
+        elif value is not None and spec.role == "pair":
+            value = each(spec, value, lambda t, _: t.index_select(-2, index).index_select(-1, index))
+        values[name] = value
+    return derive(type(out), values)
 
 
 def merge(*outs: PosOut) -> PosOut:
@@ -309,10 +344,10 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
     if pos.tokens is not None:
         x = pos.tokens(x)
     if pos.add is not None:
-        _check_tokens(x, pos.add, "add")
+        _check_tokens(x, pos.add, "add", pos.num_prefix)
         x = x + pos.add.to(x.dtype)
     if pos.cat is not None:
-        _check_tokens(x, pos.cat, "cat")
+        _check_tokens(x, pos.cat, "cat", pos.num_prefix)
         cat = pos.cat.to(x.dtype).expand(*x.shape[:-1], pos.cat.shape[-1])
         x = torch.cat([x, cat], dim=-1)
     for name, act in acting(type(pos), "tokens"):  # fields declared with an act of their own
@@ -386,8 +421,45 @@ def check_pos(pos) -> None:
         raise TypeError(f"pos must be an ndpe.PosOut (what pe(grid_shape) returns) or None, got {type(pos).__name__}")
 
 
-def _check_tokens(x: Tensor, t: Tensor, name: str) -> None:
-    if x.shape[-2] != t.shape[-2]:
-        raise ValueError(f"tokens have length {x.shape[-2]} but the encoding's {name} covers {t.shape[-2]} (grid + prefix)")
+MAX_PREFIX_HINTED = 8  # more tokens than the encoding by up to this: prefix tokens (cls, registers) it was not told of
+
+
+def check_token_count(x: Tensor, covered: int, num_prefix: int, name: str, layout: tuple[str, ...],
+                      what: str = "") -> None:
+    """Refuse ``x``, laid out as ``layout`` (its axis names, tokens at -2), unless it has the ``covered`` tokens of an
+    encoding built with ``num_prefix``. The one-line error names the layout and the likely cause: the token axis
+    swapped with another (another axis holds ``covered``), or prefix tokens counted on one side only. ``what``: the
+    encoding's field ``x`` meets (``"add"``), if one.
+
+    >>> check_token_count(torch.zeros(2, 197, 6, 64), 197, 1, "q", ("B", "heads", "T", "head_dim"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: q has 6 tokens but ... einops.rearrange(q, 'b t heads head_dim -> b heads t head_dim')
+    """
+    have = x.shape[-2]
+    if have == covered:
+        return
+    shape = tuple(x.shape)
+    says = (f"tokens have length {have} but the encoding's {what}" if what
+            else f"{name} has {have} tokens but the encoding")
+    text = (f"{says} covers {covered} ({covered - num_prefix} grid + {num_prefix} prefix); {name} must be "
+            f"({', '.join(layout)}), got {shape}")
+    swapped = [a for a in range(x.dim() - 2) if shape[a] == covered] if len(layout) == x.dim() else []
+    if swapped:
+        names = [n.lower() for n in layout]
+        given = list(names)
+        given[swapped[0]], given[-2] = names[-2], names[swapped[0]]
+        text += (f": its axis {swapped[0]} looks like the tokens: einops.rearrange({name}, '{' '.join(given)} -> "
+                 f"{' '.join(names)}')")
+    elif -num_prefix <= have - covered < 0:  # the prefix (cls, registers) counted by the encoding only
+        text += (f": the encoding counts {covered - have} prefix token(s) more than {name} has: put the cls / register "
+                 f"tokens first in {name}, or build the encoding with num_prefix={num_prefix + have - covered}")
+    elif 0 < have - covered <= MAX_PREFIX_HINTED:  # by the tokens only
+        text += (f": if {name}'s first {num_prefix + have - covered} tokens are cls / register tokens, build the "
+                 f"encoding with num_prefix={num_prefix + have - covered}")
+    raise ValueError(text)
+
+
+def _check_tokens(x: Tensor, t: Tensor, name: str, num_prefix: int) -> None:
+    check_token_count(x, t.shape[-2], num_prefix, "x", ("B", "T", "C"), name)
     if name == "add" and x.shape[-1] != t.shape[-1]:
         raise ValueError(f"tokens have {x.shape[-1]} channels but the encoding adds {t.shape[-1]}; build it with dim={x.shape[-1]}")

@@ -125,7 +125,9 @@ def _check_periods(options: dict[str, Any]) -> dict[str, Any]:
     if low is None:
         return options
     low = check_number(low, "min_period", low=0.0, inclusive=False, dtype=torch.float32)
-    return {"min_period": low, "max_period": check_number(high, "max_period", low=low, dtype=torch.float32)}
+    high = check_number(high, "max_period", low=low, inclusive=False, dtype=torch.float32,
+                        what=f"above min_period={low:g} (the periods are spaced between them)")
+    return {"min_period": low, "max_period": high}
 
 
 @frequency_scheme("periods", check=_check_periods,

@@ -17,14 +17,18 @@ import torch
 from torch import Tensor
 
 from .checks import check_float_tensor, check_pairing
-from .contract import PosOut, check_leading, check_pos
+from .contract import PosOut, check_leading, check_pos, check_token_count
 from .fields import acting
 from .kernels import compile as compile_kernel
 from .kernels import eager
 from .kernels.autograd import Rotary
 
+__all__ = ["KERNELS", "apply_qk", "apply_rotary", "apply_rotary_many", "change_basis", "rotary_kernel", "rotate_qk",
+           "rotate_reference", "set_rotary_kernel"]
+
 
 KERNELS = ("auto", "eager", "compile", "triton")
+"""The rotary kernels :func:`set_rotary_kernel` takes."""
 _kernel = "auto"
 
 
@@ -198,12 +202,11 @@ def _rotate_qk(q: Tensor, k: Tensor, pos: PosOut) -> tuple[Tensor, Tensor]:
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"q has batch {q.shape[0]} but k has batch {k.shape[0]}")
     cos, sin = rot
+    layout = ("B", "heads", "T", "head_dim") if q.dim() == 4 else ("B", "T", "head_dim")
+    check_token_count(q, cos.shape[-2], pos.num_prefix, "q", layout)  # first: a swapped layout is no heads mismatch
+    check_token_count(k, rot_k[0].shape[-2], pos.num_prefix, "k", layout)
     check_leading(cos.shape[:-2], q, "rotation")
     check_leading(rot_k[0].shape[:-2], k, "rotation")
-    if q.shape[-2] != cos.shape[-2]:
-        raise ValueError(f"q has {q.shape[-2]} tokens but the encoding covers {cos.shape[-2]} (grid + prefix)")
-    if k.shape[-2] != rot_k[0].shape[-2]:
-        raise ValueError(f"k has {k.shape[-2]} tokens but the encoding covers {rot_k[0].shape[-2]} (grid + prefix)")
     if pos.basis is not None:  # a learned orthogonal change of basis first (STRING): one matmul each
         q, k = change_basis(q, pos.basis), change_basis(k, pos.basis)
     if pos.rot_k is not None:

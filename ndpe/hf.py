@@ -42,11 +42,14 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from .checks import check_float_dtype
+from .checks import check_bool, check_float_dtype
 from .contract import PosOut
 from .kinds.rope import RoPE
 from .registry import make
+from .scaling import SCALINGS
 from .scaling_config import RopeScaling, hf_types
+
+__all__ = ["from_hf_rope", "hf_cos_sin", "use"]
 
 def _config_dict(config: Any, name: str) -> dict | None:
     value = getattr(config, name, None)
@@ -65,7 +68,11 @@ def _rope_parameters(config: Any) -> dict[str | None, dict]:
     ``type`` (else ``config.default_rope_type``, ``"default"``); for ``llama3``, ``yarn`` and ``longrope``
     ``original_max_position_embeddings`` is ``config.original_max_position_embeddings`` where a one-rope config
     has one (it wins, as HF), else ``max_position_embeddings``."""
-    params = dict(_config_dict(config, "rope_scaling") or _config_dict(config, "rope_parameters") or {})
+    scaling, parameters = _config_dict(config, "rope_scaling"), _config_dict(config, "rope_parameters")
+    if scaling and parameters and scaling != parameters:
+        raise ValueError(f"config.rope_scaling {scaling} and config.rope_parameters {parameters} disagree: keep one "
+                         "(rope_parameters, the newer name)")
+    params = dict(scaling or parameters or {})
     labels = set(getattr(config, "layer_types", None) or ()) | set(getattr(config, "_rope_type_labels", None) or ())
     nested = sorted(k for k, v in params.items() if isinstance(v, dict) or (k in labels and v is None))
     if not nested:
@@ -77,7 +84,21 @@ def _rope_parameters(config: Any) -> dict[str | None, dict]:
     return {k: _standardize(dict(params[k]), config, nested=True) for k in nested if params[k] is not None}
 
 
+# what a rope parameter dict may hold: HF's shared keys, every scaling type's options (ndpe.scaling), and keys that
+# models read elsewhere (Ministral 3 / Mistral 4 scale the queries with llama_4_scaling_beta, not the rotation)
+KNOWN_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor", "original_max_position_embeddings",
+              "max_position_embeddings", "mrope_section", "mrope_interleaved", "llama_4_scaling_beta"}
+
+
+def _check_keys(params: dict) -> None:
+    known = KNOWN_KEYS.union(*(SCALINGS[name].options for name in SCALINGS))
+    unknown = sorted(str(k) for k in params if k not in known)
+    if unknown:
+        raise ValueError(f"rope_parameters holds unknown key(s) {unknown}; expected some of {sorted(known)}")
+
+
 def _standardize(params: dict, config: Any, *, nested: bool) -> dict:
+    _check_keys(params)
     theta = getattr(config, "rope_theta", None)
     params.setdefault("rope_theta", theta if theta is not None else getattr(config, "default_theta", 10000.0))
     if getattr(config, "partial_rotary_factor", None) is not None:
@@ -102,18 +123,67 @@ def _number(params: dict, key: str) -> float:
     return float(value)
 
 
-def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None,
-                 **overrides: Any) -> RoPE | dict[str, RoPE]:
+def from_hf_rope(config: Any, *, dim: int | None = None, heads: int | None = None, per_layer: bool = False,
+                 **overrides: Any) -> RoPE | dict[str, RoPE] | list[RoPE | None]:
     """The ``rope`` encoding equal to the rotary embedding of the HF ``config`` (see the module doc); for a config
     with per-layer-type rope parameters (Gemma 3: ``sliding_attention`` theta 10k, ``full_attention`` theta 1M with
     linear x8), ``{layer_type: rope}``, one per type that has a rope.
 
+    ``per_layer=True``: one entry per layer (``config.num_hidden_layers``), the rope that layer applies or None
+    where it applies none, so a model's layers can be set from it. A layer takes no rope where the config's
+    ``no_rope_layers`` says 0 (iRoPE: Llama 4, SmolLM3; despite its name the list holds 1 for a layer that uses
+    rope, 0 for a NoPE layer, as transformers reads it; missing, it is built as transformers does from
+    ``no_rope_layer_interval``: every ``interval``-th layer NoPE) or where its ``layer_types`` entry has no rope
+    parameters. Layers of one type share one encoding.
+
     ``dim`` / ``heads`` default to one head of ``head_dim``; ``overrides`` are passed to
     ``ndpe.make`` over the options read from the config (e.g. ``pairing="interleaved"``).
+
+    >>> from types import SimpleNamespace
+    >>> cfg = SimpleNamespace(head_dim=64, num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0],
+    ...                       rope_parameters=dict(rope_type="default", rope_theta=5e5))
+    >>> [pe is not None for pe in from_hf_rope(cfg, per_layer=True)]
+    [True, True, True, False]
     """
+    check_bool(per_layer, "per_layer")
     ropes = {k: _from_parameters(p, _layer_config(config, k), dim, heads, overrides)
              for k, p in _rope_parameters(config).items()}
+    if per_layer:
+        return _per_layer(config, ropes)
     return ropes[None] if None in ropes else cast("dict[str, RoPE]", ropes)
+
+
+def _per_layer(config: Any, ropes: dict[str | None, RoPE]) -> list[RoPE | None]:
+    """Each layer's rope (None: a NoPE layer, or a layer type without rope parameters)."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise ValueError(f"per_layer=True needs config.num_hidden_layers (an int >= 1), got {layers!r}")
+    uses = _uses_rope(config, layers)
+    if None in ropes:
+        return [ropes[None] if use else None for use in uses]
+    types = getattr(config, "layer_types", None)
+    if not isinstance(types, (list, tuple)) or len(types) < layers:
+        raise ValueError(f"per-layer-type rope parameters {sorted(map(str, ropes))} need config.layer_types, one per layer "
+                         f"({layers}), got {types!r}")
+    return [ropes.get(t) if use else None for t, use in zip(types, uses)]
+
+
+def _uses_rope(config: Any, layers: int) -> list[bool]:
+    """Whether each layer applies rope: ``config.no_rope_layers`` (1: rope, 0: NoPE, as transformers' Llama 4 and
+    SmolLM3 read it), else transformers' default from ``no_rope_layer_interval``, else every layer."""
+    flags = getattr(config, "no_rope_layers", None)
+    interval = getattr(config, "no_rope_layer_interval", None)
+    if not flags and interval is not None:  # transformers builds it so (Llama 4 also for an empty list)
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            raise ValueError(f"config.no_rope_layer_interval must be an int >= 1, got {interval!r}")
+        return [(i + 1) % interval != 0 for i in range(layers)]
+    if flags is None:
+        return [True] * layers
+    if (not isinstance(flags, (list, tuple)) or len(flags) < layers
+            or not all(f in (0, 1) and not isinstance(f, float) for f in flags)):
+        raise ValueError(f"config.no_rope_layers must list 1 (rope) or 0 (NoPE) for each of the {layers} layers, "
+                         f"got {flags!r}")
+    return [bool(f) for f in flags[:layers]]
 
 
 def _layer_config(config: Any, layer_type: str | None) -> Any:
@@ -173,6 +243,9 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
                                                               for n in section):
             raise ValueError(f"rope_parameters['mrope_section'] must be a list of ints (rotary pairs per axis), "
                              f"got {section!r}")
+        if len(section) != 3:
+            raise ValueError(f"rope_parameters['mrope_section'] must have 3 entries, the rotary pairs of the t, h and w "
+                             f"axes of HF's M-RoPE ids (3, B, T), got {section!r}")
         dims = len(section)
         interleaved = p.get("mrope_interleaved", str(getattr(config, "model_type", "")).startswith("qwen3_vl"))
         opts.update(mrope_section=tuple(section), mrope_interleaved=bool(interleaved))
@@ -216,13 +289,31 @@ def hf_cos_sin(pe: RoPE, position_ids: Tensor, *, dtype: torch.dtype | None = No
     return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))
 
 
+def _own_rope(pe: RoPE, rotary_emb: Any, config: Any, head_dim: int) -> RoPE:
+    """``pe`` (:func:`from_hf_rope` of the config) as the model's ``rotary_emb`` applies it. Its attention turns the
+    whole head: where ``partial_rotary_factor`` < 1 the Llama family's default rope ignores the factor (a full series
+    over the head: so does ndpe's), and its other rope types give cos/sin the attention cannot apply (refused)."""
+    own = getattr(rotary_emb, "inv_freq", None)
+    if pe.rot_dim == head_dim or not isinstance(own, Tensor):
+        return pe
+    if 2 * own.numel() != head_dim:
+        raise ValueError(f"this model's rope turns {2 * own.numel()} of its {head_dim} head channels "
+                         f"(partial_rotary_factor), but its attention turns the whole head: transformers' model "
+                         "cannot run this config either")
+    full = cast(RoPE, from_hf_rope(config, axis_dims=(head_dim,)))  # the model's default rope: the whole head
+    if not torch.allclose(full.inv_freq.to(own), own, rtol=1e-5, atol=0):
+        raise ValueError(f"this model's rope ignores partial_rotary_factor in a way ndpe cannot follow: its "
+                         f"{own.numel()} frequencies are not ndpe's rope over the whole head")
+    return full
+
+
 def use(model: Any, kind: str, **options: Any) -> Any:
     """Make a Hugging Face decoder of the Llama family (Llama, Qwen2, Mistral, Gemma: ``model.model.rotary_emb``,
     ``embed_tokens`` and attention modules calling transformers' attention interface) use ndpe's ``kind``; returns
     the same model, changed in place. Through transformers' own extension points, no model code copied:
 
     - ``rope`` with no options is :func:`from_hf_rope` of the model's config (the model's own rope: the same
-      logits); any rotary kind with HF's pairing and one rotation for q and k replaces ``rotary_emb``'s cos/sin, so
+      logits; with ``partial_rotary_factor`` < 1, the rope the model applies, see :func:`_own_rope`); any rotary kind with HF's pairing and one rotation for q and k replaces ``rotary_emb``'s cos/sin, so
       keys enter the KV cache rotated, as HF's;
     - any other kind: ``rotary_emb`` gives the identity, and an attention function registered with
       ``AttentionInterface`` (the model's ``attn_implementation`` becomes ``"ndpe-<id>"``) rotates q and every
@@ -231,7 +322,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
       cached ones.
 
     ``generate()`` with the KV cache works for every 1D kind that decodes. Positions count from the first token of
-    each row: left-padded batches (HF shifts their ``position_ids``) are not supported. Pinned against
+    each row: other ``position_ids`` (left-padded batches, packed rows) are refused in one line, except by the kinds
+    that go through ``rotary_emb``, which take them as HF's rope does. Pinned against
     transformers 5.23 (``tests/test_hf_use.py``).
     """
     import torch.nn.functional as F
@@ -254,6 +346,7 @@ def use(model: Any, kind: str, **options: Any) -> Any:
         pe = cast(Any, from_hf_rope(config))
         if isinstance(pe, dict):
             raise ValueError("this config has one rope per layer type: ndpe.hf.use takes one encoding for all layers")
+        pe = _own_rope(pe, inner.rotary_emb, config, head_dim)
     else:
         pe = make(dims=1, kind=kind, dim=heads * head_dim, heads=heads, **options)
     if pe.cat_dim:
@@ -264,7 +357,7 @@ def use(model: Any, kind: str, **options: Any) -> Any:
         raise ValueError(f"kind {kind!r} reads the token states, which transformers' attention interface does not "
                          "receive: use it in ndpe.Attention or ndpe.timm.use")
     via_rotary = (probe.rot is not None and probe.rot_k is None and probe.basis is None and probe.pairing == "half"
-                  and isinstance(pe, RoPE))
+                  and isinstance(pe, RoPE) and pe.rot_dim == head_dim)  # HF's attention turns the whole head
     model.ndpe_pe = pe
     state: dict[str, int] = {"past": 0}
     encoded: dict[tuple[int, int], PosOut] = {}  # this forward's encodings, shared by its layers
@@ -278,6 +371,10 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     def rotary(x, position_ids, *args, **kwargs):
         if via_rotary:
             return hf_cos_sin(pe, position_ids, dtype=x.dtype)
+        past, n = state["past"], position_ids.shape[-1]
+        if not torch.equal(position_ids, torch.arange(past, past + n, device=position_ids.device).expand_as(position_ids)):
+            raise ValueError(f"ndpe.hf.use with kind {kind!r} counts positions from the first token of each row: it "
+                             f"takes position_ids {past}..{past + n - 1} only (no left padding, packed or shifted rows)")
         ones = x.new_ones(*position_ids.shape, head_dim)
         return ones, torch.zeros_like(ones)
 

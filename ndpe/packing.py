@@ -7,15 +7,17 @@ is the first sample's; a term field composes its samples' terms (``LogitsTerm.pa
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_int
+from .checks import check_devices, check_int
 from .contract import PosOut, check_pos, derive, tensors, token_count
-from .fields import Field, specs
+from .fields import Field, parts, specs
+from .memory import check_memory, floats
 
 __all__ = ["pack", "stack"]
 
@@ -115,6 +117,15 @@ def _samples(outs: Sequence[PosOut], sizes: Sequence[int] | None, what: str) -> 
                     for o in outs):
         raise ValueError(f"{what}() needs the outputs of one encoding: fields {mixed} or the {'/'.join(shared)} differ "
                          "between samples")
+    check_devices(f"{what}()", **{f"sample {i}": t.device for i, o in enumerate(outs) for t in tensors(o)[:1]})
+    for name, spec, _ in table:
+        leads = [t.shape[:-2] for o in outs for t in parts(getattr(o, name))] if spec.is_tensor else []
+        try:
+            torch.broadcast_shapes(*leads)
+        except RuntimeError:
+            raise ValueError(f"{what}() needs samples of one batch: their {name} fields have leading dims "
+                             f"{sorted({tuple(lead) for lead in leads})} ({'/'.join(spec.lead)}), which do not "
+                             "broadcast") from None
     counted = [token_count(o) for o in outs]
     if sizes is not None:
         size_list = [check_int(n, f"{what} sizes", low=1) for n in sizes]
@@ -150,6 +161,7 @@ def _block_diagonal(spec: Field, values: list[Tensor | None], sizes: list[int], 
     lead = torch.broadcast_shapes(*(v.shape[:-2] for v in given)) if given else ()
     dtype = given[0].dtype if given else torch.float32
     total = sum(sizes)
+    check_mask_memory(tuple(lead), sizes, dtype)
     fill = spec.identity if spec.off_block is None else spec.off_block
     out = torch.full((*lead, total, total), cast(float, fill), device=device, dtype=dtype)
     start = 0
@@ -157,6 +169,16 @@ def _block_diagonal(spec: Field, values: list[Tensor | None], sizes: list[int], 
         out[..., start:start + n, start:start + n] = cast(float, spec.identity) if v is None else v
         start += n
     return out
+
+
+def check_mask_memory(lead: tuple[int, ...], sizes: Sequence[int], dtype: torch.dtype) -> None:
+    """Refuse the ``(*lead, T, T)`` packed bias of samples of ``sizes`` tokens over the memory budget, before it is
+    built: it grows with the square of the packed tokens ``T``, even for kinds with no bias of their own."""
+    total = sum(sizes)
+    check_memory(torch.empty((), dtype=dtype).element_size() * math.prod(lead) * total * total,
+                 lambda: f"the packed bias of {len(sizes)} samples ({floats((*lead, total, total))} {dtype}, the mask "
+                         "that keeps them apart)", "pack fewer tokens per sequence, or attend with "
+                 "ndpe.flex.packed_attention, which builds no bias")
 
 
 def _one_sample(spec: Field, name: str, t: Tensor) -> Tensor:

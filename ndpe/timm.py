@@ -6,10 +6,18 @@ sizes: each sample encoded for its own grid), pinned against timm 1.0.31. The ca
 
 - builds ``pe = ndpe.make(dims=2, kind=kind, dim=heads * head_dim, heads=heads, **options)`` and registers it as
   ``model.ndpe_pe`` (its parameters train with the model and are in its ``state_dict``);
-- removes the model's own encoding (``pos_embed``, ``rope``; NaFlexVit's embedding tables);
-- encodes once per forward, in ``_pos_embed``, for the grid the patches form (any image size where the model
-  takes one: ``dynamic_img_size``), with the model's class and register tokens as ndpe's prefix tokens, and adds
-  or transforms the tokens there (``apply_tokens``);
+- removes the model's own encoding (``pos_embed``, ``rope``; NaFlexVit's embedding tables). In a model with both a
+  learned table and a rope (EVA02, a NaFlexVit built with both) the kind takes the rope's place and the table stays,
+  as the model has it, unless the kind is ``none`` or adds to the tokens itself: ``"rope"`` on EVA02 is EVA02 (set
+  ``model.pos_embed = None`` first for ndpe's kind alone);
+- makes the model take any image size (a multiple of the patch, or any with ``dynamic_img_pad``), as timm's
+  ``dynamic_img_size=True`` does, and encodes once per forward, in ``_pos_embed``, for the grid the patches form,
+  with the model's class and register tokens as ndpe's prefix tokens, adding or transforming the tokens there
+  (``apply_tokens``);
+- for ``kind="learned"``, starts from the model's own ``pos_embed``: by default at its grid, resized to other grids
+  with timm's ``resample_abs_pos_embed`` (bicubic), its class / register entries folded into those tokens as
+  timm does: the outputs are the model's own (at other sizes, those of the model built with ``dynamic_img_size``);
+  ``model.ndpe_pe.reset_parameters()`` starts afresh;
 - replaces each block's attention by :class:`NdpeAttention`, which keeps the block's own weights and computes
   q, k, v as timm does, rotates q and k (``apply_qk``), and hands SDPA ndpe's bias or logits term (with any
   ``attn_mask`` timm passes). A kind with no attention term keeps SDPA's fused kernel without a mask.
@@ -17,7 +25,7 @@ sizes: each sample encoded for its own grid), pinned against timm 1.0.31. The ca
 Kinds that concatenate channels (``cat_dim > 0``) are refused: a timm model's token width is fixed.
 
 >>> import timm, torch, ndpe.timm
->>> model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1, dynamic_img_size=True)
+>>> model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
 >>> model = ndpe.timm.use(model, "alibi")
 >>> model(torch.randn(1, 3, 64, 96)).shape   # any image size: the encoding follows the grid
 torch.Size([1, 1000])
@@ -28,10 +36,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor, nn
 
-from .contract import PosOut, apply_tokens, attn_bias
+from .contract import PosOut, apply_tokens, attention_fields, attn_bias
 from .functional import apply_qk
+from .kinds.learned import Learned
 from .packing import stack
 from .registry import make
 
@@ -41,6 +51,7 @@ except ImportError as err:  # pragma: no cover - exercised only without timm
     raise ImportError("ndpe.timm needs timm: pip install timm (or pip install 'ndpe[timm]')") from err
 
 from timm.layers import Attention as _TimmAttention
+from timm.layers import Format, resample_abs_pos_embed
 from timm.layers.attention import AttentionRope
 from timm.models.eva import Eva, EvaAttention
 from timm.models.naflexvit import NaFlexVit, calculate_naflex_grid_sizes
@@ -89,6 +100,8 @@ class NdpeAttention(nn.Module):
         return q, k, v
 
     def forward(self, x: Tensor, rope: Any = None, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        """The wrapped timm attention on ``x`` ``(B, N, dim)`` with the model's ndpe encoding of this forward; ``rope``
+        (timm's own) is ignored, ``attn_mask`` is added to the encoding's bias."""
         a: Any = self.attn
         B, N, _ = x.shape
         gate = a.gate(x).sigmoid() if getattr(a, "gate", None) is not None else None
@@ -117,26 +130,50 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     return _use(model, kind, options)
 
 
+def _check_supported(model: Any) -> None:
+    """Refuse, before changing anything, a model whose embedding or blocks ``use`` cannot take over: a subclass with
+    its own ``_pos_embed`` (DeiT's distilled model adds its table there), a block without one timm attention at
+    ``.attn`` (parallel blocks)."""
+    base = next(c for c in (NaFlexVit, Eva, VisionTransformer) if isinstance(model, c))
+    hook = "_forward_embeds" if base is NaFlexVit else "_pos_embed"
+    if getattr(type(model), hook) is not getattr(base, hook):
+        raise TypeError(f"ndpe.timm.use encodes in timm's {base.__name__}.{hook}; {type(model).__name__} has its own "
+                        f"{hook}, which ndpe cannot take over")
+    for i, blk in enumerate(model.blocks):
+        if not isinstance(getattr(blk, "attn", None), (_TimmAttention, AttentionRope, EvaAttention)):
+            raise TypeError(f"ndpe.timm.use replaces each block's attention (.attn: timm's Attention, AttentionRope "
+                            f"or EvaAttention); block {i} is a {type(blk).__name__} without one")
+
+
 def _use(model: Any, kind: str, options: dict) -> Any:
     if getattr(model, "ndpe_pe", None) is not None:
         raise ValueError("this model already uses an ndpe encoding (model.ndpe_pe): build a fresh model to use another")
+    _check_supported(model)
     attn = model.blocks[0].attn
+    if kind == "learned":
+        options = {**_table_options(model), **options}
     pe = make(dims=2, kind=kind, dim=attn.num_heads * attn.head_dim, heads=attn.num_heads, **options)
     if pe.cat_dim:
         raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a timm model's token width "
                          "is fixed: use a kind that adds, rotates or biases")
+    if hasattr(model, "embeds") and getattr(model, "patch_drop", None) is not None:
+        raise ValueError("ndpe.timm.use: NaFlexVit's patch dropout reorders tokens after the encoding; build the "
+                         "model with patch_drop_rate=0")
+    if not isinstance(model, NaFlexVit):  # NaFlexVit takes any size as it is
+        _check_patch_drop(model, pe, kind)
+        _take_any_size(model)
+        if isinstance(pe, Learned) and not pe.factorized and model.pos_embed is not None:
+            _start_from_table(pe, model)
     holder = _Holder()
+    keep_table = _keeps_table(model, pe)
     model.ndpe_pe = pe
     model._ndpe_holder = holder
-    if hasattr(model, "embeds"):  # NaFlexVit: its embedding module holds the tables
-        if getattr(model, "patch_drop", None) is not None:
-            raise ValueError("ndpe.timm.use: NaFlexVit's patch dropout reorders tokens after the encoding; build the "
-                             "model with patch_drop_rate=0")
+    if hasattr(model, "embeds") and not keep_table:  # NaFlexVit: its embedding module holds the tables
         model.embeds.pos_embed_type = "none"
         for name in ("pos_embed", "pos_embed_y", "pos_embed_x"):
             if getattr(model.embeds, name, None) is not None:
                 setattr(model.embeds, name, None)
-    else:
+    elif not keep_table:
         model.pos_embed = None
     if hasattr(model, "rope"):  # Eva's and NaFlexVit's rope module
         model.rope = None
@@ -144,6 +181,72 @@ def _use(model: Any, kind: str, options: dict) -> Any:
         blk.attn = NdpeAttention(blk.attn, holder)
     model.__class__ = _encoding_class(type(model))
     return model
+
+
+def _check_patch_drop(model: Any, pe: Any, kind: str) -> None:
+    """Refuse a kind that would meet other tokens than it encoded in a model that drops patches. A
+    ``VisionTransformer`` keeps a random subset of the tokens after ``_pos_embed``: what is added to the tokens there
+    follows them, a rotation, bias or logits term built for every patch does not. ``Eva`` drops them inside its
+    ``_pos_embed``, before ndpe's encoding meets the tokens: only a kind with no position fits."""
+    if getattr(model, "patch_drop", None) is None or isinstance(model.patch_drop, nn.Identity):
+        return
+    eva = isinstance(model, Eva)
+    fields = attention_fields(pe(tuple(model.patch_embed.grid_size), num_prefix=model.num_prefix_tokens), eva)
+    if fields:
+        instead = "" if eva else ", or use a kind that adds to the tokens (learned, sinusoidal)"
+        raise ValueError(f"ndpe.timm.use: the model drops patches (patch_drop_rate > 0) where kind {kind!r} would act "
+                         f"({', '.join(fields)}) on every patch: build the model with patch_drop_rate=0{instead}")
+
+
+def _take_any_size(model: Any) -> None:
+    """Let ``model`` take any image size, as timm builds it with ``dynamic_img_size=True``: the patch embedding skips
+    its size check and hands ``_pos_embed`` the ``(B, H, W, C)`` grid, flattened there."""
+    if model.dynamic_img_size:
+        return
+    embed = model.patch_embed
+    if not all(hasattr(embed, name) for name in ("strict_img_size", "flatten", "output_fmt")):
+        raise ValueError(f"ndpe.timm.use cannot make the patch embedding {type(embed).__name__} take other image "
+                         "sizes (it has no strict_img_size / output_fmt): build the model with dynamic_img_size=True")
+    embed.strict_img_size, embed.flatten, embed.output_fmt = False, False, Format.NHWC
+    model.dynamic_img_size = True
+
+
+def _table_options(model: Any) -> dict[str, Any]:
+    """``learned`` options that fit the model's table: its grid, resized to other grids as timm's ``_pos_embed``
+    does (bicubic, antialiased); ``{}`` for a model without one."""
+    if isinstance(model, NaFlexVit) or model.pos_embed is None:
+        return {}
+    return {"grid_shape": tuple(model.patch_embed.grid_size), "resize": "bicubic"}
+
+
+@torch.no_grad()
+def _start_from_table(pe: Learned, model: Any) -> None:
+    """Copy the model's ``pos_embed`` into ``pe``'s table (resampled by timm's ``resample_abs_pos_embed`` to another
+    ``grid_shape``) and fold its class / register rows into those tokens, as timm's ``_load_weights`` does for a
+    table without them: the model's outputs stay what they were."""
+    num_prefix = 0 if model.no_embed_class else model.num_prefix_tokens
+    prefix, patches = model.pos_embed[:, :num_prefix], model.pos_embed[:, num_prefix:]  # (1, P, C), (1, h * w, C)
+    patches = resample_abs_pos_embed(patches, new_size=list(pe.table_shape), old_size=list(model.patch_embed.grid_size),
+                                     num_prefix_tokens=0)
+    pe.table.copy_(rearrange(patches, "1 (h w) c -> h w c", h=pe.table_shape[0]))
+    start = 0
+    for token in (model.cls_token, model.reg_token):  # timm's prefix order: class, then registers
+        if token is not None and num_prefix:
+            token.add_(prefix[:, start:start + token.shape[1]])
+            start += token.shape[1]
+
+
+def _keeps_table(model: Any, pe: Any) -> bool:
+    """Whether the model's learned absolute table stays: in a model with a table and a rope (EVA02; NaFlexVit built
+    with both) ndpe's kind takes the rope's place, and the table stays, as in the model, unless the kind is
+    position-free (``none``) or adds to the tokens itself (``learned``, ``sinusoidal``, ...)."""
+    naflex = hasattr(model, "embeds")  # NaFlexVit's tables live in model.embeds
+    has_table = model.embeds.pos_embed_type != "none" if naflex else model.pos_embed is not None
+    if getattr(model, "rope", None) is None or not has_table or pe.position_free:
+        return False
+    grid = model.embeds.pos_embed_grid_size if naflex else model.patch_embed.grid_size  # the table's own grid
+    probe = pe(tuple(grid), num_prefix=model.num_prefix_tokens)
+    return probe.add is None and probe.tokens is None
 
 
 _CLASSES: dict[type, type] = {}
@@ -154,7 +257,7 @@ def _encoding_class(base: type) -> type:
     if base not in _CLASSES:
         def _pos_embed(self, x: Tensor):
             grid = tuple(x.shape[1:3]) if x.dim() == 4 else tuple(self.patch_embed.grid_size)
-            out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (no table left to add)
+            out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (and the table, where it stays)
             tokens = out[0] if isinstance(out, tuple) else out  # Eva returns (tokens, rope)
             pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype)
             self._ndpe_holder.pos = pos  # for this forward's attention modules
@@ -162,7 +265,7 @@ def _encoding_class(base: type) -> type:
             return (tokens, None) if isinstance(out, tuple) else tokens
 
         def _forward_embeds(self, x: Tensor, patch_coord, patch_valid, attn_mask):
-            out = getattr(base, "_forward_embeds")(self, x, patch_coord, patch_valid, attn_mask)  # no table, no rope
+            out = getattr(base, "_forward_embeds")(self, x, patch_coord, patch_valid, attn_mask)  # no rope
             tokens, p = out["patches"], self.num_prefix_tokens
             if patch_coord is None:  # one grid for the batch
                 size = self.embeds.patch_size
@@ -184,6 +287,9 @@ def _naflex_pos(pe, patch_coord: Tensor, patch_valid: Tensor | None, num_prefix:
     """One ``PosOut`` for a NaFlex batch: each sample encoded for its own grid (its patches must be that grid in
     row-major order, as timm's ``patchify_image`` makes them), padded to ``length`` tokens (identity; timm's
     ``attn_mask`` keeps the padding out) and stacked along the batch."""
+    if patch_coord.is_floating_point() and not torch.equal(patch_coord, patch_coord.round()):
+        raise ValueError("ndpe.timm.use on a NaFlex batch: patch_coord must hold whole (row, col) patch indices, got "
+                         f"fractions (e.g. {patch_coord[patch_coord != patch_coord.round()][0].item():g})")
     grids = calculate_naflex_grid_sizes(patch_coord)
     outs = []
     for b, (h, w) in enumerate(grids):

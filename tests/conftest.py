@@ -75,6 +75,12 @@ def assert_tells_apart(out: torch.Tensor, other: torch.Tensor, ref: torch.Tensor
                              "the model barely depends on positions"
 
 
+def linear(module: torch.nn.Module, name: str) -> torch.nn.Module | None:
+    """``module.<name>``, or the ``nn.Linear`` it wraps at ``.linear`` (Gemma 4's clippable linears)."""
+    sub = getattr(module, name, None)
+    return sub.linear if isinstance(getattr(sub, "linear", None), torch.nn.Linear) else sub
+
+
 def sharpen_attention(model: torch.nn.Module, qk_gain: float = 1.5) -> torch.nn.Module:
     """Re-draw every attention's projections with std ``gain / sqrt(fan_in)`` (q and k: ``qk_gain``, logits of std
     about ``qk_gain ** 2``; v and output: 1), in place, from the current random state.
@@ -83,7 +89,8 @@ def sharpen_attention(model: torch.nn.Module, qk_gain: float = 1.5) -> torch.nn.
     so a random model barely depends on positions and a wrong encoding moves it by rounding-sized amounts; with
     sharp attention of unit scale, positions matter. timm's layer-scale factors of the attention branch are set to 1
     for the same reason. Handles fused ``qkv`` linears with ``proj`` (timm: rows q, k,
-    v) and separate ``q_proj`` / ``k_proj`` / ``v_proj`` with ``o_proj`` (Hugging Face) or ``proj`` (timm's EVA).
+    v) and separate ``q_proj`` / ``k_proj`` / ``v_proj`` with ``o_proj`` (Hugging Face, also wrapping a ``.linear``)
+    or ``proj`` (timm's EVA).
     """
     found = 0
     with torch.no_grad():
@@ -96,9 +103,10 @@ def sharpen_attention(model: torch.nn.Module, qk_gain: float = 1.5) -> torch.nn.
             if isinstance(qkv, torch.nn.Linear) and isinstance(proj, torch.nn.Linear):
                 third = qkv.out_features // 3
                 draws = [(qkv.weight[:2 * third], qk_gain), (qkv.weight[2 * third:], 1.0), (proj.weight, 1.0)]
-            elif all(isinstance(getattr(module, n, None), torch.nn.Linear) for n in ("q_proj", "k_proj", "v_proj")):
-                out = getattr(module, "o_proj", proj)
-                draws = [(module.q_proj.weight, qk_gain), (module.k_proj.weight, qk_gain), (module.v_proj.weight, 1.0),
+            elif all(isinstance(linear(module, n), torch.nn.Linear) for n in ("q_proj", "k_proj", "v_proj")):
+                out = linear(module, "o_proj") or proj
+                draws = [(linear(module, "q_proj").weight, qk_gain), (linear(module, "k_proj").weight, qk_gain),
+                         (linear(module, "v_proj").weight, 1.0),
                          *([(out.weight, 1.0)] if isinstance(out, torch.nn.Linear) else [])]
             else:
                 continue

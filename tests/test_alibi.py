@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import ndpe
 from ndpe.kinds.alibi import alibi_slopes
+from tests.conftest import assert_tells_apart
 
 x_transformers = pytest.importorskip("x_transformers.x_transformers")
 
@@ -43,7 +44,8 @@ def test_slopes_equal_x_transformers(heads):
 def test_bidirectional_bias_equals_x_transformers(heads):
     """x-transformers builds the symmetric -slope * |i - j| for every head (total_heads = heads)."""
     ref = x_transformers.AlibiPositionalBias(heads=heads, total_heads=heads)(10, 10)  # (heads, 10, 10)
-    torch.testing.assert_close(make(heads=heads)((10,)).bias, ref.float())
+    causal = make(heads=heads, causal=True)((10,)).bias  # the wrong option: the causal form
+    assert_tells_apart(make(heads=heads)((10,)).bias, causal, ref.float(), rtol=1.3e-6, atol=1e-5)
 
 
 def test_causal_form_equals_x_transformers_under_the_causal_mask():
@@ -60,6 +62,46 @@ def test_causal_form_equals_x_transformers_under_the_causal_mask():
     q, k, v = (torch.randn(2, 4, n, 8) for _ in range(3))
     attn = F.scaled_dot_product_attention(q, k, v, attn_mask=ours + mask)
     torch.testing.assert_close(attn, F.scaled_dot_product_attention(q, k, v, attn_mask=ref + mask))
+
+
+@pytest.mark.parametrize("alibi_heads,slopes", [(2, None), (3, None), (5, None), (3, [0.9, 0.05, 0.3]),
+                                                (6, [2.0 ** -k for k in range(6)])])
+def test_head_subset_and_slopes_equal_x_transformers(alibi_heads, slopes):
+    """x-transformers' ``alibi_num_heads=n`` (``AlibiPositionalBias(heads=n, total_heads=H, slopes=)``): the first n
+    heads biased with the paper's slopes for n heads (or the given ones), the others 0; also its causal use."""
+    total = 6
+    ref = x_transformers.AlibiPositionalBias(heads=alibi_heads, total_heads=total, slopes=slopes)
+    pe = make(heads=total, alibi_heads=alibi_heads, slopes=slopes)
+    torch.testing.assert_close(pe((9,)).bias, ref(9, 9).float())
+    expected = alibi_slopes(alibi_heads) if slopes is None else slopes
+    torch.testing.assert_close(pe.slopes, torch.tensor(expected + [0.0] * (total - alibi_heads)))
+    mask = ndpe.causal_mask(9)
+    causal = make(heads=total, alibi_heads=alibi_heads, slopes=slopes, causal=True)((9,)).bias
+    torch.testing.assert_close((causal + mask).softmax(-1), (ref(9, 9).float() + mask).softmax(-1))
+
+
+def test_listed_heads_take_the_slopes_in_order():
+    """``alibi_heads=[3, 0]``: head 3 takes the first slope, head 0 the second; heads 1, 2 are unbiased. Equal to
+    x-transformers' first-n layout with its heads permuted, in 2D (Manhattan) as in 1D."""
+    pe = make(dims=2, heads=4, alibi_heads=[3, 0], slopes=[0.25, 0.75], distance="manhattan")
+    bias = pe((3, 4)).bias
+    assert (bias[[1, 2]] == 0).all() and (bias[[0, 3]] < 0).any()
+    full = make(dims=2, heads=2, slopes=[0.25, 0.75], distance="manhattan")((3, 4)).bias  # every head biased
+    torch.testing.assert_close(bias[[3, 0]], full)
+    ref = x_transformers.AlibiPositionalBias(heads=2, total_heads=4, slopes=[0.25, 0.75])(7, 7).float()
+    ours = make(heads=4, alibi_heads=[3, 0], slopes=[0.25, 0.75])((7,)).bias
+    torch.testing.assert_close(ours[[3, 0, 1, 2]], ref)
+
+
+def test_head_subset_in_flex_score_mod_and_decoding():
+    """The flex score_mod and KV-cache decoding read the same per-head slopes (0 for unbiased heads)."""
+    pe = make(heads=4, alibi_heads=[1, 2], slopes=[0.5, 0.125])
+    full = pe((6,)).bias
+    mod = pe.score_bias(ndpe.grid_coords((6,)))
+    b, h, i, j = (t.reshape(-1) for t in torch.meshgrid(torch.zeros(1, dtype=torch.long), torch.arange(4),
+                                                         torch.arange(6), torch.arange(6), indexing="ij"))
+    torch.testing.assert_close(mod(b, h, i, j).reshape(4, 6, 6), full)
+    torch.testing.assert_close(pe((2,), past=4).bias, full[:, 4:])
 
 
 def naive(coords, slopes, distance):
@@ -114,7 +156,17 @@ def test_cached_and_prefix_zero():
     ({"causal": True}, 3, ValueError, "causal=True needs dims=1"),
     ({"distance": "chebyshev"}, 2, ValueError, "distance must be one of"),
     ({"causal": "yes"}, 1, TypeError, "causal must be a bool"),
-    ({"slopes": [1.0]}, 1, TypeError, "valid options"),
+    ({"slope": [1.0]}, 1, TypeError, "valid options"),
+    ({"slopes": [1.0]}, 1, ValueError, "slopes must be a list of 4 finite numbers"),
+    ({"slopes": 0.5}, 1, ValueError, "slopes must be a list of 4"),
+    ({"slopes": [0.5, math.nan, 0.1, 0.1]}, 1, ValueError, "finite numbers"),
+    ({"alibi_heads": 2, "slopes": [0.5, 0.2, 0.1]}, 1, ValueError, "list of 2 finite numbers"),
+    ({"alibi_heads": 0}, 1, ValueError, r"number of heads in 1..heads=4"),
+    ({"alibi_heads": 5}, 1, ValueError, r"number of heads in 1..heads=4"),
+    ({"alibi_heads": [0, 4]}, 2, ValueError, r"distinct head indices in 0..3"),
+    ({"alibi_heads": [1, 1]}, 1, ValueError, "distinct head indices"),
+    ({"alibi_heads": "0"}, 1, TypeError, "list of head indices"),
+    ({"alibi_heads": []}, 1, TypeError, "non-empty list"),
 ])
 def test_bad_options(opts, dims, exc, fragment):
     with pytest.raises(exc, match=fragment):

@@ -63,6 +63,38 @@ def test_equals_the_papers_formula(pairing, num_prefix):
     torch.testing.assert_close(out[:, num_prefix:], want.float(), rtol=1e-5, atol=1e-5)
 
 
+def reference_code(amplitude_table, frequency_table, words, positions):
+    """The paper's public code (zhaodongh/Encoding-Word-Order-in-Complex-valued-Embedding, Fasttext/model_fasttext/
+    Complex_order.py ``concat_embedding`` and ``multiply.ComplexMultiply``), ported from TensorFlow: amplitude and
+    frequency looked up per word, phase = position x frequency, ``[real, imag] = [cos(phase) * amp,
+    sin(phase) * amp]``. Returns (real, imag), each ``(B, N, D)``."""
+    amplitude = amplitude_table[words]  # tf.nn.embedding_lookup(self.embedding_W, words_indice)
+    phase = frequency_table[words]  # tf.nn.embedding_lookup(self.embedding_W_pos, words_indice)
+    phase = positions[..., None].float() * phase  # tf.multiply(tf.expand_dims(position_indice, 2), phase)
+    return phase.cos() * amplitude, phase.sin() * amplitude  # ComplexMultiply()([phase, amplitude])
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_equals_the_papers_code_with_shared_frequencies(pairing):
+    """The reference code with every word's frequency row equal (the paper's word-sharing simplification, ndpe's
+    ``freq``) and no initial phase (its embedding is the amplitude): ndpe on tokens ``[amp | 0]`` gives its
+    ``[real | imag]``, at the positions its data feeds (1-based here)."""
+    vocab, d, b, n = 11, 6, 3, 9
+    pe = make(dim=2 * d, pairing=pairing)
+    with torch.no_grad():
+        pe.freq.copy_(torch.rand(d) * 2)
+    amplitude_table = torch.rand(vocab, d) * 2 - 1  # the code's tf.random_uniform([vocab, D], -1, 1)
+    frequency_table = pe.freq.detach().expand(vocab, d)
+    words = torch.randint(0, vocab, (b, n))
+    positions = torch.arange(1, n + 1).expand(b, n)
+    real, imag = reference_code(amplitude_table, frequency_table, words, positions)
+    x = embed(amplitude_table[words], torch.zeros(b, n, d), pairing)  # r = amp, theta = 0
+    out = pe(positions=positions[..., None].float()).tokens(x)
+    re, im = halves(out, pairing)
+    torch.testing.assert_close(re, real, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(im, imag, rtol=1e-5, atol=1e-5)
+
+
 def test_explicit_and_batched_positions_equal_the_formula():
     pe = make(dim=6)
     r, theta = torch.rand(2, 4, 3) + 0.1, torch.rand(2, 4, 3) * 6

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import ndpe
 from ndpe import flex
 from ndpe.kinds.cope import cope_term
+from tests.conftest import assert_tells_apart
 
 xt = pytest.importorskip("x_transformers.x_transformers")
 
@@ -49,7 +50,8 @@ def test_term_equals_x_transformers(max_pos, talking_heads):
     q, k = torch.randn(2, 3, 10, 8), torch.randn(2, 3, 10, 8)
     ours = pe((10,)).logits(q, k)
     expected = ref(q, reference_logits(q, k))
-    torch.testing.assert_close(ours[..., LOWER], expected[..., LOWER])
+    missing = torch.zeros_like(ours)  # the wrong option: no table (a zero term)
+    assert_tells_apart(ours[..., LOWER], missing[..., LOWER], expected[..., LOWER], rtol=1.3e-6, atol=1e-5)
     assert (ours[..., ~LOWER] == 0).all()  # future keys: 0 here (masked by attention); the reference has q.E[0]
 
 
@@ -100,9 +102,8 @@ def test_whole_attention_equals_x_transformers(talking_heads):
         if talking_heads:
             ref.attend.cope.talking_heads.weight.copy_(pe.head_mix[:, :, None, None])
         x = torch.randn(2, 12, 32)
-        torch.testing.assert_close(attn(x, pe((12,))), ref(x), rtol=1e-5, atol=1e-5)
-        # and the term matters: without it the outputs differ
-        assert not torch.allclose(ndpe.Attention(32, heads=2, qkv_bias=False, causal=True).eval()(x), ref(x))
+        # the term matters: the same attention without it (a missing table) is > 100 x the tolerance away
+        assert_tells_apart(attn(x, pe((12,))), attn(x, None), ref(x), rtol=1e-5, atol=1e-5)
 
 
 def test_term_of_a_pair_depends_only_on_the_tokens_between():

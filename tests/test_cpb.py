@@ -11,6 +11,7 @@ import ndpe
 from ndpe import flex
 from ndpe.kinds.cpb import offset_grid, swin_log_coords
 from ndpe.pairs import pair_axes
+from tests.conftest import assert_tells_apart
 
 x_transformers = pytest.importorskip("x_transformers.x_transformers")
 swin_v2 = pytest.importorskip("timm.models.swin_transformer_v2")
@@ -44,7 +45,9 @@ def test_swin_style_equals_timm_swin_v2(window, pretrained):
         pe.mlp[0].weight.copy_(attn.cpb_mlp[0].weight)
         pe.mlp[0].bias.copy_(attn.cpb_mlp[0].bias)
         pe.mlp[2].weight.copy_(attn.cpb_mlp[2].weight)
-        torch.testing.assert_close(pe(window).bias, timm_bias(attn))
+        other = make(train_shape=(2 * window[0] + 2, 2 * window[1] + 2), perturb=False)  # another normalisation
+        other.load_state_dict(pe.state_dict())
+        assert_tells_apart(pe(window).bias, other(window).bias, timm_bias(attn), rtol=1.3e-6, atol=1e-5)
         # the table itself: timm's rows, in timm's order, and timm's index
         features = swin_log_coords(offset_grid((window[0] - 1, window[1] - 1)), pe._divisor(pe.coords(window), window))
         torch.testing.assert_close(features, attn.relative_coords_table.reshape(-1, 2))
@@ -77,8 +80,11 @@ def test_dynamic_style_equals_x_transformers(depth, log_distance, norm):
     pe = make(dims=1, style="dynamic", mlp_hidden=12, depth=depth, log_distance=log_distance, norm=norm,
               perturb=False)
     copy_dynamic(pe, ref)
+    other = make(dims=1, style="dynamic", mlp_hidden=12, depth=depth, log_distance=not log_distance, norm=norm,
+                 perturb=False)  # the other distance
+    other.load_state_dict(pe.state_dict())
     with torch.no_grad():
-        torch.testing.assert_close(pe((10,)).bias, ref(10, 10))
+        assert_tells_apart(pe((10,)).bias, other((10,)).bias, ref(10, 10), rtol=1.3e-6, atol=1e-5)
         # decoding: x-transformers' (i, j) = (new queries, all keys) is pe((n,), past=j - i)
         torch.testing.assert_close(pe((3,), past=7).bias, ref(3, 10))
 

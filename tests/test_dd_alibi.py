@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import ndpe
 from ndpe.kinds.dd_alibi import forget_bias
+from tests.conftest import assert_tells_apart
 
 x_transformers = pytest.importorskip("x_transformers.x_transformers")
 
@@ -42,10 +43,11 @@ def test_equals_x_transformers(causal, post_log_scale):
     with torch.no_grad():
         ref = peer(x)  # (B, heads, N, N)
         ours = term(pe, x)
+        other = term(pe.replace(post_log_scale=1.5 - post_log_scale), x)  # another post_log_scale, the same gates
     if causal:  # the peer returns c_i - c_j everywhere; causal attention masks j > i
         tri = torch.ones(11, 11, dtype=torch.bool).tril()
-        ref, ours = ref.masked_fill(~tri, 0), ours.masked_fill(~tri, 0)
-    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+        ref, ours, other = ref.masked_fill(~tri, 0), ours.masked_fill(~tri, 0), other.masked_fill(~tri, 0)
+    assert_tells_apart(ours, other, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_equals_the_per_pair_formula():

@@ -231,3 +231,33 @@ def test_results_without_their_tab_or_with_a_stale_one_are_one_line(tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert "was not made from this results.csv" in err and "\n" not in err
     assert not (tmp_path / "index.html").exists()
+
+
+def test_cli_shows_progress_while_it_builds(tmp_path, capsys):
+    """`ndpe explore` prints a line to stderr as each view's numbers start and end (the full page takes a minute)."""
+    assert main(["explore", "--out", str(tmp_path), "--kinds", "rope"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out.strip() == str(tmp_path / "index.html")
+    assert len(lines) == 2 * 7 and all(line.startswith("ndpe explore: [") for line in lines)
+    assert lines[0] == "ndpe explore: [1/7] toy scene ..."
+    assert re.fullmatch(r"ndpe explore: \[7/7\] bias heads: [\d.]+ s", lines[-1])
+
+
+def test_charts_put_ratios_on_log_axes_and_tell_variants_apart():
+    """Perplexity (a ratio) on a log axis with plain tick numbers; test sizes (multiples) on a log axis; each
+    rope variant its own line style and marker."""
+    import json
+
+    from ndpe.explore.charts import _styles, task_chart
+
+    bench = json.loads((ROOT / "benchmarks" / "results" / "standard-v1" / "explore.json").read_text())
+    task = bench["tasks"]["text/stdlib_lm"]
+    svg = task_chart("text/stdlib_lm", task)
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert "ppl (lower is better, log scale)" in texts and "test size (× the training size, log scale)" in texts
+    assert {"4", "6", "10", "20", "40"} <= set(texts) and not any("10^" in t or "times" in t for t in texts)
+    assert [z["label"] for z in task["sizes"]] == [t for t in texts if t in {z["label"] for z in task["sizes"]}]
+    styles = _styles(task)
+    ropes = [label for label, ser in task["series"].items() if ser["kind"] == "rope"]
+    assert len(ropes) >= 4 and len({(str(styles[r]["ls"]), styles[r]["marker"]) for r in ropes}) == len(ropes)

@@ -1,6 +1,8 @@
 """``ndpe.flex``: flex_attention score_mods equal SDPA with the materialized bias (no N x N tensor)."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,6 +10,7 @@ import torch.nn.functional as F
 import ndpe
 from conftest import KIND_DIMS, build
 from ndpe import flex
+from ndpe.fields import specs
 
 ok, why = flex.flex_available()
 pytestmark = [pytest.mark.skipif(not ok, reason=why),
@@ -189,3 +192,106 @@ def test_packed_flex_refusals():
         flex.packed_attention(q, q, q, pe, [(4,), (6,)], compiled=False)
     with pytest.raises(TypeError, match="non-empty list"):
         flex.packed_attention(q, q, q, pe, [], compiled=False)
+
+
+def attention_terms(pos: ndpe.PosOut) -> list[str]:
+    """The fields of ``pos`` that add to the attention logits, read from their declarations (not from a list of
+    kinds): set, and per query-key pair (role ``pair``) or a function meeting q and k (role ``term``, leading axes
+    batch and heads). The rest act on the tokens (``apply_tokens``) or on q and k (``apply_qk``: token fields
+    meeting q and k, ``whole`` fields, fields acting at stage ``qk``), which the caller applies before flex."""
+    return [name for name, spec, _ in specs(type(pos)) if getattr(pos, name) is not None
+            and (spec.role == "pair" or (spec.role == "term" and "heads" in spec.lead))]
+
+
+def reads_states(pos: ndpe.PosOut) -> bool:
+    return any(getattr(getattr(pos, name), "uses_states", False) for name in attention_terms(pos))
+
+
+def every_kind():
+    """Every registered (kind, dims); the kind's smallest dims in the default run, the others slow (eager flex)."""
+    return [pytest.param(k, d, id=f"{k}-{d}d", marks=() if d == min(ndpe.available()[k]) else pytest.mark.slow)
+            for k, d in KIND_DIMS]
+
+
+def drawn(kind, dims):
+    """The kind with its parameters moved off their init (so that a term left out shows), in eval mode."""
+    torch.manual_seed(0)
+    pe = build(kind, dims, dim=24, heads=3).eval()
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return pe
+
+
+@pytest.mark.parametrize("kind,dims", every_kind())
+def test_packed_flex_equals_sdpa_for_every_kind(kind, dims):
+    """packed_attention equals SDPA on pe.packed for every kind whose output adds to the logits (its term, derived
+    from the field declarations, must move the output: leaving it out is caught), or refuses it in one line naming
+    the kind; a kind adding nothing to the logits gets the block mask alone."""
+    pe = drawn(kind, dims)
+    causal = pe.causal_only
+    shapes = PACKED[dims][:2]
+    alone = pe(shapes[0])
+    pos = pe.packed(shapes, num_prefix=1)
+    n = pos.bias.shape[-1]
+    q, k, v = (torch.randn(2, 3, n, 8) for _ in range(3))
+    with torch.no_grad():
+        q, k = ndpe.apply_qk(q, k, pos)
+    if reads_states(alone):
+        with pytest.raises(ValueError, match=rf"^kind '{kind}' computes its logits term from the token states[^\n]*$"), \
+                torch.no_grad():
+            flex.packed_attention(q, k, v, pe, shapes, num_prefix=1, causal=causal, compiled=False)
+        return
+    mask = ndpe.causal_mask(n) if causal else 0.0
+    with torch.no_grad():
+        out = flex.packed_attention(q, k, v, pe, shapes, num_prefix=1, causal=causal, compiled=False)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=ndpe.attn_bias(pos, q=q, k=k, causal=causal) + mask)
+        apart = torch.zeros_like(pos.bias).masked_fill(pos.bias == float("-inf"), float("-inf"))  # no term
+        blind = F.scaled_dot_product_attention(q, k, v, attn_mask=apart + mask)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    if attention_terms(alone):
+        assert (blind - ref).abs().max() > 1e-3, f"{kind}'s logits term barely moves the output: the test is blind"
+
+
+@pytest.mark.parametrize("kind,dims", every_kind())
+def test_flex_attention_equals_sdpa_or_refuses_for_every_kind(kind, dims):
+    """flex.attention (one grid) equals SDPA with attn_bias for every kind whose output adds to the logits, refuses
+    a term of the token states, and says in one line that any other kind adds nothing to the logits."""
+    pe = drawn(kind, dims)
+    causal = pe.causal_only
+    grid = PACKED[dims][0]
+    pos = pe(grid, num_prefix=1)
+    q, k, v = qkv(pe, grid, num_prefix=1)
+    with torch.no_grad():
+        q, k = ndpe.apply_qk(q, k, pos)
+    if not attention_terms(pos) or reads_states(pos):
+        what = "adds nothing to the attention logits" if not attention_terms(pos) else "from the token states"
+        with pytest.raises(ValueError, match=rf"^kind '{kind}' [^\n]*{what}[^\n]*$"), torch.no_grad():
+            flex.attention(q, k, v, pe, grid, num_prefix=1, causal=causal, compiled=False)
+        return
+    with torch.no_grad():
+        out = flex.attention(q, k, v, pe, grid, num_prefix=1, causal=causal, compiled=False)
+        ref = sdpa_reference(q, k, v, pe, grid, 1, causal)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda q, pe: flex.packed_attention(q, q, q, "alibi", [(4,), (6,)], compiled=False), TypeError,
+     r"^pe must be an ndpe encoding \(pe = ndpe.make\(dims=..., kind=..., dim=..., heads=...\)\), got 'alibi' \(str\)$"),
+    (lambda q, pe: flex.attention(q[..., :6, :], q[..., :6, :], q[..., :6, :], "alibi", (6,), compiled=False),
+     TypeError, r"^pe must be an ndpe encoding"),
+    (lambda q, pe: flex.score_mod("alibi", (6,)), TypeError, r"^pe must be an ndpe encoding"),
+    (lambda q, pe: flex.packed_attention(q, q.to("meta"), q, pe, [(4,), (6,)], compiled=False), ValueError,
+     r"^flex attention needs one device, got q on cpu, k on meta, v on cpu, encoding on cpu[^\n]*$"),
+    (lambda q, pe: flex.packed_attention(q, q, q, copy.deepcopy(pe).to("meta"), [(4,), (6,)], compiled=False),
+     ValueError, r"^flex attention needs one device, got q on cpu, k on cpu, v on cpu, encoding on meta[^\n]*$"),
+    (lambda q, pe: flex.packed_attention(q, q[:1].expand(3, -1, -1, -1), q[:1].expand(3, -1, -1, -1), pe, [(4,), (6,)],
+                                         compiled=False), ValueError, r"^q \(2, 3, 10, 8\), k \(3, 3, 10, 8\)[^\n]*one batch"),
+])
+def test_encodings_devices_and_batches_that_do_not_meet(call, exc, match):
+    """A string where an encoding is expected, tensors on another device than each other or the encoding, and q of
+    another batch than k and v: one-line errors before anything is computed."""
+    pe = ndpe.make(dims=1, kind="alibi", dim=24, heads=3)
+    q = torch.randn(2, 3, 10, 8)
+    with pytest.raises(exc, match=match), torch.no_grad():
+        call(q, pe)

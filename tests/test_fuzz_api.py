@@ -133,7 +133,7 @@ CASES = [
     ("Attention bias of other heads", attention(torch.randn(2, 4, 32), alibi_pos(heads=2)), ValueError,
      "bias has 2 heads but the attention has heads=4"),
     ("Attention bias of other length", attention(torch.randn(2, 5, 32), alibi_pos()), ValueError,
-     "length 5"),
+     "x has 5 tokens but the encoding covers 4"),  # the message names the layout (x must be (B, T, dim))
     ("Attention heads float", lambda: ndpe.Attention(32, 4.0), TypeError, "heads must be a positive int"),
     ("Attention dropout > 1", lambda: ndpe.Attention(32, 4, attn_drop=1.5), ValueError, "attn_drop must be"),
     ("Attention causal str", lambda: ndpe.Attention(32, 4, causal="no"), TypeError, "causal must be a bool"),

@@ -292,6 +292,18 @@ def test_resume_continues_a_finished_out_dir(finished):
     assert out["step"] == 3
 
 
+@pytest.mark.parametrize("extra, match", [
+    (["train.steps=1"], r"is at step 2, past this run's 1 steps: resume with train\.steps >= 2"),
+    (["train.steps=4", "train.overwrite=true"], r"continues a run and train\.overwrite=true replaces it"),
+])
+def test_resume_past_the_target_or_with_overwrite_is_refused_and_the_run_kept(finished, capsys, extra, match):
+    run, before = finished
+    code, err = run_cli(cli, [*RUN, f"train.out_dir={run}", f"train.resume={run / 'checkpoint.pt'}", *extra], capsys)
+    assert code == 2
+    assert_one_error_line(code, err, match)
+    assert _files(run) == before
+
+
 @pytest.mark.parametrize("leftover", ["log.jsonl", "checkpoint.pt"])
 def test_any_run_file_marks_the_out_dir_occupied(tmp_path, capsys, leftover):
     (tmp_path / "run").mkdir()

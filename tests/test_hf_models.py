@@ -34,7 +34,7 @@ def test_gemma3_local_and_global_layers(monkeypatch):
                               rope_parameters=dict(sliding_attention=dict(rope_type="default", rope_theta=10000.0),
                                                    full_attention=dict(rope_type="linear", factor=8.0,
                                                                        rope_theta=1e6)))
-    model = Gemma3TextModel(config).eval()
+    model = sharpen_attention(Gemma3TextModel(config).eval())  # positions must matter (tests/conftest.py)
     assert set(config.layer_types) == {"sliding_attention", "full_attention"}
     tokens = torch.randint(0, 64, (2, 20))
     with torch.no_grad():
@@ -52,7 +52,7 @@ def test_gemma4_text_per_layer_head_dim_and_p_rope(monkeypatch):
     config = Gemma4TextConfig(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=6,
                               num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=32,
                               hidden_size_per_layer_input=8, vocab_size_per_layer_input=64)
-    model = Gemma4TextModel(config).eval()
+    model = sharpen_attention(Gemma4TextModel(config).eval())  # positions must matter (tests/conftest.py)
     tokens = torch.randint(0, 64, (2, 20))
     with torch.no_grad():
         ref = model(input_ids=tokens).last_hidden_state
@@ -85,7 +85,7 @@ def test_llama4_text_rope_and_no_rope_layers(scaling, monkeypatch):
                               num_hidden_layers=4, intermediate_size=64, intermediate_size_mlp=64, num_local_experts=2,
                               attn_temperature_tuning=True, floor_scale=4, attn_scale=0.1, rope_parameters=rope)
     assert config.no_rope_layers == [1, 1, 1, 0]
-    model = Llama4TextModel(config).eval()
+    model = sharpen_attention(Llama4TextModel(config).eval())  # positions must matter (tests/conftest.py)
     tokens = torch.randint(0, 64, (2, 24))
     with torch.no_grad():
         ref = model(input_ids=tokens).last_hidden_state
@@ -149,7 +149,7 @@ def test_gemma4_vision_multidimensional_rope(grid, monkeypatch):
     torch.manual_seed(0)
     config = Gemma4VisionConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=2, head_dim=32, num_hidden_layers=2,
                                 intermediate_size=64, patch_size=4)
-    model = modeling_gemma4.Gemma4VisionModel(config).eval()
+    model = sharpen_attention(modeling_gemma4.Gemma4VisionModel(config).eval())  # positions must matter
     encoder = model.encoder if hasattr(model, "encoder") else model
     n = grid[0] * grid[1]
     xy = torch.stack(torch.meshgrid(torch.arange(grid[1]), torch.arange(grid[0]), indexing="xy"), -1).reshape(n, 2)

@@ -8,6 +8,7 @@ import torch
 
 import ndpe
 from conftest import build
+from tests.conftest import assert_tells_apart, sharpen_attention
 
 transformers = pytest.importorskip("transformers")
 from transformers import (GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,  # noqa: E402
@@ -28,18 +29,61 @@ def fresh(family: str):
     return FAMILIES[family]().eval()
 
 
+def sharp(family: str, **config):
+    """``fresh(family)`` (with ``config`` changed) with attention sharp enough that positions move the logits."""
+    torch.manual_seed(0)
+    model = FAMILIES[family]() if not config else LlamaForCausalLM(LlamaConfig(**{**SMALL, **config}))
+    return sharpen_attention(model.eval())
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_rope_from_the_config_equals_the_model(family):
-    model = fresh(family)
+    model = sharp(family)
     ids = torch.randint(0, 61, (2, 40))
     with torch.no_grad():
         ref = model(ids).logits
         out = ndpe.hf.use(model, "rope")(ids).logits
         assert isinstance(model.ndpe_pe, ndpe.Encoding) and model.ndpe_pe.kind == "rope"
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    other = ndpe.hf.use(fresh(family), "rope", theta=100.0)  # another theta: visibly another model
+        other = ndpe.hf.use(sharp(family), "rope", theta=100.0)(ids).logits  # another theta: another model
+    assert_tells_apart(out, other, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_partial_rotary_factor_is_the_models_own_rope():
+    """Llama's default rope ignores ``partial_rotary_factor`` (it turns the whole head): so does ``use(m, "rope")``;
+    ndpe's rope over half the head is another model. Other rope types give cos/sin for part of the head, which the
+    model's attention cannot apply (transformers' model fails too): refused in one line."""
+    model = sharp("llama", partial_rotary_factor=0.5)
+    ids = torch.randint(0, 61, (2, 24))
     with torch.no_grad():
-        assert (other(ids).logits - ref).abs().max() > 1e-3
+        ref = model(ids).logits
+        out = ndpe.hf.use(model, "rope")(ids).logits
+        half = ndpe.hf.use(sharp("llama", partial_rotary_factor=0.5), "rope", axis_dims=(4,))(ids).logits
+    assert_tells_apart(out, half, ref, rtol=1e-4, atol=1e-4)
+    llama3 = dict(rope_type="llama3", rope_theta=5e5, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                  original_max_position_embeddings=32, partial_rotary_factor=0.5)
+    with pytest.raises(ValueError, match="turns 4 of its 8 head channels") as err:
+        ndpe.hf.use(sharp("llama", rope_parameters=llama3), "rope")
+    assert "\n" not in str(err.value)
+
+
+def test_position_ids_are_honoured_or_refused():
+    """Kinds that go through the rotary module take explicit ``position_ids`` as HF's rope does; the others count
+    positions from each row's first token and refuse any other ids in one line (they used to ignore them)."""
+    ids = torch.randint(0, 61, (2, 12))
+    shifted = (3 * torch.arange(12))[None].expand(2, -1)  # spread out: relative distances change
+    model = sharp("llama")
+    with torch.no_grad():
+        ref = model(ids, position_ids=shifted).logits
+        out = ndpe.hf.use(model, "rope")(ids, position_ids=shifted).logits
+        unspread = ndpe.hf.use(sharp("llama"), "rope")(ids).logits
+        assert_tells_apart(out, unspread, ref, rtol=1e-4, atol=1e-4)
+        for kind in ("sinusoidal", "alibi"):
+            other = ndpe.hf.use(fresh("llama"), kind)
+            torch.testing.assert_close(other(ids, position_ids=torch.arange(12)[None].expand(2, -1)).logits,
+                                       other(ids).logits)  # the ids it counts itself: accepted
+            with pytest.raises(ValueError, match="takes position_ids 0..11 only") as err:
+                other(ids, position_ids=shifted)
+            assert "\n" not in str(err.value)
 
 
 # the options under which a kind decodes (the others refuse past=, each in one line: see test_refused_options)

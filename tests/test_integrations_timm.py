@@ -41,7 +41,8 @@ def test_timm_ref_feat_shape_any_scale(grid, ref_shape, timm_dim, head_dim, rota
     pe = ndpe.make(dims=2, kind="rope", dim=head_dim, heads=1, axis_dims=(2 * (timm_dim // 4),) * 2, theta=100.0,
                    coords="index", pairing="half" if rotate_half else "interleaved", scaling="linear", scale=scale)
     mine = ndpe.apply_qk(q, q, pe(grid))[0]
-    torch.testing.assert_close(mine[..., :rot_dim], ref, rtol=1e-5, atol=1e-5)
+    unscaled = ndpe.apply_qk(q, q, pe.replace(scaling=None, scale=None)(grid))[0]  # ref_feat_shape ignored
+    assert_tells_apart(mine[..., :rot_dim], unscaled[..., :rot_dim], ref, rtol=1e-5, atol=1e-5)
     assert torch.equal(mine[..., rot_dim:], q[..., rot_dim:])
 
 

@@ -9,6 +9,7 @@ from timm.layers import resample_abs_pos_embed
 
 import ndpe
 from ndpe.coords import grid_coords
+from tests.conftest import assert_tells_apart
 
 RESIZE = {1: "linear", 2: "bicubic", 3: "trilinear"}
 
@@ -48,7 +49,9 @@ def test_2d_resize_equals_timm(mode, grid):
     pe = make(2, dim=6, grid_shape=(6, 8), resize=mode)
     ref = resample_abs_pos_embed(rearrange(pe.table, "h w c -> 1 (h w) c"), list(grid), [6, 8],
                                  num_prefix_tokens=0, interpolation=mode)
-    torch.testing.assert_close(pe(grid).add, ref[0])
+    out = pe(grid).add
+    columns_first = rearrange(out, "(h w) c -> (w h) c", h=grid[0])  # the wrong option: tokens in xy order
+    assert_tells_apart(out, columns_first, ref[0], rtol=1.3e-6, atol=1e-5)
 
 
 def test_2d_resize_without_timm_is_the_same_call(monkeypatch):
@@ -193,3 +196,49 @@ def test_bad_options(dims, opts, match):
 def test_grid_shape_is_required():
     with pytest.raises(TypeError, match="grid_shape"):
         make(2)
+
+
+# ---- added or concatenated to the tokens (cat_dim) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("opts,shapes", [({}, [(4, 5, 6)]), ({"factorized": True, "combine": "concat"}, [(4, 3), (5, 3)]),
+                                         ({"factorized": True}, [(4, 6), (5, 6)])])
+def test_cat_dim_concatenates_a_table_of_that_width(opts, shapes):
+    """``cat_dim=6``: a 6-channel table (factorized concat: 3 per axis), gathered as the added one, in ``cat``."""
+    pe = make(2, dim=16, grid_shape=(4, 5), cat_dim=6, **opts)
+    assert [tuple(p.shape) for p in pe.parameters()] == shapes and pe.cat_dim == 6
+    out = pe((3, 5))
+    assert out.add is None and out.cat.shape == (15, 6)
+    twin = make(2, dim=6, grid_shape=(4, 5), **opts)
+    twin.load_state_dict(pe.state_dict())
+    torch.testing.assert_close(out.cat, twin((3, 5)).add, atol=0, rtol=0)
+    x = torch.randn(2, 15, 10)
+    y = ndpe.apply_tokens(x, out)
+    assert torch.equal(y, torch.cat([x, out.cat.expand(2, 15, 6)], -1))
+    y.square().sum().backward()
+    assert all(p.grad is not None for p in pe.parameters())
+
+
+def test_cat_dim_decodes_and_resizes():
+    pe = make(1, dim=16, grid_shape=(12,), cat_dim=4)
+    torch.testing.assert_close(pe((3,), past=5).cat, pe((8,)).cat[5:])
+    resized = make(2, dim=16, grid_shape=(4, 4), cat_dim=4, resize="bicubic")
+    assert resized((6, 7)).cat.shape == (42, 4)
+
+
+def test_cat_dim_in_a_model_narrows_the_token_embedding():
+    from models import build_model
+
+    model = build_model({"name": "text", "num_classes": 7, "vocab_size": 7, "dim": 32, "depth": 1, "heads": 4,
+                         "pe": {"kind": "learned", "options": {"grid_shape": [16], "cat_dim": 8}}})
+    assert model.tok_embed.embedding_dim == 24
+    assert model(torch.randint(0, 7, (2, 10))).shape[-1] == 7
+
+
+@pytest.mark.parametrize("opts,err,match", [
+    ({"cat_dim": 16}, ValueError, "cat_dim=16 .* below dim=16"),
+    ({"cat_dim": True}, TypeError, "cat_dim must be an int"),
+    ({"cat_dim": 5, "factorized": True, "combine": "concat"}, ValueError, "cat_dim=5 is not divisible by 2"),
+])
+def test_cat_dim_errors(opts, err, match):
+    with pytest.raises(err, match=match):
+        make(2, dim=16, grid_shape=(4, 4), **opts)

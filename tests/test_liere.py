@@ -99,3 +99,34 @@ def test_refusals():
         ndpe.make(dims=2, kind="liere", dim=48, heads=2, block_size=5)
     with pytest.raises(ValueError, match="coords must be"):
         ndpe.make(dims=2, kind="liere", dim=48, heads=2, coords="polar")
+
+
+@pytest.mark.parametrize("kind", ["liere", "comrope"])
+def test_positions_past_a_float32_rotation_are_refused(kind):
+    """Positions whose exponent sum_a p_a A_a a float32 matrix exponential cannot keep a rotation (NaN at ~1e9,
+    entries off by ~1e-7 x its norm before) are refused in one line, for the queries and in decoding; positions
+    well inside give finite logits and orthogonal rotations."""
+    pe = ndpe.make(dims=2, kind=kind, dim=16, heads=2, block_size=4)
+    q = torch.randn(1, 2, 2, 8)
+    with pytest.raises(ValueError, match=r"^[^\n]*past the 100000 a float32 matrix exponential keeps a rotation"):
+        pe(positions=torch.tensor([[0.0, 0.0], [1e30, 1.0]]))
+    big = 1e4 / float(torch.linalg.matrix_norm(pe.generators().detach(), ord=1).amax())  # norm 1e4 per axis
+    assert torch.isfinite(pe(positions=torch.tensor([[0.0, 0.0], [big, 0.0]])).logits(q, q)).all()
+    rot = pe._rotations(torch.tensor([[big, 0.0]])).detach()  # (heads, 1, blocks, b, b)
+    eye = torch.eye(4).expand_as(rot)
+    torch.testing.assert_close(rot @ rot.transpose(-1, -2), eye, atol=1e-2, rtol=0)
+    decoder = ndpe.make(dims=1, kind=kind, dim=16, heads=2, block_size=4, coords="index", init_std=50.0)
+    with pytest.raises(ValueError, match="float32 matrix exponential"):
+        decoder((1,), past=10 ** 4)
+
+
+@pytest.mark.parametrize("kind", ["liere", "comrope"])
+def test_queries_of_another_device_or_batch_are_refused(kind):
+    pe = ndpe.make(dims=1, kind=kind, dim=16, heads=2, block_size=4)
+    with pytest.raises(ValueError, match=rf"^{kind}'s logits needs one device, got q on meta, k on meta, encoding on "
+                                         r"cpu[^\n]*$"):
+        pe((5,)).logits(*torch.randn(2, 1, 2, 5, 8, device="meta").unbind(0))
+    q = torch.randn(3, 2, 5, 8)
+    with pytest.raises(ValueError, match=r"^the encoding's rotations has leading dims \(2, 2\)[^\n]*another batch"):
+        pe(positions=torch.rand(2, 5, 1)).logits(q, q)
+    assert pe(positions=torch.rand(3, 5, 1)).logits(q, q).shape == (3, 2, 5, 5)

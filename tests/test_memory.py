@@ -241,8 +241,40 @@ OTHERS = [
     ("budget off", None, make("learned", dims=1, grid_shape=(10 ** 6,), dim=64), (OK, None)),
 ]
 
+def packed_flex(grids):
+    """``ndpe.flex.packed_attention`` of alibi over samples of ``grids`` (1D), q, k, v of the packed length."""
+    def run():
+        from ndpe import flex
+        pe = _pe("alibi")
+        total = sum(math.prod(g) for g in grids)
+        q = torch.randn(1, pe.heads, total, pe.head_dim)
+        with torch.no_grad():
+            return flex.packed_attention(q, q, q, pe, grids, compiled=False)
+    return run
+
+
+_TWO_SAMPLES = [_pe("alibi")((16,)), _pe("alibi")((12,))]  # (2, 16, 16) and (2, 12, 12) biases, 28 packed tokens
+PACKING = [  # what grows with the square of the packed tokens, and M-RoPE ids
+    ("pe.packed of 200 alibi samples of 16 x 16", GIB, lambda: _pe("alibi", 2).packed([(16, 16)] * 200),
+     (MemoryError, "the packed bias of 200 samples (51200x51200 torch.float32")),
+    ("pe.packed with num_prefix=10**6", GIB, lambda: _pe("rope", 2).packed([(2, 2)] * 2, num_prefix=10 ** 6),
+     (MemoryError, "the packed bias of 2 samples (2000008x2000008")),
+    ("ndpe.pack of 200 alibi outputs", GIB, lambda: ndpe.pack([_pe("alibi", 2)((16, 16))] * 200),
+     (MemoryError, "the packed bias of 200 samples (2x51200x51200 torch.float32")),
+    *boundary("ndpe.pack bias", 4 * 2 * 28 ** 2, lambda: ndpe.pack(_TWO_SAMPLES), "the packed bias of 2 samples",
+              lambda pos: pos.bias.shape == (2, 28, 28)),
+    ("mrope_positions of 10**10 text tokens", GIB, lambda: ndpe.mrope_positions([10 ** 10]),
+     (MemoryError, "M-RoPE ids of 10000000000 tokens")),
+    *boundary("M-RoPE ids", 48 * 1016, lambda: ndpe.mrope_positions([1000, (1, 4, 4)]), "M-RoPE ids of 1016 tokens",
+              lambda ids: ids.shape == (1016, 3)),
+    ("flex block mask of 2 x 300 packed tokens", MIB, packed_flex([(300,), (300,)]),
+     (MemoryError, "flex block mask of 2 packed samples, 600 x 600 (query, key) pairs")),
+    *boundary("flex block mask", 12 * 40 ** 2, packed_flex([(25,), (15,)]), "flex block mask of 2 packed samples",
+              lambda out: out.shape == (1, 2, 40, 24)),
+]
+
 CASES = ([huge_grid_case(k) for k in KINDS] + [huge_past_case(k) for k in KINDS] + HUGE_OPTIONS + SMALL
-         + BOUNDARIES + OTHERS)
+         + BOUNDARIES + OTHERS + PACKING)
 
 
 def largest_allocation(thunk):

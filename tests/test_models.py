@@ -244,3 +244,11 @@ def test_nope_temperature_refusals(value, match):
         _text("rope", nope_every=2, nope_temperature=value)
     with pytest.raises(ValueError, match="needs nope_every > 0"):
         _text("rope", nope_temperature=(8192, 0.1))
+
+
+@pytest.mark.parametrize("use_cache, temperature", [(True, 0.0), (False, 0.0), (True, 1.0)])
+def test_generate_on_an_empty_prompt_batch_returns_an_empty_batch(use_cache, temperature):
+    """A batch of no prompts (0, L) continues to (0, L + max_new_tokens), as a batch of one would, not a min() error."""
+    model = _text("rope")
+    out = model.generate(torch.zeros(0, 3, dtype=torch.long), 2, use_cache=use_cache, temperature=temperature)
+    assert out.shape == (0, 5) and out.dtype == torch.long

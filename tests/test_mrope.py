@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ndpe
+from tests.conftest import assert_tells_apart, sharpen_attention
 
 pytest.importorskip("transformers")
 from transformers import Qwen2VLTextConfig  # noqa: E402
@@ -64,17 +65,20 @@ def test_cos_sin_and_rotation_match_qwen_vl(family, head_dim, section, seq):
     cfg, hf = (qwen2_rotary if family == "qwen2" else qwen3_rotary)(head_dim, section)
     pe = ndpe.make(dims=3, kind="rope", dim=head_dim * 2, heads=2, theta=cfg.rope_parameters["rope_theta"],
                    mrope_section=section, mrope_interleaved=family == "qwen3")
+    other = pe.replace(mrope_interleaved=family != "qwen3")  # the other family's layout
     hf_cos, hf_sin = hf(torch.zeros(1), position_ids)
     cos, sin = ndpe.hf_cos_sin(pe, position_ids)
+    wrong_cos, wrong_sin = ndpe.hf_cos_sin(other, position_ids)
     atol = 2e-7 * float(position_ids.max()) + 2e-6
-    torch.testing.assert_close(cos, hf_cos, rtol=0, atol=atol)
-    torch.testing.assert_close(sin, hf_sin, rtol=0, atol=atol)
+    assert_tells_apart(cos, wrong_cos, hf_cos, rtol=0, atol=atol)
+    assert_tells_apart(sin, wrong_sin, hf_sin, rtol=0, atol=atol)
     # the rotation itself, through ndpe's own (B, 1, T, rot/2) output and apply_qk
     B, T = position_ids.shape[1:]
     q, k = torch.randn(B, 2, T, head_dim), torch.randn(B, 2, T, head_dim)
-    pos = pe(positions=position_ids.permute(1, 2, 0).float())
-    for a, b in zip(ndpe.apply_qk(q, k, pos), apply_rotary_pos_emb(q, k, hf_cos, hf_sin)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+    positions = position_ids.permute(1, 2, 0).float()
+    for a, b, c in zip(ndpe.apply_qk(q, k, pe(positions=positions)),
+                       apply_rotary_pos_emb(q, k, hf_cos, hf_sin), ndpe.apply_qk(q, k, other(positions=positions))):
+        assert_tells_apart(a, c, b, rtol=1e-5, atol=1e-4)
 
 
 def test_from_hf_rope_reads_mrope_configs():
@@ -128,7 +132,7 @@ def test_tiny_qwen2_vl_text_model_outputs_with_ndpe_mrope(monkeypatch):
     cfg = Qwen2VLTextConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                             num_attention_heads=2, num_key_value_heads=2,
                             rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=list(section)))
-    model = Qwen2VLTextModel(cfg).eval()
+    model = sharpen_attention(Qwen2VLTextModel(cfg).eval())  # positions must matter (tests/conftest.py)
     _, types, img, vid = sequences()[2]  # text + image + text + video, batch of 2
     position_ids = rope_index(types, img, vid)  # (3, B, T)
     tokens = torch.randint(0, 64, position_ids.shape[1:])
@@ -138,11 +142,9 @@ def test_tiny_qwen2_vl_text_model_outputs_with_ndpe_mrope(monkeypatch):
         monkeypatch.setattr(model.rotary_emb, "forward",
                             lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype))
         swapped = model(input_ids=tokens, position_ids=position_ids).last_hidden_state
-        # positions matter here: the same model with plain 1D positions gives other states
-        flat = model(input_ids=tokens, position_ids=position_ids[:1].expand(3, -1, -1) * 0 +
-                     torch.arange(tokens.shape[1])).last_hidden_state
-    torch.testing.assert_close(swapped, reference, rtol=1e-4, atol=1e-4)
-    assert (flat - reference).abs().max() > 1e-3
+        pe = ndpe.from_hf_rope(cfg, mrope_interleaved=True)  # Qwen3-VL's layout: another model (the lambda reads pe)
+        other = model(input_ids=tokens, position_ids=position_ids).last_hidden_state
+    assert_tells_apart(swapped, other, reference, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("head_dim,section", [(72, (8, 12, 12)), (64, (8, 12, 12)), (36, (6, 6, 6)), (64, (10, 8, 8))])
@@ -157,4 +159,17 @@ def test_equals_timm_rotary_embedding_mrope(head_dim, section, grid):
     ref = timm_layers.apply_rot_embed_cat(q, peer.get_embed(list(grid)), half=True)
     pe = ndpe.make(dims=3, kind="rope", dim=head_dim, mrope_section=(head_dim // 2 - section[1] - section[2], *section[1:]),
                    mrope_interleaved=True)
-    torch.testing.assert_close(ndpe.apply_qk(q, q, pe((1, *grid)))[0], ref, rtol=1e-5, atol=1e-5)
+    other = pe.replace(mrope_interleaved=False)  # Qwen2-VL's sections: another layout
+    assert_tells_apart(ndpe.apply_qk(q, q, pe((1, *grid)))[0], ndpe.apply_qk(q, q, other((1, *grid)))[0], ref,
+                       rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("section", [[8, 8], [4, 4, 4, 4], [16]])
+def test_from_hf_rope_refuses_an_mrope_section_that_is_not_t_h_w(section):
+    """HF's M-RoPE splits (3, B, T) ids: a section of another length is a config error, not a 2-D or 4-D rope."""
+    cfg = SimpleNamespace(head_dim=64, rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                        "mrope_section": section})
+    with pytest.raises(ValueError, match=r"mrope_section'\] must have 3 entries.*got \[" + str(section[0])):
+        ndpe.from_hf_rope(cfg)
+    cfg.rope_parameters["mrope_section"] = [8, 12, 12]
+    assert ndpe.from_hf_rope(cfg).dims == 3

@@ -80,7 +80,76 @@ def test_absolute_time_ids_follow_seconds():
     assert fast.tolist() == [0, 2, 4, 6] and slow.tolist() == [0, 4, 8, 12]
 
 
+def original_get_rope_index(segments, merge=2, tokens_per_second=None):
+    """The original Qwen2-VL / Qwen2.5-VL ``get_rope_index`` (transformers 4.x), ported on ndpe's segments: each text
+    run and each vision grid starts at the previous part's largest id + 1 (``st_idx = llm_pos_ids_list[-1].max() +
+    1``); vision ids are ``stack([t_index, h_index, w_index]) + text_len + st_idx``, ``t_index`` the frame index
+    times ``second_per_grid_t * tokens_per_second``, floored (1 without seconds)."""
+    tokens, grids = [], []  # the token stream (text 0, vision 1) and the vision grids in order
+    for seg in segments:
+        if isinstance(seg, int):
+            tokens += [0] * seg
+        else:
+            grids.append(seg)
+            tokens += [1] * (seg[0] * seg[1] * seg[2] // merge ** 2)
+    llm_pos_ids_list, st = [], 0
+    for seg in grids:
+        ed = tokens.index(1, st)
+        llm_grid_t, llm_grid_h, llm_grid_w = seg[0], seg[1] // merge, seg[2] // merge
+        step = seg[3] * tokens_per_second if len(seg) == 4 else 1.0
+        text_len = ed - st
+        st_idx = llm_pos_ids_list[-1].max() + 1 if len(llm_pos_ids_list) > 0 else 0
+        llm_pos_ids_list.append(torch.arange(text_len).view(1, -1).expand(3, -1) + st_idx)
+        t_index = (torch.arange(llm_grid_t).view(-1, 1).expand(-1, llm_grid_h * llm_grid_w) * step).long().flatten()
+        h_index = torch.arange(llm_grid_h).view(1, -1, 1).expand(llm_grid_t, -1, llm_grid_w).flatten()
+        w_index = torch.arange(llm_grid_w).view(1, 1, -1).expand(llm_grid_t, llm_grid_h, -1).flatten()
+        llm_pos_ids_list.append(torch.stack([t_index, h_index, w_index]) + text_len + st_idx)
+        st = ed + llm_grid_t * llm_grid_h * llm_grid_w
+    if st < len(tokens):
+        st_idx = llm_pos_ids_list[-1].max() + 1 if len(llm_pos_ids_list) > 0 else 0
+        llm_pos_ids_list.append(torch.arange(len(tokens) - st).view(1, -1).expand(3, -1) + st_idx)
+    return torch.cat(llm_pos_ids_list, dim=1).T  # (N, 3)
+
+
+LONG_VIDEOS = [[2, (8, 4, 4), 2], [3, (12, 8, 4), 1, (1, 4, 4), 2], [(6, 2, 6), 4], [1, (5, 4, 4), 1, (3, 2, 2), 3]]
+
+
+@pytest.mark.parametrize("segments", LONG_VIDEOS, ids=str)
+def test_videos_longer_than_wide_under_both_rules(segments):
+    """More time steps than max(H, W) / merge: "offset" (default) is transformers 5.23's rule, whose text after the
+    video reuses the video's time ids; "max" is the original rule, whose text starts past every id."""
+    offset = ndpe.mrope_positions(segments, spatial_merge=2)
+    assert torch.equal(offset, hf_index(Qwen2VLModel, segments))
+    assert torch.equal(offset, hf_index(Qwen2_5_VLModel, segments, tokens_per_second=1))
+    original = ndpe.mrope_positions(segments, spatial_merge=2, resume="max")
+    assert torch.equal(original, original_get_rope_index(segments))
+    assert not torch.equal(original, offset)
+
+
+def test_the_issues_example():
+    """``[2, (8, 4, 4), 2]``, merge 2: the video's time ids are 2..9; its text resumes at 4 (offset) or 10 (max)."""
+    offset = ndpe.mrope_positions([2, (8, 4, 4), 2], spatial_merge=2)
+    original = ndpe.mrope_positions([2, (8, 4, 4), 2], spatial_merge=2, resume="max")
+    assert offset[2:-2, 0].unique().tolist() == list(range(2, 10))
+    assert offset[-2:, 0].tolist() == [4, 5] and original[-2:].tolist() == [[10] * 3, [11] * 3]
+
+
+@pytest.mark.parametrize("segments", QWEN25 + [[2, (6, 4, 4, 2.0), 3, (1, 4, 8)]], ids=str)
+def test_max_rule_with_absolute_time_equals_the_original_code(segments):
+    """With seconds per grid the time axis may hold the largest id: "max" resumes past it, as the 4.x code."""
+    ours = ndpe.mrope_positions(segments, spatial_merge=2, tokens_per_second=4, resume="max")
+    assert torch.equal(ours, original_get_rope_index(segments, tokens_per_second=4))
+
+
+@pytest.mark.parametrize("segments", [[3, (1, 8, 12), 4], [(2, 4, 4), 1, (1, 2, 6)], [5]], ids=str)
+def test_rules_agree_where_no_segment_passes_its_offset(segments):
+    """Images and videos with at most max(H, W) / merge time steps: both rules give the same ids."""
+    assert torch.equal(ndpe.mrope_positions(segments, spatial_merge=2),
+                       ndpe.mrope_positions(segments, spatial_merge=2, resume="max"))
+
+
 @pytest.mark.parametrize("segments,kwargs,err,match", [
+    ([3], {"resume": "last"}, ValueError, "resume must be one of"),
     ([], {}, TypeError, "non-empty list"),
     ("abc", {}, TypeError, "non-empty list"),
     ([-1], {}, ValueError, "text run"),
@@ -110,14 +179,17 @@ def test_vision_axial_rope_equals_hf(head_dim):
     ids = get_vision_position_ids(torch.tensor([[1, 8, 12], [2, 4, 4]]), 2)  # (N, 2), merge-block order
     ref = Qwen2_5_VLVisionRotaryEmbedding(cfg)(torch.zeros(1), ids)
     ours = ndpe.hf_cos_sin(pe, ids)
-    for a, b in zip(ours, ref):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    xy = pe.replace(grid_indexing="xy")  # the wrong option: columns on the first channels
+    for a, b, c in zip(ours, ref, ndpe.hf_cos_sin(xy, ids)):
+        assert_tells_apart(a, c, b, rtol=0, atol=1e-5)
     q, k = torch.randn(2, len(ids), 2, head_dim).unbind(0)  # HF's vision layout (N, heads, head_dim)
-    pos = pe(positions=ids.float())
-    mine = [rearrange(t, "h n d -> n h d") for t in ndpe.apply_qk(rearrange(q, "n h d -> h n d"),
-                                                                  rearrange(k, "n h d -> h n d"), pos)]
-    for a, b in zip(mine, apply_rotary_pos_emb_vision(q, k, *ref)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+    def rotated(pe):
+        pos = pe(positions=ids.float())
+        return [rearrange(t, "h n d -> n h d") for t in ndpe.apply_qk(rearrange(q, "n h d -> h n d"),
+                                                                      rearrange(k, "n h d -> h n d"), pos)]
+    for a, b, c in zip(rotated(pe), apply_rotary_pos_emb_vision(q, k, *ref), rotated(xy)):
+        assert_tells_apart(a, c, b, rtol=1e-5, atol=1e-5)
     # the ids themselves: row-major grid coordinates regrouped into merge x merge blocks
     grid = pe.coords((8, 12)).long()
     assert torch.equal(rearrange(grid, "(hb m1 wb m2) d -> (hb wb m1 m2) d", m1=2, m2=2, hb=4), ids[:96])
@@ -183,3 +255,17 @@ def test_tiny_qwen2_5_vl_with_ndpe_ropes_and_ids(monkeypatch):
         relative = ndpe.mrope_positions([3, image, 2, video, 2], spatial_merge=2)  # Qwen2-VL's time ids 0, 1
         other = model(**inputs, position_ids=relative.T[:, None]).last_hidden_state
     assert_tells_apart(out, other, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("segments,kwargs,match", [
+    ([(2, 2, 2, 1.0)], {"tokens_per_second": 1e30}, r"time ids of video \(2, 2, 2, 1.0\) reach 0 \+ 1e\+30"),
+    ([(1, 2, 2, 1.0)], {"tokens_per_second": 1e300}, "time ids of video"),  # 0 x inf in float32
+    ([3, (3, 2, 2, 2.0)], {"tokens_per_second": 2.4e18}, r"reach 3 \+ 9.6e\+18"),
+    ([3], {"start": 2 ** 63 - 2}, "run from start=9223372036854775806 to 9223372036854775808"),
+])
+def test_ids_past_int64_are_refused(segments, kwargs, match):
+    """Ids that int64 cannot hold are refused in one line (they wrapped to -2**63)."""
+    with pytest.raises(ValueError, match=rf"^[^\n]*{match}[^\n]*past int64's 9223372036854775807[^\n]*$"):
+        ndpe.mrope_positions(segments, **kwargs)
+    edge = ndpe.mrope_positions([(2, 1, 1, 1.0)], tokens_per_second=2.0 ** 62)  # the largest step float32 holds here
+    assert edge[:, 0].tolist() == [0, 2 ** 62]

@@ -3,6 +3,7 @@ restarting per sample, attention kept inside each sample; for every kind, attent
 attention over each sample alone."""
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -116,3 +117,17 @@ def test_mixed_resolution_vit_step():
     loss = torch.nn.functional.cross_entropy(model.forward_packed(images), torch.tensor([0, 1, 2]))
     loss.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("outs,match", [
+    (lambda pe: [pe((2, 2)), pe.to("meta")((2, 2))], r"^pack\(\) needs one device, got sample 0 on cpu, sample 1 on "
+                                                      r"meta[^\n]*$"),
+    (lambda pe: [pe(positions=torch.rand(2, 4, 2)), pe(positions=torch.rand(3, 4, 2))],
+     r"^pack\(\) needs samples of one batch: their rot fields have leading dims \[\(2, 1\), \(3, 1\)\][^\n]*$"),
+])
+def test_devices_and_batches_that_do_not_meet(outs, match):
+    pe = ndpe.make(dims=2, kind="rope", dim=32, heads=2)
+    with pytest.raises(ValueError, match=match):
+        ndpe.pack(outs(copy.deepcopy(pe)))
+    with pytest.raises(ValueError, match=match.replace("pack", "stack")):
+        ndpe.stack(outs(copy.deepcopy(pe)))

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import ndpe
+from tests.conftest import assert_tells_apart
 
 xt = pytest.importorskip("x_transformers.x_transformers")
 
@@ -35,7 +36,11 @@ def test_equals_x_transformers(n):
     q, k = torch.randn(2, 2, 3, n, 8).unbind(0)
     freqs, bias = peer(torch.arange(n))
     ref = xt.apply_polar_pos_emb(q, freqs) @ xt.apply_polar_pos_emb(k, freqs + bias).transpose(-1, -2) * 8 ** -0.5
-    torch.testing.assert_close(full_logits(pe, q, k, grid_shape=(n,)), ref, rtol=1e-4, atol=1e-4)
+    other = pe.replace()
+    with torch.no_grad():
+        other.learned_bias.zero_()  # the wrong option: no learned phase bias
+    assert_tells_apart(full_logits(pe, q, k, grid_shape=(n,)), full_logits(other, q, k, grid_shape=(n,)), ref,
+                       rtol=1e-4, atol=1e-4)
 
 
 def test_equals_the_per_pair_formula():

@@ -112,3 +112,36 @@ def test_real_preset_downloads_and_runs_end_to_end(served_urls, tmp_path, capsys
     assert "image/cifar10" in text and "audio/speech_commands" in text and "_background_noise_" in text
     # the second command a user runs (the same one) finds every cell done and the data in place: nothing downloaded
     assert bench_main([*argv]) == report
+
+
+DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens there, so every fetch is refused at once, as offline
+
+
+@pytest.mark.parametrize("task", ["image/cifar10", "audio/speech_commands", "image/mnist-zoom"])
+def test_download_without_network_is_one_line(task, tmp_path, monkeypatch, capsys):
+    """``download=true`` with no network: exit 2, one line naming the URL and where to put the files by hand; nothing
+    written in the data folder (no archive, no .part) or the run folder."""
+    import train.data.mnist as mnist
+
+    class OfflineCIFAR10(cifar.torchvision.datasets.CIFAR10):
+        url = f"{DEAD}/cifar-10-python.tar.gz"
+
+    class OfflineMNIST(mnist.torchvision.datasets.MNIST):
+        mirrors = [f"{DEAD}/mnist/"]
+
+    monkeypatch.setattr(cifar, "TorchvisionCIFAR10", OfflineCIFAR10)
+    monkeypatch.setattr(mnist, "TorchvisionMNIST", OfflineMNIST)
+    monkeypatch.setattr(speech, "URL", f"{DEAD}/speech_commands_v0.02.tar.gz")
+    monkeypatch.delenv("NDPE_DATA", raising=False)
+    monkeypatch.delenv(mnist.ENV, raising=False)
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    argv = ["--config", "configs/bench/real.yaml", f"data_root={data}", f"out_root={runs}", *SHRINK, f"tasks=[{task}]",
+            "download=true"]
+    with pytest.raises(SystemExit) as failed:
+        bench_main(argv)
+    assert failed.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert DEAD in err and str(data) in err and "could not" in err, err
+    assert not [p for p in data.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    assert not runs.exists()

@@ -6,6 +6,7 @@ import torch
 
 import ndpe
 from ndpe.kinds.relative import clip_index, t5_bucket
+from tests.conftest import assert_tells_apart
 
 x_transformers = pytest.importorskip("x_transformers.x_transformers")
 swin = pytest.importorskip("timm.models.swin_transformer")
@@ -36,7 +37,8 @@ def test_t5_bias_equals_x_transformers_module(bidirectional):
     pe = make(heads=3, mode="t5", num_buckets=16, max_distance=40, bidirectional=bidirectional)
     with torch.no_grad():
         pe.table.copy_(ref.relative_attention_bias.weight)
-    torch.testing.assert_close(pe((50,)).bias, ref(50, 50))
+        other = pe.replace(bidirectional=not bidirectional)  # the same table, the other bucketing
+        assert_tells_apart(pe((50,)).bias, other((50,)).bias, ref(50, 50), rtol=1.3e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("window", [(7, 7), (3, 5), (5, 2)])
@@ -48,7 +50,9 @@ def test_clip_table_equals_swin(window):
     attn = swin.WindowAttention(dim=24, num_heads=3, window_size=window)
     with torch.no_grad():
         pe.table.copy_(attn.relative_position_bias_table)
-    torch.testing.assert_close(pe(window).bias, attn._get_rel_pos_bias()[0])
+        other = pe.replace()
+        other.table.copy_(attn.relative_position_bias_table.flip(0))  # offsets j - i: the other sign convention
+        assert_tells_apart(pe(window).bias, other(window).bias, attn._get_rel_pos_bias()[0], rtol=1.3e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("grid,max_distance", [((9,), 3), ((4, 5), (1, 2)), ((3, 4, 2), (1, 2, 0))])

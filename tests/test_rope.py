@@ -195,3 +195,138 @@ BAD = [  # options, error type, words in the message
 def test_bad_options_raise(opts, error, words):
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         ndpe.make(kind="rope", **opts)
+
+
+# -- head map: which heads rotate which axis, which stay unrotated (head_axes) ------------------------------------------
+
+def logits(q, k):
+    return q @ k.transpose(-1, -2)  # (B, heads, N, N)
+
+
+@pytest.mark.parametrize("dims,head_axes", [(1, (0, None, 0, None)), (2, (0, 1, "all", None)),
+                                            (3, (2, None, 0, 1, "all", 1))])
+def test_unrotated_heads_pass_q_and_k_through(dims, head_axes):
+    heads = len(head_axes)
+    pe = ndpe.make(dims=dims, kind="rope", dim=16 * heads, heads=heads, head_axes=head_axes)
+    grid = (5, 3, 2)[:dims]
+    n = math.prod(grid)
+    q, k = torch.randn(2, heads, 1 + n, 16), torch.randn(2, heads, 1 + n, 16)
+    rq, rk = ndpe.apply_qk(q, k, pe(grid, num_prefix=1))
+    none = [h for h, e in enumerate(head_axes) if e is None]
+    rotated = [h for h, e in enumerate(head_axes) if e is not None]
+    assert torch.equal(rq[:, none], q[:, none]) and torch.equal(rk[:, none], k[:, none])
+    assert not torch.allclose(rq[:, rotated, 2:], q[:, rotated, 2:])  # the others do rotate
+    positions = torch.rand(2, n, dims) * 20  # batched, fractional positions too
+    bq, bk = ndpe.apply_qk(q[:, :, 1:], k[:, :, 1:], pe(positions=positions))
+    assert torch.equal(bq[:, none], q[:, none, 1:]) and torch.equal(bk[:, none], k[:, none, 1:])
+
+
+@pytest.mark.parametrize("grid_indexing", ["ij", "xy"])
+def test_a_head_on_one_axis_sees_only_offsets_along_it(grid_indexing):
+    """Head h on axis a: its logits q_i . k_j depend on p_i[a] - p_j[a] alone: moving every token anywhere along the
+    other axes, or all of them by one shift along a, leaves them unchanged; moving along a changes them."""
+    head_axes = (0, 1, 2, "all")
+    pe = ndpe.make(dims=3, kind="rope", dim=4 * 24, heads=4, head_axes=head_axes, theta=(50.0, 100.0, 200.0),
+                   grid_indexing=grid_indexing)
+    n = 20
+    q, k = torch.randn(1, 4, n, 24, dtype=torch.float64), torch.randn(1, 4, n, 24, dtype=torch.float64)
+    p = torch.rand(n, 3) * 16
+
+    def attn(positions):
+        rq, rk = ndpe.apply_qk(q, k, pe(positions=positions))
+        return logits(rq, rk)[0]
+
+    base = attn(p)
+    for a in range(3):
+        elsewhere = p.clone()
+        others = [b for b in range(3) if b != a]
+        elsewhere[:, others] = torch.rand(n, 2) * 16  # every token moved along the other axes
+        shifted = p.clone()
+        shifted[:, a] += 3.7  # every token moved by one shift along a
+        along = p.clone()
+        along[:, a] = torch.rand(n) * 16  # every token moved along a
+        torch.testing.assert_close(attn(elsewhere)[a], base[a], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(attn(shifted)[a], base[a], rtol=1e-5, atol=1e-5)
+        assert (attn(along)[a] - base[a]).abs().max() > 1e-2
+        assert (attn(elsewhere)[3] - base[3]).abs().max() > 1e-2  # the axial head sees every axis
+
+
+@pytest.mark.parametrize("opts", [{}, {"theta": (100.0, 1000.0)}, {"pairing": "interleaved"}, {"proportion": 0.5},
+                                  {"scaling": "yarn", "scale": (2.0, 4.0), "train_shape": (8, 16)},
+                                  {"scaling": "dynamic-ntk", "scale": 2.0, "train_shape": (4, 4)},
+                                  {"freqs": "pixel", "max_res": 32, "coords": "pixel"}], ids=str)
+def test_single_axis_heads_are_a_1d_rope_over_every_rotary_channel(opts):
+    """A head on axis a rotates like a 1D rope of axis_dims=(rot_dim,) with axis a's theta and scaling on p[a]; an
+    "all" head like the encoding without a head map."""
+    head_axes = (1, "all", 0)
+    pe = ndpe.make(dims=2, kind="rope", dim=3 * 32, heads=3, head_axes=head_axes, **opts)
+    plain = ndpe.make(dims=2, kind="rope", dim=3 * 32, heads=3, **opts)
+    grid = (6, 20)
+    cos, sin = pe(grid).rot
+    assert cos.shape == (3, 120, 16) and pe.rot_dim == plain.rot_dim == 32
+    torch.testing.assert_close(cos[1], plain(grid).rot[0][0])
+    coords = pe.coords(grid)
+    for h, a in ((0, 1), (2, 0)):
+        one = {k: (v[a] if isinstance(v, tuple) else v) for k, v in opts.items()}
+        axis = ndpe.make(dims=1, kind="rope", dim=32, axis_dims=(32,), **one)
+        ref_cos, ref_sin = axis(positions=coords[:, a:a + 1]).rot
+        torch.testing.assert_close(cos[h], ref_cos[0])
+        torch.testing.assert_close(sin[h], ref_sin[0])
+
+
+def test_head_map_decodes_with_a_kv_cache():
+    pe = ndpe.make(dims=1, kind="rope", dim=64, heads=4, head_axes=(0, None, "all", 0))
+    full = pe((9,)).rot
+    step = pe((3,), past=6).rot
+    torch.testing.assert_close(step[0], full[0][:, 6:])
+    torch.testing.assert_close(step[1], full[1][:, 6:])
+    attn = ndpe.Attention(64, heads=4)
+    x = torch.randn(2, 9, 64)
+    assert attn(x, pe((9,))).shape == (2, 9, 64)
+
+
+def test_head_map_is_an_option_and_kept_by_replace():
+    assert ndpe.options("rope")["head_axes"] is None
+    pe = ndpe.make(dims=2, kind="rope", dim=64, heads=2, head_axes=(0, None))
+    assert "head_axes=(0, None)" in repr(pe) and pe.replace(theta=100.0).head_axes == (0, None)
+    assert pe.half().head_inv_freq.dtype == torch.float64  # frequencies stay float64 under .half()
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"head_axes": (0,)}, r"one entry per head \(2\)"),
+    ({"head_axes": "all"}, "one entry per head"),
+    ({"head_axes": (0, 2)}, r"an axis 0..1, None \(unrotated\) or 'all'; got 2"),
+    ({"head_axes": (True, 0)}, "got True"),
+    ({"head_axes": (0, "rows")}, "got 'rows'"),
+    ({"head_axes": (0, 1), "mrope_section": (4, 4)}, "pass one of them"),
+    ({"head_axes": (0, 1), "scaling": "longrope", "scale": 2.0, "train_shape": (8, 8), "short_factor": [1.0] * 16,
+      "long_factor": [2.0] * 16}, "per-frequency factors"),
+])
+def test_head_map_errors(opts, match):
+    with pytest.raises(ValueError, match=match):
+        ndpe.make(dims=2, kind="rope", dim=64, heads=2, **opts)
+
+
+@pytest.mark.parametrize("dims, opts, match", [
+    # every period equal: one frequency repeated (with min = max = 1, index coordinates never rotate)
+    (2, dict(periods=True, min_period=1, max_period=1), r"max_period must be above min_period=1"),
+    (1, dict(periods=True, min_period=4.0, max_period=4.0), r"max_period must be above min_period=4"),
+    # p-RoPE keeping int(p * d_a / 2) = 0 frequencies: nothing rotates (a NoPE in disguise)
+    (1, dict(proportion=1e-9), r"proportion=1e-09 keeps no frequency .* use proportion >= 0.0625"),
+    (2, dict(proportion=0.05), r"keeps no frequency of an axis of 8"),
+    # DINOv3's augmentation is for centred coordinates of images
+    (2, dict(augment="dinov3"), r"made for coords in \('pixel', 'centered'\), got coords='index'"),
+    (1, dict(augment="dinov3", coords="centered"), r"'dinov3' .* needs dims >= 2, got dims=1"),
+])
+def test_degenerate_rope_options_are_refused(dims, opts, match):
+    with pytest.raises(ValueError, match=match):
+        ndpe.make(dims=dims, kind="rope", dim=32, **opts)
+
+
+def test_the_nearest_valid_rope_options_still_build():
+    ndpe.make(dims=2, kind="rope", dim=32, periods=True, min_period=1, max_period=1.5)
+    assert int((ndpe.make(dims=1, kind="rope", dim=32, proportion=0.0625).inv_freq > 0).sum()) == 1
+    pe = ndpe.make(dims=2, kind="rope", dim=32, augment="dinov3", coords="centered")
+    with pytest.raises(ValueError, match="got coords='index'"):  # nor switched to index coordinates afterwards
+        pe.coords_mode = "index"
+    assert pe.coords_mode == "centered"

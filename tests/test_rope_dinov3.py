@@ -48,11 +48,14 @@ def test_equals_timm_rotary_embedding_dinov3(grid, sched, rotate_half, dtype):
     ref = apply_rot_embed_cat(q, peer.get_embed(list(grid), dtype=dtype), half=rotate_half)
     mine = ndpe.apply_qk(q, q, dino(head_dim, rotate_half=rotate_half, **sched)(grid))[0]
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=0, atol=4e-2)  # bf16: 2 ** -8 relative on values up to ~4
-    torch.testing.assert_close(mine, ref, **tol)
     theta_series = ndpe.make(dims=2, kind="rope", dim=head_dim, coords="centered", theta=sched.get("temperature", 100.0),
                              pairing="half" if rotate_half else "interleaved")
     other = ndpe.apply_qk(q, q, theta_series(grid))[0]  # the radian series is another encoding: the test can tell
-    assert (other.float() - ref.float()).abs().max() > 0.05
+    if dtype == torch.float32:
+        assert_tells_apart(mine, other, ref, **tol)
+    else:  # bf16's tolerance is that of its rounding; the float32 case shows the margin
+        torch.testing.assert_close(mine, ref, **tol)
+        assert (other.float() - ref.float()).abs().max() > 0.05
 
 
 @pytest.mark.parametrize("grid", GRIDS, ids=str)
@@ -66,9 +69,14 @@ def test_equals_hf_dinov3_rope_with_prefix_tokens(grid, prefix, dtype):
     q, k = torch.randn(2, 2, 2, prefix + math.prod(grid), 32).to(dtype)
     ref = apply_rotary_pos_emb(q, k, cos, sin)
     mine = ndpe.apply_qk(q, k, dino(32, 2, temperature=100.0)(grid, num_prefix=prefix))
+    radians = ndpe.make(dims=2, kind="rope", dim=64, heads=2, coords="centered", theta=100.0)  # another series
+    wrong = ndpe.apply_qk(q, k, radians(grid, num_prefix=prefix))
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=0, atol=4e-2)  # bf16: 2 ** -8 relative on values up to ~4
-    for a, b in zip(mine, ref):
-        torch.testing.assert_close(a, b, **tol)
+    for a, b, c in zip(mine, ref, wrong):
+        if dtype == torch.float32:
+            assert_tells_apart(a, c, b, **tol)
+        else:  # bf16's tolerance is that of its rounding; the float32 case shows the margin
+            torch.testing.assert_close(a, b, **tol)
         assert torch.equal(a[..., :prefix, :], b[..., :prefix, :])
 
 
@@ -168,7 +176,7 @@ def test_hf_dinov3_model_with_ndpe_rope(size):
     torch.manual_seed(0)
     config = DINOv3ViTConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                              patch_size=8, image_size=32, num_register_tokens=4, rope_theta=100.0)
-    model = DINOv3ViTModel(config)
+    model = sharpen_attention(DINOv3ViTModel(config))  # positions must matter (tests/conftest.py)
     x = torch.randn(2, 3, *size)
     with torch.no_grad():
         for train in (False, True):
@@ -178,6 +186,10 @@ def test_hf_dinov3_model_with_ndpe_rope(size):
             hf_rope, model.rope_embeddings = model.rope_embeddings, NdpeDinoRope(dino(16, 4, temperature=100.0, augment="dinov3"), 8)
             torch.manual_seed(1)
             out = model.train(train)(pixel_values=x).last_hidden_state
+            if not train:  # the radian series with the same theta: another model
+                model.rope_embeddings = NdpeDinoRope(ndpe.make(dims=2, kind="rope", dim=16, coords="centered",
+                                                               theta=100.0), 8)
+                assert_tells_apart(out, model(pixel_values=x).last_hidden_state, ref, rtol=1e-5, atol=1e-5)
             model.rope_embeddings = hf_rope
             torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 

@@ -64,6 +64,8 @@ def test_inv_freq_and_attention_factor_match_rope_init_functions(head_dim, theta
     pe = ndpe.from_hf_rope(cfg)
     inv_freq, factor = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu")
     torch.testing.assert_close(pe.inv_freq, inv_freq.double(), rtol=2e-6, atol=0)
+    unscaled = ndpe.from_hf_rope(cfg, scaling=None).inv_freq  # the wrong option: the series without its scaling
+    assert ((unscaled - inv_freq.double()).abs() / inv_freq.double()).max() > 100 * 2e-6
     assert pe.attn_factor[0] == pytest.approx(factor, rel=1e-12)
     if params["rope_type"] == "longrope":  # the long factors, beyond the original length
         long_freq, _ = ROPE_INIT_FUNCTIONS["longrope"](cfg, "cpu", seq_len=params["original_max_position_embeddings"] + 1)
@@ -77,11 +79,13 @@ def test_cos_sin_match_hf_rotary_embedding(head_dim, theta, params, max_pos):
     pe, hf = ndpe.from_hf_rope(cfg), LlamaRotaryEmbedding(cfg)
     L = params["original_max_position_embeddings"]
     x = torch.zeros(1)
+    unscaled = ndpe.from_hf_rope(cfg, scaling=None)  # the wrong option: the series without its scaling
     for pos in (torch.arange(min(L, 300))[None],                               # within the trained length
                 torch.stack([torch.arange(200), torch.arange(200) + L - 100]),  # batch, one row crossing L
                 torch.arange(L - 5, L + 40)[None]):                            # beyond: longrope's long factors
-        for a, b in zip(ndpe.hf_cos_sin(pe, pos), hf(x, pos)):
-            close(a, b, int(pos.max()))
+        for a, b, c in zip(ndpe.hf_cos_sin(pe, pos), hf(x, pos), ndpe.hf_cos_sin(unscaled, pos)):
+            tol = 2e-7 * int(pos.max()) + 2e-6
+            assert_tells_apart(a, c, b, rtol=0, atol=tol)
 
 
 def test_direct_options_equal_from_hf_rope():
@@ -183,6 +187,7 @@ def test_tiny_llama_rotary_and_logits(name, monkeypatch):
     ids = torch.randint(0, 101, (2, 48))  # 48 > original 32: longrope switches to its long factors
     pos = torch.arange(48)[None].expand(2, -1)
     x = torch.zeros(1)
+    sharpen_attention(model)  # positions must matter (tests/conftest.py)
     with torch.no_grad():
         hf_cos, hf_sin = model.model.rotary_emb(x, pos)
         cos, sin = ndpe.hf_cos_sin(pe, pos)
@@ -192,7 +197,9 @@ def test_tiny_llama_rotary_and_logits(name, monkeypatch):
         monkeypatch.setattr(model.model.rotary_emb, "forward",
                             lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype))
         out = model(ids, position_ids=pos).logits
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        pe = ndpe.from_hf_rope(model.config, theta=100.0)  # another theta: another model (the lambda reads pe)
+        other = model(ids, position_ids=pos).logits
+    assert_tells_apart(out, other, ref, rtol=1e-4, atol=1e-4)
 
 
 # --- recipes of docs/integrations.md (keep in sync) -------------------------------------------------------------
@@ -208,12 +215,15 @@ def test_recipe_hf_llama_swap():
     model = LlamaForCausalLM(config).eval()
     pe = ndpe.from_hf_rope(model.config)  # the same rope, as an ndpe encoding
 
+    sharpen_attention(model)  # not in the recipe: positions must matter (tests/conftest.py)
     ids = torch.randint(0, 101, (1, 200))
     with torch.no_grad():
         ref = model(ids).logits
         model.model.rotary_emb.forward = lambda x, position_ids: ndpe.hf_cos_sin(pe, position_ids, dtype=x.dtype)
         out = model(ids).logits
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        pe = ndpe.from_hf_rope(model.config, scaling=None)  # llama3 scaling left out: another model
+        other = model(ids).logits
+    assert_tells_apart(out, other, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_recipe_sdpa_compile():
@@ -239,8 +249,9 @@ def test_apply_qk_equals_hf_apply_rotary_pos_emb():
     q, k = torch.randn(2, 2, 100, 64), torch.randn(2, 2, 100, 64)
     pos = torch.arange(100)[None].expand(2, -1)
     ref = apply_rotary_pos_emb(q, k, *ndpe.hf_cos_sin(pe, pos))
-    for a, b in zip(ndpe.apply_qk(q, k, pe((100,))), ref):
-        torch.testing.assert_close(a, b)
+    wrong = ndpe.apply_qk(q, k, pe.replace(pairing="interleaved")((100,)))  # another pairing
+    for a, b, c in zip(ndpe.apply_qk(q, k, pe((100,))), ref, wrong):
+        assert_tells_apart(a, c, b, rtol=1.3e-6, atol=1e-5)  # assert_close's float32 tolerances
 
 
 # ---- per-layer-type rope parameters (Gemma 3: sliding layers theta 10k, full layers theta 1M with linear x8) --------
@@ -296,7 +307,9 @@ def test_proportional_matches_hf(partial, factor, head_dim):
         close(a, b, 300)
     q = torch.randn(1, 2, 300, head_dim)  # the whole head with HF's rotate_half: pairs (i, i + head_dim / 2)
     ref, _ = apply_rotary_pos_emb(q, q, *LlamaRotaryEmbedding(cfg)(q, pos))
-    torch.testing.assert_close(ndpe.apply_qk(q, q, pe(positions=pos[0, :, None].double()))[0], ref, rtol=0, atol=1e-4)
+    wrong = pe.replace(proportion=1.0) if partial < 1 else pe.replace(theta=1e4)  # every pair turning / another theta
+    assert_tells_apart(ndpe.apply_qk(q, q, pe(positions=pos[0, :, None].double()))[0],
+                       ndpe.apply_qk(q, q, wrong(positions=pos[0, :, None].double()))[0], ref, rtol=0, atol=1e-4)
 
 
 def test_proportion_is_not_partial_rotation():
@@ -384,10 +397,113 @@ def test_llama4_rotation_equals_hf(rope_parameters):
     q, k = torch.randn(1, 600, 2, 32), torch.randn(1, 600, 2, 32)  # Llama 4's (B, T, heads, head_dim)
     ref_q, ref_k = apply_rotary_emb(q, k, Llama4TextRotaryEmbedding(cfg)(q, ids))
     ours_q, ours_k = ndpe.apply_qk(q.transpose(1, 2), k.transpose(1, 2), pe((600,)))
-    torch.testing.assert_close(ours_q.transpose(1, 2), ref_q, rtol=0, atol=2e-4)  # HF's float32 angles up to 600
-    torch.testing.assert_close(ours_k.transpose(1, 2), ref_k, rtol=0, atol=2e-4)
+    half_q, half_k = ndpe.apply_qk(q.transpose(1, 2), k.transpose(1, 2), pe.replace(pairing="half")((600,)))
+    assert_tells_apart(ours_q.transpose(1, 2), half_q.transpose(1, 2), ref_q, rtol=0, atol=2e-4)  # HF's float32
+    assert_tells_apart(ours_k.transpose(1, 2), half_k.transpose(1, 2), ref_k, rtol=0, atol=2e-4)  # angles to 600
     # its default no_rope_layers (every 4th layer without rope) is the reference model's nope_every=4
     from models.block import Encoder
 
     enc = Encoder(ndpe.make(dims=1, kind="rope", dim=64, heads=2), dim=64, depth=8, heads=2, nope_every=4)
     assert [int(not n) for n in enc.nope] == list(cfg.no_rope_layers)
+
+
+# ---- iRoPE: from_hf_rope(per_layer=True), None for the layers without rope (no_rope_layers) ------------------------
+
+def test_smollm3_layers_set_from_per_layer_ropes():
+    """SmolLM3: each layer's entry is None exactly where the model's attention skips rope (``use_rope`` from
+    ``no_rope_layers``), else one shared rope whose cos/sin are the model's own; the reference Encoder's
+    ``nope_every`` blocks are the same layers."""
+    from transformers import SmolLM3Config, SmolLM3Model
+
+    from models.block import Encoder
+
+    cfg = SmolLM3Config(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=8,
+                        intermediate_size=64, vocab_size=50, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                        rope_parameters={"rope_type": "default", "rope_theta": 2e6})
+    model = SmolLM3Model(cfg)
+    ropes = ndpe.from_hf_rope(cfg, per_layer=True)
+    assert len(ropes) == 8 and [pe is None for pe in ropes] == [not layer.self_attn.use_rope for layer in model.layers]
+    assert [pe is None for pe in ropes] == [False, False, False, True] * 2
+    assert len({id(pe) for pe in ropes if pe is not None}) == 1
+    ids = torch.arange(50)[None]
+    cos, sin = model.rotary_emb(torch.zeros(1, 50, 64), ids)
+    ours = ndpe.hf_cos_sin(next(pe for pe in ropes if pe is not None), ids)
+    close(ours[0], cos, 50)
+    close(ours[1], sin, 50)
+    enc = Encoder(ndpe.make(dims=1, kind="rope", dim=64, heads=2), dim=64, depth=8, heads=2, nope_every=4)
+    assert list(enc.nope) == [pe is None for pe in ropes]
+
+
+@pytest.mark.parametrize("flags", [[1, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 1]])
+def test_llama4_explicit_no_rope_layers(flags):
+    """An explicit ``no_rope_layers`` (1: rope, 0: NoPE, as HF's Llama 4 attention reads it)."""
+    from transformers import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
+
+    cfg = Llama4TextConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                           num_hidden_layers=6, intermediate_size=64, intermediate_size_mlp=64, vocab_size=50,
+                           no_rope_layers=list(flags), rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    ropes = ndpe.from_hf_rope(cfg, per_layer=True, pairing="interleaved")
+    assert [pe is None for pe in ropes] == [not Llama4TextAttention(cfg, i).use_rope for i in range(6)]
+    assert all(pe.pairing == "interleaved" for pe in ropes if pe is not None)
+
+
+@pytest.mark.parametrize("fields,expected", [
+    ({}, [True] * 4),                                                     # no iRoPE: every layer
+    ({"no_rope_layer_interval": 2}, [True, False, True, False]),          # built as transformers does
+    ({"no_rope_layers": [], "no_rope_layer_interval": 3}, [True, True, False, True]),  # Llama 4: empty -> default
+    ({"no_rope_layers": [0, 1, 1, 0, 1]}, [False, True, True, False]),
+])
+def test_per_layer_reads_no_rope_layers_as_transformers(fields, expected):
+    cfg = SimpleNamespace(head_dim=16, num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+                          **fields)
+    assert [pe is not None for pe in ndpe.from_hf_rope(cfg, per_layer=True)] == expected
+    assert isinstance(ndpe.from_hf_rope(cfg), ndpe.kinds.rope.RoPE)  # without per_layer: the one rope, as before
+
+
+def test_per_layer_with_layer_types():
+    """Per-layer-type parameters: each layer its type's rope; a type without rope and a NoPE layer give None."""
+    cfg = SimpleNamespace(head_dim=16, num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0],
+                          layer_types=["local", "global", "plain", "global"],
+                          rope_parameters={"local": {"rope_type": "default", "rope_theta": 1e4},
+                                           "global": {"rope_type": "default", "rope_theta": 1e6}, "plain": None})
+    ropes = ndpe.from_hf_rope(cfg, per_layer=True)
+    assert [pe and pe.theta for pe in ropes] == [(1e4,), (1e6,), None, None]
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"num_hidden_layers": None}, "needs config.num_hidden_layers"),
+    ({"no_rope_layers": [1, 0]}, "1 \\(rope\\) or 0 \\(NoPE\\) for each of the 3 layers"),
+    ({"no_rope_layers": [1, 2, 1]}, "1 \\(rope\\) or 0 \\(NoPE\\)"),
+    ({"no_rope_layer_interval": 0}, "no_rope_layer_interval must be an int >= 1"),
+    ({"rope_parameters": {"a": {"rope_type": "default"}}, "layer_types": None}, "need config.layer_types"),
+])
+def test_per_layer_errors(fields, match):
+    base = dict(head_dim=16, num_hidden_layers=3, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+    with pytest.raises((ValueError, TypeError), match=match):
+        ndpe.from_hf_rope(SimpleNamespace(**{**base, **fields}), per_layer=True)
+    with pytest.raises(TypeError, match="per_layer must be a bool"):
+        ndpe.from_hf_rope(SimpleNamespace(**base), per_layer=1)
+
+
+def test_from_hf_rope_refuses_rope_scaling_and_rope_parameters_that_disagree():
+    """Both names set and different: which one HF would read depends on its version; neither silently wins."""
+    cfg = SimpleNamespace(head_dim=32, rope_scaling={"rope_type": "linear", "factor": 2.0},
+                          rope_parameters={"rope_type": "linear", "factor": 4.0})
+    with pytest.raises(ValueError, match=r"rope_scaling .*'factor': 2\.0.* and config\.rope_parameters .*'factor': "
+                                         r"4\.0.* disagree"):
+        ndpe.from_hf_rope(cfg)
+    cfg.rope_scaling = dict(cfg.rope_parameters)  # the same dict under both names (HF 5 keeps both): fine
+    assert ndpe.from_hf_rope(cfg).scale == (4.0,)
+
+
+@pytest.mark.parametrize("params, unknown", [
+    ({"rope_type": "linear", "factor": 2.0, "factr": 3.0}, "['factr']"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fats": 16}, "['beta_fats']"),
+    ({"rope_type": "default", "theta": 500000.0}, "['theta']"),  # rope_theta misspelt: 10000 would be used
+])
+def test_from_hf_rope_names_unknown_keys(params, unknown):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) " + unknown.replace("[", r"\[").replace("]", r"\]")):
+        ndpe.from_hf_rope(SimpleNamespace(head_dim=32, max_position_embeddings=256, rope_parameters=params))
+    known = {k: v for k, v in params.items() if k not in unknown}
+    ndpe.from_hf_rope(SimpleNamespace(head_dim=32, max_position_embeddings=256, rope_parameters=known))

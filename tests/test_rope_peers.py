@@ -31,6 +31,7 @@ from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
 from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
 
 import ndpe
+from tests.conftest import assert_tells_apart
 
 torch.manual_seed(0)
 
@@ -59,9 +60,10 @@ def test_equals_timm_rotary_embedding_cat(grid, timm_dim, head_dim, grid_type, r
     rot_dim = emb.shape[-1] // 2
     q = torch.randn(2, 3, math.prod(grid), head_dim)
     ref = apply_rot_embed_cat(q[..., :rot_dim], emb, half=rotate_half)
-    mine = ours(q, grid, axis_dims=(2 * (timm_dim // 4),) * len(grid), theta=100.0, coords=grid_type,
-                pairing="half" if rotate_half else "interleaved")
-    torch.testing.assert_close(mine[..., :rot_dim], ref, rtol=1e-5, atol=1e-5)
+    opts = dict(axis_dims=(2 * (timm_dim // 4),) * len(grid), theta=100.0, coords=grid_type)
+    mine = ours(q, grid, pairing="half" if rotate_half else "interleaved", **opts)
+    other = ours(q, grid, pairing="interleaved" if rotate_half else "half", **opts)  # the other pairing
+    assert_tells_apart(mine[..., :rot_dim], other[..., :rot_dim], ref, rtol=1e-5, atol=1e-5)
     assert torch.equal(mine[..., rot_dim:], q[..., rot_dim:])
 
 
@@ -71,7 +73,7 @@ def test_timm_ref_feat_shape_is_linear_scaling(grid, ref_shape):
     q = torch.randn(1, 2, math.prod(grid), 16)
     ref = apply_rot_embed_cat(q, timm_pe.get_embed(list(grid)), half=True)
     scale = tuple(g / r for g, r in zip(grid, ref_shape))
-    torch.testing.assert_close(ours(q, grid, scaling="linear", scale=scale), ref, rtol=1e-5, atol=1e-5)
+    assert_tells_apart(ours(q, grid, scaling="linear", scale=scale), ours(q, grid), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_timm_pixel_grid_differs_only_for_single_token_axes():
@@ -90,7 +92,8 @@ def test_equals_rotary_embedding_torch_1d(d, head_dim, interpolate, rescale, sca
     q = torch.randn(2, 3, 40, head_dim)
     scale = interpolate if scaling == "linear" else rescale if scaling == "ntk" else None
     mine = ours(q, (40,), axis_dims=(d,), theta=500.0, pairing="interleaved", scaling=scaling, scale=scale)
-    torch.testing.assert_close(mine, peer.rotate_queries_or_keys(q), rtol=1e-5, atol=1e-5)
+    other = ours(q, (40,), axis_dims=(d,), theta=500.0, pairing="half", scaling=scaling, scale=scale)
+    assert_tells_apart(mine, other, peer.rotate_queries_or_keys(q), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("grid", [(4, 6), (6, 4), (2, 3, 5)])
@@ -124,4 +127,4 @@ def test_equals_rotary_embedding_torch_axial(grid):
     q = torch.randn(2, 3, math.prod(grid), d * len(grid) + 4)
     ref = apply_rotary_emb(freqs, q)
     mine = ours(q, grid, axis_dims=(d,) * len(grid), pairing="interleaved")
-    torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
+    assert_tells_apart(mine, ours(q, grid, axis_dims=(d,) * len(grid), pairing="half"), ref, rtol=1e-5, atol=1e-5)

@@ -11,6 +11,7 @@ from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
 
 import ndpe
 from ndpe.coords import grid_coords
+from tests.conftest import assert_tells_apart
 
 
 def make(dims, dim, **opts):
@@ -37,7 +38,9 @@ def test_1d_is_the_aiayn_formula(n, dim, temperature):
 @pytest.mark.parametrize("layout,interleave_sin_cos", [("sin_cos", False), ("blocks", True)])
 def test_2d_equals_timm_build_sincos2d(grid, layout, interleave_sin_cos):
     ref = build_sincos2d_pos_embed(list(grid), dim=32, interleave_sin_cos=interleave_sin_cos)
-    torch.testing.assert_close(make(2, 32, layout=layout)(grid).add, ref, atol=0, rtol=0)
+    torch.testing.assert_close(make(2, 32, layout=layout)(grid).add, ref, atol=0, rtol=0)  # exact
+    other = make(2, 32, layout="blocks" if layout == "sin_cos" else "sin_cos")(grid).add  # the other layout
+    assert_tells_apart(make(2, 32, layout=layout)(grid).add, other, ref, rtol=0, atol=1e-6)
 
 
 def test_timm_reverse_coord_encodes_the_transposed_grid_column_major():
@@ -66,7 +69,8 @@ def test_non_square_grids_differ_and_keep_axis_order():
 def test_equals_positional_encodings_when_channels_split_evenly(dims, peer, dim, grid):
     ref = peer(dim)(torch.zeros(1, *grid, dim))[0]  # (*grid, dim), axes in our ij order
     out = make(dims, dim, layout="interleaved")(grid).add
-    torch.testing.assert_close(out, rearrange(ref, "... c -> (...) c"), atol=1e-6, rtol=0)
+    other = make(dims, dim, layout="blocks")(grid).add  # another layout
+    assert_tells_apart(out, other, rearrange(ref, "... c -> (...) c"), atol=1e-6, rtol=0)
 
 
 def test_positional_encodings_uneven_split_truncates_where_ndpe_splits():
@@ -231,3 +235,42 @@ def test_bad_options(dims, dim, opts, match):
         return
     with pytest.raises(ValueError, match=match):
         make(dims, dim, **opts)
+
+
+# ---- added or concatenated to the tokens (cat_dim) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("dims,grid,cat_dim,opts", [(1, (9,), 8, {}), (2, (3, 5), 16, {"layout": "sin_cos"}),
+                                                    (2, (4, 2), 10, {}), (3, (2, 3, 2), 12, {"combine": "add"})])
+def test_cat_dim_concatenates_the_table_of_that_width(dims, grid, cat_dim, opts):
+    """``cat_dim=c``: the table a c-channel sinusoidal encoding would add, concatenated after tokens of dim - c."""
+    pe = make(dims, 48, cat_dim=cat_dim, **opts)
+    out = pe(grid)
+    assert out.add is None and pe.cat_dim == cat_dim
+    torch.testing.assert_close(out.cat, make(dims, cat_dim, **opts)(grid).add, atol=0, rtol=0)
+    x = torch.randn(2, 1 + math.prod(grid), 48 - cat_dim)
+    y = ndpe.apply_tokens(x, pe(grid, num_prefix=1))
+    assert y.shape == (2, 1 + math.prod(grid), 48)
+    assert torch.equal(y[..., :48 - cat_dim], x) and (y[:, 0, 48 - cat_dim:] == 0).all()  # tokens kept, prefix 0
+    assert make(dims, 48)(grid).cat is None and make(dims, 48).cat_dim == 0  # default: added, as before
+
+
+def test_cat_dim_in_a_model_narrows_the_token_embedding():
+    """The model's width grows as for coordinate channels: patches are embedded to dim - cat_dim channels."""
+    from models import build_model
+
+    model = build_model({"name": "vit", "num_classes": 3, "dim": 48, "depth": 1, "heads": 4, "patch_size": 4,
+                         "pe": {"kind": "sinusoidal", "options": {"cat_dim": 16}}})
+    assert model.patch_embed.proj.out_channels == 32 and model.head.in_features == 48
+    assert model(torch.randn(2, 3, 16, 24)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("opts,err,match", [
+    ({"cat_dim": 48}, ValueError, "cat_dim=48 .* below dim=48"),
+    ({"cat_dim": -1}, ValueError, "cat_dim must be an int >= 0"),
+    ({"cat_dim": 8.0}, TypeError, "cat_dim must be an int"),
+    ({"cat_dim": 7, "combine": "add"}, ValueError, "cat_dim divisible by 2"),
+    ({"cat_dim": 16, "axis_dims": (8, 6)}, ValueError, "sum to 14 channels but dim is 16"),
+])
+def test_cat_dim_errors(opts, err, match):
+    with pytest.raises(err, match=match):
+        make(2, 48, **opts)

@@ -395,7 +395,7 @@ def test_help_lists_every_config_key_with_type_and_default():
     for key, f in keys(Config):
         assert f"  {key}: " in text, key
     assert "optim.lr: float = 0.001" in text and "train.tensorboard: bool = False" in text
-    assert "model.dim: int | None = None" in text and "model.pe.kind: str = 'none'" in text
+    assert "model.dim: int | None = None" in text and "model.pe.kind: str | dict = 'none'" in text  # a kind per axis too
     assert "data.options: dict = {}" in text and "a name from ndpe.available()" in text
     run = subprocess.run([sys.executable, "-m", "train.main", "--help"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "train.batch_size: int = 32" in run.stdout

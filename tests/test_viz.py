@@ -192,6 +192,19 @@ def test_main_rejects_bad_options_clearly(tmp_path, capsys, option, message):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("name", ["../../../x", "sub/x", "absolute", "..\\x"])
+def test_name_with_a_folder_is_refused_and_nothing_is_written_outside_out(tmp_path, capsys, name):
+    out = tmp_path / "a" / "b" / "c"
+    name = str(tmp_path / "x") if name == "absolute" else name
+    with pytest.raises(SystemExit) as refused:  # ndpe viz: exit 2, one line
+        main(["--kind", "rope", "--grid", "4", "--dim", "8", "--figures", "table", "--name", name, "--out", str(out)])
+    assert refused.value.code == 2 and "file name prefix without folders" in capsys.readouterr().err
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()] and not list(tmp_path.parent.glob("x_*.png"))
+    with pytest.raises(ValueError, match="without folders"):  # the library function too
+        draw(build("rope", dims=1, dim=8), (4,), out_dir=out, name=name, figures=("table",))
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
 # -- colour scales and kind colours ------------------------------------------------------
 def test_scale_is_one_symmetric_scale_for_all_maps_of_a_diverging_quantity():
     from ndpe.viz import color_scale, style

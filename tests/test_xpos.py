@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ndpe
+from tests.conftest import assert_tells_apart
 
 rotary_embedding_torch = pytest.importorskip("rotary_embedding_torch")
 
@@ -43,8 +44,10 @@ def test_q_and_k_equal_rotary_embedding_torch(n, head_dim, rot_dim, scale_base, 
     ref_q, ref_k = (t.float() for t in exact.rotate_queries_and_keys(q.double(), k.double()))
     ref32_q, ref32_k = ref().rotate_queries_and_keys(q, k)
     ours_q, ours_k = ndpe.apply_qk(q, k, pe((n,)))
-    torch.testing.assert_close(ours_q, ref_q)
-    torch.testing.assert_close(ours_k, ref_k)
+    wrong_q, wrong_k = ndpe.apply_qk(q, k, make(head_dim=head_dim, heads=3, rot_dim=rot_dim, scale_base=float(scale_base),
+                                                theta=10 * theta)((n,)))  # another theta
+    assert_tells_apart(ours_q, wrong_q, ref_q, rtol=1.3e-6, atol=1e-5)  # assert_close's float32 tolerances
+    assert_tells_apart(ours_k, wrong_k, ref_k, rtol=1.3e-6, atol=1e-5)
     torch.testing.assert_close(ours_q, ref32_q, rtol=1e-5, atol=2e-4)
     torch.testing.assert_close(ours_k, ref32_k, rtol=1e-5, atol=2e-4)
     if rot_dim < head_dim:
@@ -200,3 +203,13 @@ def test_rope_scaling_of_xpos_is_static():
         ndpe.make(dims=1, kind="xpos", dim=32, scaling="dynamic-ntk", scale=2.0, train_shape=16)
     with pytest.raises(ValueError, match="needs train_shape"):
         ndpe.make(dims=1, kind="xpos", dim=32, scaling="yarn", scale=2.0)
+
+
+def test_meta_device_gives_shapes():
+    """On the meta device (shapes only, e.g. building a large model before loading it) xpos has no values to check:
+    it returns the shapes it returns on the CPU."""
+    pe = ndpe.make(dims=1, kind="xpos", dim=32, heads=2)
+    cpu = pe((5,), num_prefix=1)
+    meta = pe.to("meta")((5,), num_prefix=1)
+    for a, b in zip(cpu.rot + cpu.rot_k, meta.rot + meta.rot_k):
+        assert b.device.type == "meta" and b.shape == a.shape and b.dtype == a.dtype

@@ -89,15 +89,18 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         raise SystemExit(f"error: {INSTALL_HINT}")
     cell_fn = cell_fn or run_cell_safe
     run_dir = Path(cfg.out_root) / cfg.name
-    run_dir.mkdir(parents=True, exist_ok=True)
     results = run_dir / "results.csv"
     check_fingerprint(cfg, run_dir, resuming=results.exists())
-    (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     done = {r.cell for r in read_rows(results)}
     first = [c for c in [*search_cells(cfg), *[c for c in cells_for(cfg) if c.kind == FLOOR]] if c.key not in done]
     later = [c for c in cells_for(cfg) if c.kind != FLOOR and c.key not in done]
     total = len(search_cells(cfg)) + len(cells_for(cfg))
     todo = len(first) + len(later)
+    if todo:  # before the run directory is written: data that is missing or cannot be fetched leaves nothing behind
+        fetch_real(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "fingerprint.txt").write_text(fingerprint(cfg) + "\n")
+    (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     on_ray = todo > 0 and cfg.executor == "ray"  # nothing to train: no cluster needed
     if on_ray:
         try:
@@ -147,8 +150,6 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
             print(f"{progress} {what}: {rows[0].metric} {at} ({seconds:.0f} s) | {eta}", flush=True)
 
     try:
-        if todo:
-            fetch_real(cfg)
         data = data_jobs(cfg_w) if todo else []
         print(f"generating {len(data)} built-in datasets (cached in {executor.where_data(run_dir_w / 'data')})",
               flush=True)
@@ -296,7 +297,8 @@ def main(argv: list[str] | None = None) -> Path:
     try:
         return run(cfg, command)
     except (ConfigError, ResultsError, FileNotFoundError) as e:  # other settings, a damaged results.csv, no dataset
-        parser.error(" ".join(str(e).split()))
+        print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -157,12 +157,12 @@ def fingerprint(cfg: BenchConfig) -> str:
 
 
 def check_fingerprint(cfg: BenchConfig, run_dir: Path, *, resuming: bool) -> None:
-    """Refuse to add cells trained under other settings to an existing run (and say how to start another)."""
+    """Refuse to add cells trained under other settings to an existing run (and say how to start another); reads only
+    (the run writes ``fingerprint.txt`` once its data is in place)."""
     path = run_dir / "fingerprint.txt"
     if resuming and path.exists() and path.read_text().strip() != fingerprint(cfg):
         raise ConfigError(f"{run_dir} holds results trained with other settings (see its bench_config.yaml); "
                           f"pass name=<new name> to start another run, or delete {run_dir}")
-    path.write_text(fingerprint(cfg) + "\n")
 
 
 def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:

@@ -15,6 +15,7 @@ architecture's default"; ``model.num_classes`` / ``model.vocab_size`` left ``Non
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 import typing
@@ -38,6 +39,16 @@ DOMAINS = {"vit": ("image", "coord"), "audio": ("audio",), "text": ("text",), "v
 
 
 ALLOW_IMPORT_ENV = "NDPE_ALLOW_DATA_IMPORT"
+# Upper bounds far above any run of these reference models: a slip (extra zeros, a unit error) is refused in one
+# line instead of training for ever or reaching the allocator.
+MAX_STEPS = 10 ** 9  # optimizer steps, and the intervals (10**9: "never", as the benchmark's cells log and save)
+MAX_VALUES = {"train": {"epochs": 10 ** 6, "batch_size": 2 ** 20, "eval_batch_size": 2 ** 20, "steps": MAX_STEPS,
+                        "stop_after": MAX_STEPS, "log_every": MAX_STEPS, "eval_every": MAX_STEPS,
+                        "save_every": MAX_STEPS},
+              "optim": {"warmup_steps": MAX_STEPS}, "data": {"num_workers": 1024},
+              "model": {"num_classes": 2 ** 24, "vocab_size": 2 ** 24, "dim": 2 ** 16, "depth": 2 ** 12,
+                        "heads": 2 ** 12, "mlp_ratio": 256}}
+MAX_WEIGHT_BYTES = 1 << 34  # 16 GiB of float32 weights (4e9 parameters), before the optimizer's state
 SEED_LIMIT = 2 ** 63  # seeds in [0, 2**63): torch, numpy and python all accept them (also seed + rank / epoch)
 
 
@@ -57,7 +68,7 @@ class DataConfig:
 
 @dataclass
 class PEConfig:
-    kind: str = "none"  # a name from ndpe.available()
+    kind: str | dict = "none"  # a name from ndpe.available(), or per axis {axis: kind or {kind, channels, size, ...}}
     options: dict = field(default_factory=dict)  # the kind's keyword options (ndpe.options(kind))
     augment: str | None = None  # position augmentation ("cape", "random"), training mode only
 
@@ -152,7 +163,6 @@ def config_reference(cls: type | None = None, prefix: str = "") -> list[tuple[st
 
 def _field_comments(cls: type) -> dict[str, str]:
     """``{field: its trailing comment}`` from the class source (empty if the source is not available)."""
-    import inspect
     import io
     import tokenize
 
@@ -217,10 +227,35 @@ def _at_least(cfg_section: Any, prefix: str, minimum: int | float, *names: str, 
             raise ConfigError(f"config key {prefix}.{name} must be >= {minimum}, got {value!r}")
 
 
+def _at_most(cfg: Config) -> None:
+    for prefix, limits in MAX_VALUES.items():
+        for name, limit in limits.items():
+            value = getattr(getattr(cfg, prefix), name)
+            if value is not None and value > limit:
+                raise ConfigError(f"config key {prefix}.{name} must be <= {limit:,}, got {value:,}")
+
+
+def check_model_size(m: ModelConfig) -> None:
+    """Refuse a transformer whose float32 weights alone would pass :data:`MAX_WEIGHT_BYTES` (per block: attention
+    ``4 dim^2``, MLP ``2 mlp_ratio dim^2``; embedding and head ``dim x classes``), before anything is built."""
+    from models import MODELS
+
+    defaults = {n: p.default for n, p in inspect.signature(MODELS[m.name].__init__).parameters.items()}
+    if "depth" not in defaults:  # the conv net: no transformer blocks
+        return
+    dim, depth, ratio = (defaults[k] if getattr(m, k) is None else getattr(m, k) for k in ("dim", "depth", "mlp_ratio"))
+    nbytes = 4 * (depth * (4 + 2 * ratio) * dim ** 2 + 2 * dim * max(m.vocab_size or 0, m.num_classes or 0))
+    if nbytes > MAX_WEIGHT_BYTES:
+        raise ConfigError(f"model.dim={dim}, depth={depth}, mlp_ratio={ratio} make ~{nbytes / 2 ** 30:,.0f} GiB of "
+                          f"float32 weights, over the {MAX_WEIGHT_BYTES >> 30} GiB these reference models allow: use a "
+                          "smaller dim or depth")
+
+
 def validate(cfg: Config, *, warn: bool = True) -> Config:
     """Range and cross-field checks of a whole config; raises :class:`ConfigError`; ``warn``: warn on odd but
     legal values (``train.main.fit`` warns; :func:`load_config` only checks)."""
     t, o, m, d = cfg.train, cfg.optim, cfg.model, cfg.data
+    _at_most(cfg)
     _at_least(t, "train", 1, "epochs", "batch_size", "eval_every", "save_every")
     _at_least(t, "train", 0, "steps", "stop_after", "eval_batch_size", "log_every")
     for section, prefix in ((t, "train"), (d, "data")):
@@ -238,6 +273,9 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
         value = getattr(m, name)
         if value is not None and any(v < 1 for v in (value if isinstance(value, list) else [value])):
             raise ConfigError(f"config key model.{name} must be >= 1, got {value!r}")
+    if t.resume and t.overwrite:
+        raise ConfigError(f"train.resume={t.resume!r} continues a run and train.overwrite=true replaces it: give one "
+                          "of them")
     if t.loss not in ("mse", "l1"):
         raise ConfigError(f"config key train.loss must be 'mse' or 'l1', got {t.loss!r}")
     if t.device != "auto":
@@ -252,6 +290,8 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
     if m.pool is not None and m.pool not in ("cls", "mean"):
         raise ConfigError(f"config key model.pool must be cls or mean, got {m.pool!r}")
     check_pe(m.pe)
+    check_causal(m)
+    check_model_size(m)
     check_optimizer(o.opt)
     check_data_name(d)
     if ":" not in d.name:
@@ -278,7 +318,17 @@ def check_pe(pe: PEConfig) -> None:
     the kind itself when the model is built)."""
     import ndpe
     from ndpe.augment import AUGMENTS
+    from ndpe.per_axis import parse_axes
 
+    if isinstance(pe.kind, dict):  # per axis (ndpe.PerAxis): each axis's options inside it; the model checks the names
+        try:
+            parse_axes(pe.kind)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"model.pe.kind: {err}") from None
+        if pe.options or pe.augment is not None:
+            raise ConfigError("a per-axis model.pe.kind takes each axis's options inside it and no model.pe.options "
+                              "or model.pe.augment")
+        return
     if pe.kind not in ndpe.available():
         raise ConfigError(f"unknown model.pe.kind {pe.kind!r}; expected one of {sorted(ndpe.available())}")
     known = ndpe.options(pe.kind)
@@ -287,6 +337,23 @@ def check_pe(pe: PEConfig) -> None:
         raise ConfigError(f"model.pe.options: {pe.kind} has no option(s) {unknown}; it takes {sorted(known)}")
     if pe.augment is not None and pe.augment not in AUGMENTS:
         raise ConfigError(f"config key model.pe.augment must be null or one of {sorted(AUGMENTS)}, got {pe.augment!r}")
+
+
+def check_causal(m: ModelConfig) -> None:
+    """Refuse a kind (as configured) defined for causal attention only in a model whose attention is not causal
+    (``model.causal``: the text model only; every other architecture attends both ways)."""
+    from ndpe.registry import kind_class
+
+    if not isinstance(m.pe.kind, str):  # per axis: ndpe.PerAxis refuses every kind with a logits term, these among them
+        return
+    cls = kind_class(m.pe.kind)
+    if m.causal or not cls.is_causal_only(m.pe.options):
+        return
+    fix = f"set model.pe.options.{cls.causal_only_option}=false (its bidirectional form), or " \
+        if cls.causal_only_option else ""
+    raise ConfigError(f"model.pe.kind={m.pe.kind!r} is defined for causal attention only, but the {m.name} model's "
+                      f"attention is bidirectional ({'model.causal unset' if m.causal is None else 'model.causal=false'}): {fix}use "
+                      f"{'model.causal=true' if m.name == 'text' else 'a causal text model (model.name=text)'}")
 
 
 def check_optimizer(opt: str) -> None:

@@ -36,6 +36,9 @@ def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
 
 def _check(value: Any, tp: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
+        if value is None:  # `model: null` (or `model:`) is not "the defaults": a section left empty by mistake
+            raise ConfigError(f"config section {key} is null; expected a mapping of its keys (leave the section out "
+                              "for its defaults)")
         return from_dict(tp, value, key + ".")
     if _matches(value, tp):
         if type(value) is int and _accepts(tp, float) and not _accepts(tp, int):

@@ -226,6 +226,9 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
     global_step = 0
     if t.resume:
         global_step = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
+        if global_step > total:  # before anything is written: the finished steps would be neither kept nor undone
+            raise ConfigError(f"train.resume={t.resume!r} is at step {global_step}, past this run's {total} steps: "
+                              f"resume with train.steps >= {global_step} (or the epochs that reach it)")
     if dist.is_main():
         out_dir.mkdir(parents=True, exist_ok=True)
         if t.resume:  # records of steps after the checkpoint (a killed run) are written again

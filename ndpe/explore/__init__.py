@@ -27,14 +27,16 @@ import importlib.util
 import io
 import json
 import platform
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 __all__ = ["BENCH_FILE", "SIZE_BUDGET", "build_data", "write_page"]
 
-SIZE_BUDGET = 3_000_000  # bytes of index.html, the benchmark tab of a full run included
+SIZE_BUDGET = 3_000_000
+"""The most bytes ``index.html`` may have, the benchmark tab of a full run included."""
 EXTRA = "pip install 'ndpe[viz]'"
 _HERE = Path(__file__).parent
 
@@ -65,7 +67,8 @@ def scene_png(train_px: int = 96, growth: float = 3.0, seed: int = 0) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-BENCH_FILE = "explore.json"  # a run's benchmark-tab numbers, written by its checkout's train/explore.py
+BENCH_FILE = "explore.json"
+"""A run's benchmark-tab numbers in its results folder, written by its checkout's ``train/explore.py``."""
 
 
 def _bench(results: Path) -> dict[str, Any]:
@@ -86,8 +89,32 @@ def _bench(results: Path) -> dict[str, Any]:
     return {k: v for k, v in bench.items() if k != "results_sha256"}
 
 
-def build_data(results: Path | None = None, kinds: list[str] | None = None) -> dict[str, Any]:
-    """Every number the page draws (JSON-able). ``kinds``: a subset of the registered kinds (default: all)."""
+Progress = Callable[[str], None]
+
+
+def _stages(progress: Progress | None, total: int) -> Callable[[str, Callable[[], Any]], Any]:
+    """``run(name, fn)``: ``fn()``, with a line to ``progress`` before it (``[i/total] name``) and after it
+    (its seconds)."""
+    count = 0
+
+    def run(name: str, fn: Callable[[], Any]) -> Any:
+        nonlocal count
+        count += 1
+        start = time.perf_counter()
+        if progress is not None:
+            progress(f"[{count}/{total}] {name} ...")
+        out = fn()
+        if progress is not None:
+            progress(f"[{count}/{total}] {name}: {time.perf_counter() - start:.1f} s")
+        return out
+
+    return run
+
+
+def build_data(results: Path | None = None, kinds: list[str] | None = None,
+               progress: Progress | None = None) -> dict[str, Any]:
+    """Every number the page draws (JSON-able). ``kinds``: a subset of the registered kinds (default: all);
+    ``progress``: called with a line as each view's numbers start and end (``ndpe explore`` prints them)."""
     require_matplotlib()
     from .. import __version__
     from ..registry import available
@@ -98,6 +125,11 @@ def build_data(results: Path | None = None, kinds: list[str] | None = None) -> d
     if unknown:
         raise ValueError(f"unknown kinds {unknown}: pick from {sorted(available())}")
     bench = None if results is None else _bench(Path(results))  # first: a wrong folder fails at once
+    views = {"growth": ("growth maps", lambda: data.growth_data(kinds)), "dials": ("angle dials", data.dials_data),
+             "compare": ("click-a-query maps", lambda: data.compare_data(kinds)),
+             "axes": ("axis terms", data.axes_data),
+             "spec": ("spectrogram maps", data.spectrogram_data), "bias": ("bias heads", lambda: data.bias_data(kinds))}
+    stage = _stages(progress, len(views) + 1 + (bench is not None))
     with torch.no_grad():
         out = {"meta": {"ndpe": __version__, "torch": torch.__version__.split("+")[0], "dim": data.DIM,
                         "heads": data.HEADS, "python": platform.python_version(),
@@ -106,10 +138,14 @@ def build_data(results: Path | None = None, kinds: list[str] | None = None) -> d
                                   "so a link opens this picture."},
                "kinds": {k: v for k, v in data.kinds_table().items() if k in kinds},
                "cmaps": data.colour_maps(), "content_note": data.content_note(),
-               "scene": {"png": scene_png(), "train_px": 96},
-               "growth": data.growth_data(kinds), "dials": data.dials_data(), "compare": data.compare_data(kinds),
-               "axes": data.axes_data(), "spec": data.spectrogram_data(), "bias": data.bias_data(kinds),
-               "bench": bench}
+               "scene": stage("toy scene", lambda: {"png": scene_png(), "train_px": 96})}
+        for key, (name, fn) in views.items():
+            out[key] = stage(name, fn)
+    if bench is not None:
+        from .charts import bench_charts
+
+        bench["charts"] = stage("benchmark charts", lambda: bench_charts(bench))
+    out["bench"] = bench
     return out
 
 
@@ -123,9 +159,11 @@ def render(payload: dict[str, Any]) -> str:
     return page
 
 
-def write_page(out: Path, results: Path | None = None, kinds: list[str] | None = None) -> Path:
-    """Write ``out/index.html`` and return its path; refuses a page over :data:`SIZE_BUDGET` bytes."""
-    page = render(build_data(results, kinds))
+def write_page(out: Path, results: Path | None = None, kinds: list[str] | None = None,
+               progress: Progress | None = None) -> Path:
+    """Write ``out/index.html`` and return its path; refuses a page over :data:`SIZE_BUDGET` bytes. ``progress``:
+    as :func:`build_data`."""
+    page = render(build_data(results, kinds, progress))
     size = len(page.encode())
     if size > SIZE_BUDGET:
         raise ValueError(f"the explorer page is {size} bytes, over its budget of {SIZE_BUDGET}: fewer settings")

@@ -264,16 +264,40 @@ def dials_data() -> dict[str, Any]:
 
 AXES_GRID = (15, 15)
 AXES_ANGLES = (0, 15, 30, 45, 60, 75, 90)
+AXES_WEIGHTS = (0.5, 0.75, 1.0)  # the share of group 0 in a head's relation (0.5: both groups alike, axial RoPE)
+
+
+def diagonal_preference(values: Tensor, grid: Sequence[int], query: int) -> float:
+    """Mean of ``values`` ``(N,)`` on the keys of the down-right diagonal through ``query`` (row and column grow
+    together) minus their mean on the up-right anti-diagonal, the query left out: 0 when neither is preferred.
+
+    >>> m = torch.zeros(3, 3); m[0, 0] = m[2, 2] = 1.0   # the down-right diagonal through the centre
+    >>> diagonal_preference(m.flatten(), (3, 3), 4)
+    1.0
+    """
+    rows, cols = grid
+    r0, c0 = divmod(query, cols)
+    image = values.reshape(rows, cols)
+    down = [image[r0 + d, c0 + d] for d in range(-min(rows, cols), min(rows, cols))
+            if d and 0 <= r0 + d < rows and 0 <= c0 + d < cols]
+    up = [image[r0 - d, c0 + d] for d in range(-min(rows, cols), min(rows, cols))
+          if d and 0 <= r0 - d < rows and 0 <= c0 + d < cols]
+    return float(torch.stack(down).mean() - torch.stack(up).mean())
 
 
 @torch.no_grad()
 def axes_data() -> dict[str, Any]:
-    """2D RoPE as two groups of pairs: the axis-0 group's term, the axis-1 group's, and their mean (the relation).
+    """2D RoPE as two groups of pairs: the axis-0 group's term, the axis-1 group's, and a head's relation that
+    weights them ``w`` and ``1 - w`` (:data:`AXES_WEIGHTS`; ``w = 0.5`` is the mean, the relation of axial RoPE's
+    content-free q, k), with each map's :func:`diagonal_preference`.
 
     A mixing angle ``alpha`` turns each group's frequency vectors from its axis by ``alpha`` (``rope-mixed`` with
-    ``rotate=False`` and its ``freqs`` turned): 0 is axial RoPE, other angles see diagonals.
+    ``rotate=False`` and its ``freqs`` turned): 0 is axial RoPE, other angles see diagonals. A group's term depends
+    on ``cos(beta) row + sin(beta) column`` (``beta = alpha`` for group 0, ``alpha + 90`` for group 1), so at 45
+    degrees the two groups see the two diagonals and a head weighting one group more prefers one diagonal.
     """
-    out: dict[str, Any] = {"grid": list(AXES_GRID), "angles": list(AXES_ANGLES), "settings": {}}
+    out: dict[str, Any] = {"grid": list(AXES_GRID), "angles": list(AXES_ANGLES), "weights": list(AXES_WEIGHTS),
+                           "settings": {}}
     query = centre_index(AXES_GRID)
     for alpha in AXES_ANGLES:
         pe = make(dims=2, kind="rope-mixed", dim=DIM, heads=HEADS, rotate=False)
@@ -288,10 +312,13 @@ def axes_data() -> dict[str, Any]:
         for sl in (slice(0, half), slice(half, None)):
             c, s = cos[..., sl], sin[..., sl]
             terms.append((c[:, query, None] * c + s[:, query, None] * s).mean(-1).mean(0))  # (N,) in [-1, 1]
-        total = relation(pos, query)
-        out["settings"][str(alpha)] = {"row": pack(terms[0]), "col": pack(terms[1]), "total": pack(total),
-                                       "made": f"ndpe.make(dims=2, kind='rope-mixed', dim={DIM}, heads={HEADS}, "
-                                               f"rotate=False), freqs turned by {alpha} degrees"}
+        maps = {"row": terms[0], "col": terms[1], "total": relation(pos, query)}
+        maps.update({f"{w:g}": w * terms[0] + (1 - w) * terms[1] for w in AXES_WEIGHTS if w != 0.5})
+        out["settings"][str(alpha)] = {
+            **{k: pack(v) for k, v in maps.items()},
+            "diagonal": {k: diagonal_preference(v, AXES_GRID, query) for k, v in maps.items()},
+            "made": f"ndpe.make(dims=2, kind='rope-mixed', dim={DIM}, heads={HEADS}, rotate=False), freqs turned by "
+                    f"{alpha} degrees"}
     out["query"] = query
     return out
 

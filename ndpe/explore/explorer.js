@@ -31,7 +31,17 @@ function unpack(p) {  // int8 base64 -> Float32Array (-128 -> NaN), see data.pac
   return unpacked.get(p);
 }
 function row(arr, i, n) { return arr.subarray(i * n, (i + 1) * n); }
-function fmt(x, d = 3) { return x === null || x === undefined || Number.isNaN(x) ? "n/a" : Number(x).toPrecision(d).replace(/\.?0+$/, ""); }
+// x to d significant digits, as the page prints every number: trailing zeros of a fraction dropped ("0.5", never
+// "0.500"), an integer part kept whole ("100", "123456"), exponents outside 1e-4 .. 1e6 ("1.5e-7"); "n/a" for none.
+function fmt(x, d = 3) {
+  if (x === null || x === undefined || !Number.isFinite(Number(x))) return "n/a";
+  const v = Number(x), a = Math.abs(v);
+  if (a === 0) return "0";
+  const trim = t => t.includes(".") ? t.replace(/0+$/, "").replace(/\.$/, "") : t;
+  if (a < 1e-4 || a >= 1e6) { const [m, e] = v.toExponential(d - 1).split("e"); return `${trim(m)}e${e}`; }
+  const p = v.toPrecision(d);  // "1.00e+3" where rounding reaches 10^d: print the integer instead
+  return a >= 10 ** d || p.includes("e") ? String(Math.sign(v) * Math.round(a)) : trim(p);
+}
 function select(label, id, options, value, onchange, disabled) {
   const s = el("select", {id, disabled: disabled ? true : null, onchange: e => onchange(e.target.value)});
   for (const o of options) {
@@ -42,18 +52,27 @@ function select(label, id, options, value, onchange, disabled) {
 }
 
 // ---- colour: each quantity's map (the figures' own, sampled by matplotlib) ----------------------------------
+// A scale spans the values drawn, so a map whose values all lie in 0.6 .. 1 uses the whole of its half of the
+// colours. A diverging map keeps white at 0 and each sign on its own side: negative values [lo, 0] take the lower
+// half of the colours, positive ones [0, hi] the upper half (values of one sign: their range fills that half).
 function limits(quantity, arrays) {
   let lo = Infinity, hi = -Infinity;
   for (const a of arrays) for (const v of a) if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
   if (!Number.isFinite(lo)) { lo = -1; hi = 1; }
-  if (DATA.cmaps[quantity].diverging) { const m = Math.max(Math.abs(lo), Math.abs(hi), 1e-6); return [-m, m]; }
   if (hi - lo < 1e-6) { lo -= 0.5; hi += 0.5; }
   return [lo, hi];
+}
+function position(v, quantity, lim) {  // 0 .. 1 along the colour map
+  const [lo, hi] = lim;
+  if (!DATA.cmaps[quantity].diverging) return (v - lo) / (hi - lo);
+  if (v >= 0) { const from = Math.max(lo, 0); return hi > from ? 0.5 + 0.5 * (v - from) / (hi - from) : 0.5; }
+  const to = Math.min(hi, 0);
+  return to > lo ? 0.5 - 0.5 * (to - v) / (to - lo) : 0.5;
 }
 function colourOf(v, quantity, lim) {
   if (!Number.isFinite(v)) return NAN_COLOUR;
   const lut = DATA.cmaps[quantity].lut;
-  const t = Math.min(1, Math.max(0, (v - lim[0]) / (lim[1] - lim[0])));
+  const t = Math.min(1, Math.max(0, position(v, quantity, lim)));
   return lut[Math.min(lut.length - 1, Math.floor(t * lut.length))];
 }
 
@@ -113,7 +132,7 @@ function colourBar(quantity, lim) {
   const g = c.getContext("2d");
   for (let x = 0; x < w; x++) { g.fillStyle = colourOf(lim[0] + (lim[1] - lim[0]) * (x + 0.5) / w, quantity, lim); g.fillRect(x, 0, 1, h); }
   const q = DATA.cmaps[quantity];
-  return el("div", {class: "note"}, c, el("div", {text: `${fmt(lim[0])} … ${fmt(lim[1])}: ${q.label}${q.unit ? " (" + q.unit + ")" : ""}`}));
+  return el("div", {class: "note"}, c, el("div", {class: "scale", text: `${fmt(lim[0])} … ${fmt(lim[1])}: ${q.label}${q.unit ? " (" + q.unit + ")" : ""}`}));
 }
 function figure(canvas, caption, made) {
   return el("figure", {}, canvas, el("figcaption", {}, caption, made ? el("div", {class: "made", text: made}) : null));
@@ -125,7 +144,7 @@ const DEFAULTS = {
   growth: {kind: "rope", mode: "zoom", grow: "2", coords: "index", scaling: "none", q: "centre"},
   dials: {theta: "100", scaling: "none", grow: "2"},
   compare: {a: "rope", b: "learned", dims: "2", q: "", frame: ""},
-  axes: {alpha: "0"},
+  axes: {alpha: "0", weight: "0.5"},
   spec: {time: "rope", freq: "learned", view: "shift", shift: "2", q: ""},
   bias: {kind: "alibi (euclidean)"},
   bench: {task: "", kinds: ""},
@@ -136,6 +155,7 @@ function readHash() {
   const p = new URLSearchParams(location.hash.slice(1));
   const tab = p.get("tab");
   if (tab && tab in DEFAULTS) state.tab = tab;
+  if (p.size > 1) state[state.tab] = {...DEFAULTS[state.tab]};  // a link names its whole setting: nothing stale stays
   for (const [k, v] of p) if (k !== "tab" && k in state[state.tab]) state[state.tab][k] = v;
 }
 function writeHash() {
@@ -252,23 +272,22 @@ function renderDials() {
   const d = D.settings[`${Number(s.theta)}|${s.scaling}|${Number(s.grow)}`];
   const view = document.getElementById("dials-view");
   if (!d || d.error) { view.replaceChildren(errorBox(d ? d.error : "not computed")); return; }
-  const n = d.train.length, h = 34, w = 600, c = el("canvas", {width: w, height: n * h + 6, role: "img", id: "dials-canvas", "aria-label": "angle ranges per rotary pair"});
-  const g = c.getContext("2d"), TWO_PI = 2 * Math.PI;
+  const n = d.train.length, TWO_PI = 2 * Math.PI, rows = el("ol", {class: "dials", id: "dials-list", start: 0});
   let unseen = 0;
-  g.font = "11px system-ui, sans-serif";
   for (let j = 0; j < n; j++) {
-    const cx = 20, cy = j * h + h / 2 + 3, r = 13, train = d.train[j], test = d.test[j];
+    const size = 34, cx = size / 2, cy = size / 2, r = 13, train = d.train[j], test = d.test[j], out = train < TWO_PI && test > train;
+    const c = el("canvas", {width: size, height: size, role: "img", "aria-label": `pair ${j}: angles seen and met`});
+    const g = c.getContext("2d");
     const arc = (from, to, colour, width, radius) => { if (to <= from) return; g.strokeStyle = colour; g.lineWidth = width; g.beginPath();
       g.arc(cx, cy, radius, -Math.PI / 2 + from, -Math.PI / 2 + Math.min(to, from + TWO_PI)); g.stroke(); };
     g.strokeStyle = "#eee"; g.lineWidth = 1; g.beginPath(); g.arc(cx, cy, r, 0, TWO_PI); g.stroke();
     arc(0, Math.min(train, TWO_PI), "#9a9a9a", 5, r);
     arc(0, Math.min(test, TWO_PI), "#222", 2, r - 5);
-    const out = train < TWO_PI && test > train;
     if (out) { arc(train, Math.min(test, TWO_PI), "#b00020", 5, r); unseen++; }
-    g.fillStyle = out ? "#b00020" : "#222";
-    g.fillText(`pair ${j}: one turn per ${fmt(TWO_PI / d.step[j])} tokens; angles seen 0–${fmt(train)} rad, met 0–${fmt(test)} rad${out ? ` (+${fmt(100 * (Math.min(test, TWO_PI) - train) / train, 2)} %)` : ""}`, 42, cy + 4);
+    rows.append(el("li", {class: out ? "unseen" : null}, c, el("span", {text:
+      `pair ${j}: one turn per ${fmt(TWO_PI / d.step[j])} tokens; angles seen 0–${fmt(train)} rad, met 0–${fmt(test)} rad${out ? ` (+${fmt(100 * (Math.min(test, TWO_PI) - train) / train, 2)} %)` : ""}`})));
   }
-  view.replaceChildren(figure(c, `${unseen} of ${n} pairs meet angles never seen in training`, d.made));
+  view.replaceChildren(figure(rows, `${unseen} of ${n} pairs meet angles never seen in training`, d.made));
 }
 
 // ---- click a query: two kinds side by side -----------------------------------------------------------------
@@ -308,16 +327,31 @@ function renderCompare() {
 }
 
 // ---- axis decomposition -------------------------------------------------------------------------------------
+// what a group's term depends on: its frequency vectors point beta degrees from axis 0 (rows) towards axis 1
+function dependsOn(beta) {
+  const b = ((beta % 180) + 180) % 180;
+  if (b === 0) return "depends on the row alone: a row term";
+  if (b === 90) return "depends on the column alone: a column term";
+  if (b === 45) return "depends on row + column: equal along each ↗ anti-diagonal";
+  if (b === 135) return "depends on column − row: equal along each ↘ diagonal";
+  const r = Math.PI * b / 180;
+  return `depends on ${fmt(Math.cos(r), 2)} row + ${fmt(Math.sin(r), 2)} column`;
+}
 function renderAxes() {
-  const s = state.axes, A = DATA.axes;
+  const s = state.axes, A = DATA.axes, alpha = Number(s.alpha);
   document.getElementById("axes-controls").replaceChildren(
     el("label", {for: "axes-alpha"}, `mixing angle: ${s.alpha}°`, el("input", {type: "range", id: "axes-alpha", min: 0, max: A.angles.length - 1, step: 1,
-      value: Math.max(0, A.angles.indexOf(Number(s.alpha))), oninput: e => set("axes", {alpha: String(A.angles[Number(e.target.value)])})})));
-  const d = A.settings[String(Number(s.alpha))];
-  const [r, c] = A.grid, parts = [["row", "axis-0 pairs (the row term)"], ["col", "axis-1 pairs (the column term)"], ["total", "their mean: the relation"]];
-  const lim = [-1, 1];
-  document.getElementById("axes-view").replaceChildren(...parts.map(([key, cap]) =>
-    figure(drawMap(unpack(d[key]), r, c, {quantity: "relation", lim, query: A.query, cell: 16, label: cap}), cap)),
+      value: Math.max(0, A.angles.indexOf(alpha)), oninput: e => set("axes", {alpha: String(A.angles[Number(e.target.value)])})})),
+    select("the head's weight on group 0", "axes-weight", A.weights.map(w => [String(w), w === 0.5 ? "0.5 (both groups alike: RoPE)" : `${w} (group 1: ${1 - w})`]), s.weight, v => set("axes", {weight: v})));
+  const d = A.settings[String(alpha)], w = Number(s.weight), key = w === 0.5 ? "total" : String(w);
+  const [r, c] = A.grid, diag = v => `↘ diagonal minus ↗ anti-diagonal: ${fmt(v, 2)}`;
+  const parts = [["row", `group 0 (axis-0 pairs turned ${alpha}°) ${dependsOn(alpha)}; ${diag(d.diagonal.row)}`],
+    ["col", `group 1 (axis-1 pairs turned ${alpha}°) ${dependsOn(alpha + 90)}; ${diag(d.diagonal.col)}`],
+    [key, `the head's relation, ${w} × group 0 + ${1 - w} × group 1; ${diag(d.diagonal[key])}` +
+      (Math.abs(d.diagonal[key]) < 0.005 ? " (no diagonal preferred)" : d.diagonal[key] > 0 ? " (the ↘ diagonal preferred)" : " (the ↗ anti-diagonal preferred)")]];
+  const maps = parts.map(([k]) => unpack(d[k])), lim = limits("relation", maps);
+  document.getElementById("axes-view").replaceChildren(...parts.map(([k, cap], i) =>
+    figure(drawMap(maps[i], r, c, {quantity: "relation", lim, query: A.query, cell: 16, label: cap, id: `axes-map-${i}`}), cap)),
     el("div", {}, colourBar("relation", lim), el("p", {class: "made", text: d.made})));
 }
 
@@ -327,6 +361,11 @@ function specImage(vals, frames, bins) {  // key index t * bins + b -> picture w
   for (let t = 0; t < frames; t++) for (let b = 0; b < bins; b++) out[(bins - 1 - b) * frames + t] = vals[t * bins + b];
   return out;
 }
+function specMap(vals, frames, opts) {  // a spectrogram map with its axes named: time across, frequency up
+  return el("div", {class: "specmap"}, el("span", {class: "ylabel", text: "frequency bin →"}), drawMap(vals, DATA.spec.grid[1], frames, {cell: 14, ...opts}),
+    el("span", {class: "xlabel", text: `time frame → (0 … ${frames - 1})`}));
+}
+function largest(values) { let m = 0; for (const v of values) if (Number.isFinite(v)) m = Math.max(m, Math.abs(v)); return m; }
 function renderSpec() {
   const s = state.spec, S = DATA.spec, [T, F] = S.grid;
   const names = {none: "none", learned: "learned table (absolute)", sinusoidal: "sinusoidal (absolute values)", rope: "RoPE (relative)"};
@@ -341,23 +380,32 @@ function renderSpec() {
   let q = s.q === "" ? Math.floor(T / 2) * F + 2 : Number(s.q);
   if (s.view === "shift" && q % F + k >= F) q = q - (q % F) + (F - 1 - k);  // the shifted query stays on the grid
   s.q = String(q);
-  const all = unpack(d.rows), base = row(all, q, T * F);
+  const all = unpack(d.rows), base = row(all, q, T * F), qt = Math.floor(q / F), qb = q % F;
   const toCell = (t, b, bins) => (bins - 1 - b) * T + t;
   const pick = cell => { const t = cell % T, b = F - 1 - Math.floor(cell / T); set("spec", {q: String(t * F + b)}); };
+  const encodings = `time: ${names[s.time]}, frequency: ${names[s.freq]}`;
   const figs = [];
   if (s.view === "long") {
-    const longVals = row(unpack(d.long), q % F, 2 * T * F);
-    const lim = limits("relation", [base, longVals]);
-    figs.push(figure(drawMap(specImage(base, T, F), F, T, {quantity: "relation", lim, query: toCell(Math.floor(q / F), q % F, F), onpick: pick, cell: 14, label: "training clip"}), `training clip: ${T} frames × ${F} bins; click a query`),
-      figure(drawMap(specImage(longVals, 2 * T, F), F, 2 * T, {quantity: "relation", lim, query: (F - 1 - q % F) * 2 * T + T, cell: 14, label: "clip twice as long"}),
-        `a clip twice as long, the query in its middle frame: a relative time axis keeps the same pattern around it`), colourBar("relation", lim));
+    const longVals = row(unpack(d.long), qb, 2 * T * F), lim = limits("relation", [base, longVals]);
+    const around = new Float32Array(T * F);  // the long clip around its query minus the training clip around its own
+    for (let t = 0; t < T; t++) for (let b = 0; b < F; b++) around[t * F + b] = longVals[(t - qt + T) * F + b] - base[t * F + b];
+    const m = largest(around);
+    figs.push(figure(specMap(specImage(base, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb, F), onpick: pick, label: "training clip"}),
+      `training clip (${encodings}): ${T} frames × ${F} bins; click a query`),
+      figure(specMap(specImage(longVals, 2 * T, F), 2 * T, {quantity: "relation", lim, query: (F - 1 - qb) * 2 * T + T, label: "clip twice as long"}),
+        `a clip twice as long, the query in its middle frame: around it the map differs from the training clip's by at most ${fmt(m, 2)}` +
+        (m < 0.01 ? ` (the same pattern: ${names[s.time]} on the time axis)` : ` (${names[s.time]} on the time axis changes it)`)), colourBar("relation", lim));
   } else {
     const moved = row(all, q + k, T * F), diff = new Float32Array(T * F).fill(NaN);
     for (let t = 0; t < T; t++) for (let b = 0; b + k < F; b++) diff[t * F + b] = moved[t * F + b + k] - base[t * F + b];
-    const lim = limits("relation", [base, moved, diff]);
-    figs.push(figure(drawMap(specImage(base, T, F), F, T, {quantity: "relation", lim, query: toCell(Math.floor(q / F), q % F, F), onpick: pick, cell: 14, label: "the sound"}), "the sound: a query at one pitch; click to move it"),
-      figure(drawMap(specImage(moved, T, F), F, T, {quantity: "relation", lim, query: toCell(Math.floor(q / F), q % F + k, F), cell: 14, label: "pitch-shifted"}), `pitch-shifted by ${k} bins`),
-      figure(drawMap(specImage(diff, T, F), F, T, {quantity: "relation", lim, cell: 14, label: "difference"}), "shifted map moved back minus the original: zero (white) where the frequency axis is blind to the shift"),
+    const lim = limits("relation", [base, moved, diff]), m = largest(diff);
+    figs.push(figure(specMap(specImage(base, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb, F), onpick: pick, label: "the sound"}),
+      `the sound (${encodings}): a query at one pitch; click to move it`),
+      figure(specMap(specImage(moved, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb + k, F), label: "pitch-shifted"}), `pitch-shifted by ${k} bins`),
+      figure(specMap(specImage(diff, T, F), T, {quantity: "relation", lim, label: "difference"}),
+        `shifted map moved back minus the original: at most ${fmt(m, 2)} in size` + (m < 0.01
+          ? `, zero (white): ${names[s.freq]} on the frequency axis is blind to the shift`
+          : `: ${names[s.freq]} on the frequency axis tells the pitches apart`)),
       colourBar("relation", lim));
   }
   view.replaceChildren(...figs, el("p", {class: "made", text: d.made}));
@@ -379,7 +427,7 @@ function renderBias() {
   for (let h = 0; h < heads; h++) {
     const vals = row(all, h, n), contour = Array.from(vals, v => (v >= -1 ? 1 : 0));
     const slope = d.slopes ? `, slope ${fmt(d.slopes[h])}` : "";
-    figs.push(figure(drawMap(vals, r, c, {quantity: "bias", lim, query: B.query, contour, cell: 8, label: `head ${h}`}), `head ${h}${slope}`));
+    figs.push(figure(drawMap(vals, r, c, {quantity: "bias", lim, query: B.query, contour, cell: 8, label: `head ${h}`, id: `bias-map-${h}`}), `head ${h}${slope}`));
   }
   document.getElementById("bias-view").replaceChildren(...figs, el("div", {}, colourBar("bias", lim),
     el("p", {class: "note", text: "Learned kinds (fire, cpb, relative) at their initialization: training shapes them."}),
@@ -403,7 +451,7 @@ function renderBench() {
       set("bench", {kinds: next.join(",") || "-"}); }}),
     el("span", {class: "swatch", style: `background:${colourOfLabel(task.series[l].kind)}`}), l + (task.series[l].counts ? "" : " ✗"))));
   ctl.replaceChildren(select("task", "bench-task", tasks, s.task, v => set("bench", {task: v, kinds: ""})), boxes);
-  const plot = benchPlot(task, chosen);
+  const plot = benchPlot(task, s.task, chosen);
   const tbl = el("table", {class: "nums"}, el("tr", {}, el("th", {text: task.metric + (task.higher ? " ↑" : " ↓")}), ...task.sizes.map(z => el("th", {text: z.label}))));
   for (const l of [...chosen, ...Object.keys(task.series).filter(x => task.series[x].floor)]) {
     const ser = task.series[l];
@@ -413,43 +461,28 @@ function renderBench() {
     })));
   }
   view.replaceChildren(el("p", {class: "note", text: `run ${DATA.bench.run}; ${task.protocol}`}),
-    figure(plot, `mean over runs with 95 % t intervals; dashed grey: floors; ✗: does not count (misses the task's bar or a floor)${task.learned ? "" : "; no kind learned this task at this budget"}`),
+    figure(plot, `mean over runs with 95 % t intervals; dashed grey: floors; pale legend entries: not drawn (tick them above); ✗: does not count (misses the task's bar or a floor)${task.learned ? "" : "; no kind learned this task at this budget"}`),
     tbl, el("h3", {text: "Verdicts"}),
     ...(task.verdicts.length ? task.verdicts.map(v => el("div", {class: "verdict " + v.verdict.replace(" ", "-")},
       el("b", {text: `${v.source}: ${v.verdict}. `}), v.text + ". ", el("span", {class: "note", text: v.detail}))) : [el("p", {class: "note", text: "No literature claim on this task."})]));
 }
 function colourOfLabel(kind) { return DATA.kinds[kind] ? DATA.kinds[kind].colour : "#636363"; }
-function benchPlot(task, labels) {
-  const W = 560, H = 320, L = 52, R = 12, T = 12, Bm = 40;
-  const c = el("canvas", {width: W, height: H, id: "bench-plot", role: "img", "aria-label": `${task.metric} against the test size`});
-  const g = c.getContext("2d");
-  const series = [...labels, ...Object.keys(task.series).filter(l => task.series[l].floor)].map(l => [l, task.series[l]]).filter(([, x]) => x);
-  const ys = series.flatMap(([, x]) => x.points.flatMap(p => [p.mean, p.lo, p.hi])).filter(v => v !== null && Number.isFinite(v));
-  let y0 = Math.min(...ys), y1 = Math.max(...ys);
-  if (!(y1 > y0)) { y0 -= 0.5; y1 += 0.5; }
-  const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
-  const ratios = task.sizes.map(z => z.ratio), x0 = Math.min(...ratios), x1 = Math.max(...ratios) === x0 ? x0 + 1 : Math.max(...ratios);
-  const X = r => L + (r - x0) / (x1 - x0) * (W - L - R), Y = v => T + (1 - (v - y0) / (y1 - y0)) * (H - T - Bm);
-  g.fillStyle = "#fff"; g.fillRect(0, 0, W, H);
-  g.strokeStyle = "#999"; g.lineWidth = 1; g.strokeRect(L, T, W - L - R, H - T - Bm);
-  g.fillStyle = "#333"; g.font = "11px system-ui, sans-serif";
-  for (let i = 0; i <= 4; i++) { const v = y0 + (y1 - y0) * i / 4; g.fillText(fmt(v, 2), 4, Y(v) + 4); }
-  task.sizes.forEach(z => { g.fillText(z.label, X(z.ratio) - 20, H - Bm + 16); });
-  g.fillText(`${task.metric} against the test size`, L, H - 6);
-  for (const [l, ser] of series) {
-    const colour = ser.floor ? "#8c8c8c" : colourOfLabel(ser.kind);
-    const pts = ser.points.filter(p => p.mean !== null);
-    g.strokeStyle = colour; g.fillStyle = colour; g.lineWidth = ser.floor ? 1 : 2;
-    g.setLineDash(ser.floor ? [5, 4] : l.includes("(") ? [2, 3] : []);
-    g.beginPath(); pts.forEach((p, i) => (i ? g.lineTo : g.moveTo).call(g, X(p.ratio), Y(p.mean))); g.stroke();
-    g.setLineDash([]);
-    for (const p of pts) {
-      if (p.lo !== null) { g.beginPath(); g.moveTo(X(p.ratio), Y(p.lo)); g.lineTo(X(p.ratio), Y(p.hi)); g.stroke(); }
-      if (!ser.floor) { g.beginPath(); g.arc(X(p.ratio), Y(p.mean), 3, 0, 2 * Math.PI); g.fill(); }
+// the task's chart, drawn by matplotlib when the page was built (ndpe/explore/charts.py): an SVG whose series the
+// checkboxes show or hide (its groups "<id>-..."); floors always shown, a hidden series' legend entry greyed
+function benchPlot(task, taskName, labels) {
+  const chart = DATA.bench.charts[taskName], box = el("div", {class: "chart", id: "bench-plot", role: "img",
+    "aria-label": `${task.metric} against the test size`});
+  box.innerHTML = chart.svg;
+  const svg = box.querySelector("svg");
+  svg.removeAttribute("width"); svg.removeAttribute("height");
+  for (const [label, id] of Object.entries(chart.ids)) {
+    const on = task.series[label].floor || labels.includes(label);
+    for (const node of svg.querySelectorAll(`[id^="${id}-"]`)) {
+      if (node.id.startsWith(`${id}-legend-`)) node.style.opacity = on ? "" : "0.3";
+      else node.style.display = on ? "" : "none";
     }
-    if (pts.length) g.fillText(l, Math.min(X(pts[pts.length - 1].ratio) - 40, W - 110), Y(pts[pts.length - 1].mean) - 5);
   }
-  return c;
+  return box;
 }
 
 // ---- main ---------------------------------------------------------------------------------------------------

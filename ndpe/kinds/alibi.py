@@ -14,6 +14,12 @@ Conventions:
   (``ndpe.Attention(causal=True)`` adds the ``-inf`` triangle). On ``j <= i`` both forms agree,
   so a causal model gets the same logits either way; with ``causal=True`` the tensor itself
   says the future carries no distance penalty, and ``dims > 1`` is refused (no token order).
+- Head-level control (x-transformers ``AlibiPositionalBias(heads, total_heads, slopes=)``, its
+  ``alibi_num_heads``): ``alibi_heads=n`` biases the first ``n`` heads, ``alibi_heads=[h, ...]`` those heads, in
+  that order; the other heads get no bias (0: they attend by content alone). ``slopes=`` gives the biased heads'
+  slopes, one each, in place of the paper's (e.g. a tensor-parallel shard's share of the full model's slopes);
+  by default they are the paper's slopes for that many heads (as x-transformers: ``alibi_slopes(n)``).
+  ``pe.slopes`` holds every head's slope, 0 for the unbiased ones.
 - Coordinates are ``index`` units (token steps); fractional or augmented positions are fine.
 - Parameter-free: the base caches the bias per grid. Output ``(heads, N, N)`` float32, or
   ``(B, heads, N, N)`` for batched positions. Memory: ``heads * N * N * 4`` bytes (docs/bias.md);
@@ -29,12 +35,13 @@ torch.Size([8, 5, 5])
 from __future__ import annotations
 
 import math
+from typing import Sequence, cast
 
 import torch
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice, check_int
+from ..checks import _is_int, _is_number, check_bool, check_choice, check_int
 from ..contract import PosOut
 from ..pairs import pair_axes, sum_of, token_axes
 from ..registry import register
@@ -59,6 +66,37 @@ def alibi_slopes(heads: int) -> list[float]:
     return power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest]
 
 
+def biased_heads(alibi_heads: int | Sequence[int] | None, heads: int) -> tuple[int, ...]:
+    """The indices of the heads ALiBi biases: all, the first ``n``, or the listed ones (checked, distinct).
+
+    >>> biased_heads(2, 4), biased_heads([3, 1], 4)
+    ((0, 1), (3, 1))
+    """
+    if alibi_heads is None:
+        return tuple(range(heads))
+    if _is_int(alibi_heads):
+        alibi_heads = int(cast(int, alibi_heads))
+        if not 1 <= alibi_heads <= heads:
+            raise ValueError(f"alibi_heads must be a number of heads in 1..heads={heads} or a list of head indices, "
+                             f"got {alibi_heads}")
+        return tuple(range(alibi_heads))
+    if isinstance(alibi_heads, (str, bytes)) or not isinstance(alibi_heads, Sequence) or not alibi_heads:
+        raise TypeError(f"alibi_heads must be a number of heads or a non-empty list of head indices, got {alibi_heads!r}")
+    if not all(_is_int(h) and 0 <= h < heads for h in alibi_heads) or len(set(alibi_heads)) != len(alibi_heads):
+        raise ValueError(f"alibi_heads must list distinct head indices in 0..{heads - 1}, got {alibi_heads!r}")
+    return tuple(alibi_heads)
+
+
+def check_slopes(slopes: Sequence[float] | Tensor, n: int) -> tuple[float, ...]:
+    """Caller-supplied slopes: a list (or 1-D tensor) of ``n`` finite numbers, one per biased head."""
+    values = slopes.tolist() if isinstance(slopes, Tensor) else slopes
+    if (not isinstance(values, (list, tuple)) or len(values) != n
+            or not all(_is_number(v) and math.isfinite(v) for v in values)):
+        raise ValueError(f"slopes must be a list of {n} finite numbers, one per biased head (alibi_heads), "
+                         f"got {slopes!r}")
+    return tuple(float(v) for v in values)
+
+
 @register("alibi", dims=(1, 2, 3))
 class ALiBi(Encoding):
     """ALiBi attention bias ``-slope[h] * ||p_i - p_j||``; see the module docstring for conventions.
@@ -66,6 +104,9 @@ class ALiBi(Encoding):
     Args:
         causal: 1D only; the paper's causal form (0 above the diagonal, to be masked).
         distance: ``"euclidean"`` (default) or ``"manhattan"`` offset length for dims > 1.
+        alibi_heads: the heads that get a bias: a number ``n`` (the first ``n``, x-transformers'
+            ``alibi_num_heads``) or a list of head indices; default every head.
+        slopes: the biased heads' slopes, one per head in ``alibi_heads`` (finite numbers); default the paper's.
     """
 
     takes_key_positions = True  # decodes its pairwise term against cached keys
@@ -75,7 +116,8 @@ class ALiBi(Encoding):
 
     slopes: Tensor  # (heads,) float32 buffer
 
-    def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, distance: str = "euclidean"):
+    def __init__(self, *, dims: int, dim: int, heads: int = 1, causal: bool = False, distance: str = "euclidean",
+                 alibi_heads: int | Sequence[int] | None = None, slopes: Sequence[float] | None = None):
         super().__init__(dims=dims, dim=dim, heads=heads)
         check_bool(causal, "causal")
         if causal and dims != 1:
@@ -83,7 +125,12 @@ class ALiBi(Encoding):
                              "use the symmetric N-D form (causal=False)")
         check_choice(distance, "distance", DISTANCES)
         self.causal, self.distance = causal, distance
-        self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32), persistent=False)
+        self.alibi_heads = biased_heads(alibi_heads, heads)
+        n = len(self.alibi_heads)
+        chosen = alibi_slopes(n) if slopes is None else check_slopes(slopes, n)
+        every = torch.zeros(heads, dtype=torch.float32)  # unbiased heads: slope 0
+        every[list(self.alibi_heads)] = torch.tensor(chosen, dtype=torch.float32)
+        self.register_buffer("slopes", every, persistent=False)
 
     def pair_words(self) -> int:
         """Float32 words per pair at the peak: the offsets and their squares per axis and the length, then the

@@ -78,6 +78,7 @@ class AddCoords(nn.Module):
         self.dims, self.with_r = dims, check_bool(with_r, "with_r")
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x`` ``(B, C, *spatial)`` with the coordinate channels (and the radius) appended after its ``C``."""
         check_float_tensor(x, "AddCoords input")  # coordinates in [-1, 1] cast to an integer dtype would be -1, 0, 1
         if x.ndim != self.dims + 2:
             raise ValueError(f"AddCoords(dims={self.dims}) expects (B, C, {', '.join('*' * self.dims)}) "

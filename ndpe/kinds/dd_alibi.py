@@ -73,6 +73,7 @@ class DataDependentAlibi(Encoding):
     has_parameters = True
     coordinate_based = False  # the bias comes from the tokens; positions only order them
     takes_key_positions = True  # so that decoding reaches encode() and is refused there, in one line
+    causal_only_option = "causal"  # its causal form is for causal attention only
     description = "data-dependent ALiBi (Lin et al. 2025, Forgetting Transformer): learned forget gates of the tokens"
     colour, marker = "#66a61e", "v"
 

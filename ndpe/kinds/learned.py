@@ -13,6 +13,10 @@ Grids other than the table size:
     ``F.interpolate`` (``align_corners=False``, no antialias: torch supports it for 2D only).
     Factorized tables are 1D per axis: they take ``resize="linear"``.
 
+Added or concatenated (``cat_dim``): by default (``cat_dim=0``) the table has ``dim`` channels, added to the tokens.
+``cat_dim=c`` makes a ``c``-channel table (factorized ``"concat"``: ``c / dims`` per axis) concatenated to tokens of
+``dim - c`` channels (``cat``, ``pe.cat_dim``), as ``coord`` concatenates its coordinates.
+
 Explicit ``positions`` are integer indices into the table in use (the resized one when ``resize`` is
 set and ``grid_shape`` is given, else the stored one), looked up by gather. The kind is not
 coordinate based: fractional positions and position augmentation are refused.
@@ -36,7 +40,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice
+from ..checks import check_bool, check_cat_dim, check_choice
 from ..contract import PosOut
 from ..coords import check_grid_shape
 from ..memory import check_tables
@@ -57,6 +61,8 @@ class Learned(Encoding):
         combine: how factorized tables combine, ``"add"`` or ``"concat"`` (ignored when not factorized).
         resize: ``None`` (crop smaller grids, refuse larger) or an interpolation mode (see module doc).
         init_std: standard deviation of the truncated-normal init (truncated at +-2, as timm does).
+        cat_dim: 0 (default): the table is added to the tokens; ``c`` in ``1 .. dim - 1``: a ``c``-channel table
+            concatenated to tokens of ``dim - c`` channels (see the module doc).
 
     >>> import ndpe
     >>> pe = ndpe.make(dims=2, kind="learned", dim=64, grid_shape=(14, 14), resize="bicubic")
@@ -84,8 +90,11 @@ class Learned(Encoding):
     coordinate_based = False
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, grid_shape: tuple[int, ...],
-                 factorized: bool = False, combine: str = "add", resize: str | None = None, init_std: float = 0.02):
+                 factorized: bool = False, combine: str = "add", resize: str | None = None, init_std: float = 0.02,
+                 cat_dim: int = 0):
         super().__init__(dims=dims, dim=dim, heads=heads)
+        self.cat_dim = check_cat_dim(cat_dim, dim, "learned")
+        width = cat_dim or dim  # the table's channels
         if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not 0 < init_std < math.inf:
             raise ValueError(f"init_std must be a finite number > 0, got {init_std!r}")
         self.init_std = float(init_std)
@@ -96,18 +105,20 @@ class Learned(Encoding):
         if resize is not None and (not isinstance(resize, str) or resize not in valid):
             what = "factorized tables (1D per axis)" if factorized else f"dims={dims}"
             raise ValueError(f"resize for {what} must be None or one of {valid}, got {resize!r}")
-        if factorized and combine == "concat" and dim % dims:
-            raise ValueError(f"factorized combine='concat' splits dim across {dims} axes; dim={dim} is not divisible by {dims}")
+        if factorized and combine == "concat" and width % dims:
+            what = f"cat_dim={cat_dim}" if cat_dim else f"dim={dim}"
+            raise ValueError(f"factorized combine='concat' splits the table's channels across {dims} axes; {what} is "
+                             f"not divisible by {dims}")
         self.factorized, self.combine, self.resize = factorized, combine, resize
-        axis_dim = dim // dims if factorized and combine == "concat" else dim
+        axis_dim = width // dims if factorized and combine == "concat" else width
         shapes = ({f"axis-{a} table": (n, axis_dim) for a, n in enumerate(self.table_shape)} if factorized
-                  else {"table": (*self.table_shape, dim)})
+                  else {"table": (*self.table_shape, width)})
         check_tables("learned", shapes, "build it with a smaller grid_shape (resize= interpolates a small table to "
                      "larger grids) or factorized=True (one table per axis)")
         if factorized:
             self.axis_tables = nn.ParameterList([nn.Parameter(torch.empty(n, axis_dim)) for n in self.table_shape])
         else:
-            self.table = nn.Parameter(torch.empty(*self.table_shape, dim))  # (*grid_shape, dim)
+            self.table = nn.Parameter(torch.empty(*self.table_shape, width))  # (*grid_shape, dim or cat_dim)
         self.reset_parameters()
 
     repr_attributes = {"coords": "coords_mode", "grid_shape": "table_shape"}
@@ -165,9 +176,11 @@ class Learned(Encoding):
         if not self.factorized:
             strides = [math.prod(sizes[a + 1:]) for a in range(self.dims)]
             flat = sum(index[..., a] * s for a, s in enumerate(strides))  # row-major ravel, (*, N)
-            return PosOut(add=rearrange(tables[0], "... c -> (...) c")[flat])
-        parts = [t[index[..., a]] for a, t in enumerate(tables)]  # each (*, N, d_a)
-        return PosOut(add=sum(parts[1:], parts[0]) if self.combine == "add" else torch.cat(parts, -1))
+            rows = rearrange(tables[0], "... c -> (...) c")[flat]
+        else:
+            parts = [t[index[..., a]] for a, t in enumerate(tables)]  # each (*, N, d_a)
+            rows = sum(parts[1:], parts[0]) if self.combine == "add" else torch.cat(parts, -1)
+        return PosOut(cat=rows) if self.cat_dim else PosOut(add=rows)  # (*, N, dim or cat_dim)
 
 def _interp(x: Tensor, size, mode: str) -> Tensor:
     """``F.interpolate`` of a channels-first table in float32, back in its dtype."""

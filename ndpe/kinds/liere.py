@@ -35,11 +35,14 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ..base import Encoding
-from ..checks import check_choice, check_int, check_number
-from ..contract import LogitsTerm, PosOut
+from ..checks import check_choice, check_devices, check_int, check_number
+from ..contract import LogitsTerm, PosOut, check_leading
 from ..coords import COORD_MODES
 from ..memory import check_memory, check_tables
 from ..registry import register
+
+
+MAX_EXPONENT = 1e5  # 1-norm of sum_a p_a A_a: float32 matrix_exp stays orthogonal within ~1e-2 up to it
 
 
 def liere_rotations(positions: Tensor, generators: Tensor) -> Tensor:
@@ -94,6 +97,21 @@ class LieRE(Encoding):
         """The skew-symmetric generators ``W - W^T``, ``(heads, dims, blocks, b, b)``."""
         return self.weight - self.weight.transpose(-1, -2)
 
+    def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
+        """Refuse positions whose exponent ``sum_a p_a A_a`` is too large for a float32 matrix exponential: past a
+        1-norm of ``MAX_EXPONENT`` its result is no longer a rotation (entries off by ~1e-7 x the norm; NaN from
+        ~1e9). Bounded by ``max_tokens sum_a |p_a| max_{h, block} ||A_{h,a}||_1``, without building the exponent."""
+        if positions.numel() == 0 or positions.device.type == "meta" or torch.compiler.is_compiling():
+            return
+        with torch.no_grad():
+            norms = torch.linalg.matrix_norm(self.generators().float(), ord=1)  # (heads, dims, blocks)
+            per_axis = norms.transpose(0, 1).reshape(self.dims, -1).amax(-1)  # (dims,)
+            reach = float((positions.abs().float() @ per_axis).max())
+        if not reach <= MAX_EXPONENT:
+            raise ValueError(f"{self.kind} positions {float(positions.amin()):g}..{float(positions.amax()):g} turn its "
+                             f"generators by an exponent of norm up to {reach:.3g}, past the {MAX_EXPONENT:g} a float32 "
+                             "matrix exponential keeps a rotation: use smaller positions (coords='centered')")
+
     def _rotations(self, positions: Tensor) -> Tensor:
         if not torch.compiler.is_compiling():
             lead = positions.shape[0] if positions.ndim == 3 else 1
@@ -113,6 +131,8 @@ class LieRE(Encoding):
             if q.shape[-2] != n_q or k.shape[-2] != n_k:
                 raise ValueError(f"{kind} was encoded for {n_q} queries and {n_k} keys (grid tokens) but got q "
                                  f"{tuple(q.shape)} and k {tuple(k.shape)}")
+            check_devices(f"{kind}'s logits", q=q, k=k, encoding=rot_q.device)
+            check_leading(rot_q.shape[:-4], q, "rotations")  # (B | none, heads): per-sample positions meet q's batch
             if not torch.compiler.is_compiling():
                 check_memory(3 * 4 * q.shape[0] * heads * n_q * n_k,
                              lambda: f"{kind} logits ({q.shape[0]} x {heads} heads x {n_q} x {n_k} float32, with "

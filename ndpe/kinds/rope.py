@@ -55,12 +55,19 @@ Conventions:
   instead: frequency ``j`` goes to axis ``a >= 1`` when ``j % dims == a`` and
   ``j < dims * mrope_section[a]``, to axis 0 otherwise. Drive it with explicit (t, h, w) ids
   through ``positions=`` (text tokens: t = h = w); no scaling.
+- Head map (``head_axes=``, one entry per head; rotary-embedding-torch's wish "which head takes which axis, and
+  some heads not rotated"): an axis ``a`` rotates that head's ``rot_dim`` channels by axis ``a`` alone, the whole
+  rotary budget spent on it (axis ``a``'s frequency scheme, ``theta[a]`` and scaling over ``rot_dim`` channels, as
+  a 1D rope of ``axis_dims=(rot_dim,)``), so with head_dim 64 in 3D a time head gets 32 frequencies instead of 10;
+  ``None`` leaves the head unrotated (a NoPE head: its q and k pass through); ``"all"`` is the axial split above.
+  E.g. 2D, 6 heads: ``head_axes=(0, 0, 1, 1, "all", None)``. ``rot`` is then ``(heads, N, rot_dim / 2)``. Not with
+  ``mrope_section`` (its own layout), nor LongRoPE's per-frequency factors on single-axis heads in N-D.
 - Precision. Angles are computed in float64 (float32 on MPS) from float32 positions, cos/sin
   returned in float32 (or ``dtype=``). Integer positions are exact up to 2**24 and angles keep
   an error below 1e-10 rad up to position 100,000, so the only rounding left is that of the
   output dtype (``tests/test_precision.py``).
 - Output. ``rot = (cos, sin)`` of shape ``(1, N, rot_dim / 2)`` (heads axis of size 1), or
-  ``(B, 1, N, rot_dim / 2)`` for batched positions ``(B, N, dims)``.
+  ``(B, 1, N, rot_dim / 2)`` for batched positions ``(B, N, dims)``; with ``head_axes``, ``heads`` in place of 1.
 
 >>> import ndpe, torch
 >>> pe = ndpe.make(dims=2, kind="rope", dim=384, heads=6)        # head_dim 64: 32 + 32 channels
@@ -139,6 +146,8 @@ class RoPE(Encoding):
             mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
             grid_indexing: ``"ij"`` (default: axis 0's channels first) or ``"xy"`` (timm's: axis 1's first).
             pairing: ``"half"`` or ``"interleaved"``.
+            head_axes: one entry per head: an axis (the head's ``rot_dim`` channels all rotate by that axis), None (the
+                head is not rotated) or ``"all"`` (the axial split); default every head ``"all"``.
         Coordinates:
             coords: ``"index"``, ``"pixel"`` or ``"centered"`` coordinates.
         Scaling (:data:`ndpe.scaling.SCALINGS`; theta's series, ``coords="index"``):
@@ -168,6 +177,7 @@ class RoPE(Encoding):
                  # channels
                  axis_dims: Sequence[int] | None = None, mrope_section: Sequence[int] | None = None,
                  mrope_interleaved: bool = False, grid_indexing: str = "ij", pairing: str = "half",
+                 head_axes: Sequence[int | str | None] | None = None,
                  # coordinates
                  coords: str = "index",
                  # scaling (the type's own options come in **options)
@@ -197,14 +207,55 @@ class RoPE(Encoding):
             axis_dims = tuple(2 * n for n in self.mrope_section)
         self.axis_dims = resolve_axis_dims(self.head_dim, dims, axis_dims)
         self.rot_dim = sum(self.axis_dims)
+        if self.proportion != 1.0 and min(int(self.proportion * d // 2) for d in self.axis_dims) == 0:
+            raise ValueError(f"proportion={proportion!r} keeps no frequency of an axis of {min(self.axis_dims) // 2} "
+                             f"(axis_dims {self.axis_dims}): nothing would rotate; use proportion >= "
+                             f"{2 / min(self.axis_dims):g}")
         self.theta = per_axis(theta, dims, "theta", low=1.0, inclusive=False)
         if self.mrope_section is not None and len(set(self.theta)) > 1:
             raise ValueError(f"mrope_section uses one frequency series: theta must be one number, got {theta!r}")
         check_pairing(pairing)
         self.coords_mode, self.pairing = coords, pairing
         self.rope_scaling = self._scaling_per_axis(rope_scaling(scaling, scale, train_shape, **scaling_options))
+        self.head_axes = self._check_head_axes(head_axes)
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (rot_dim / 2,) float64
+        # single-axis heads: each axis' series over all rot_dim channels, (dims * rot_dim / 2,) float64
+        head_freq, self.head_attn_factor = self._build_head_inv_freq(torch.device("cpu"))
+        self.register_buffer("head_inv_freq", head_freq, persistent=False)
+
+    def _check_head_axes(self, head_axes) -> tuple[int | str | None, ...] | None:
+        """``head_axes`` checked: one axis, None or ``"all"`` per head (see the module doc)."""
+        if head_axes is None:
+            return None
+        choices = f"an axis 0..{self.dims - 1}, None (unrotated) or 'all'"
+        if isinstance(head_axes, (str, bytes)) or not isinstance(head_axes, Sequence) or len(head_axes) != self.heads:
+            raise ValueError(f"head_axes must list one entry per head ({self.heads}), each {choices}; got {head_axes!r}")
+        for entry in head_axes:
+            if not (entry is None or entry == "all" or (isinstance(entry, int) and not isinstance(entry, bool)
+                                                         and 0 <= entry < self.dims)):
+                raise ValueError(f"head_axes entries must each be {choices}; got {entry!r} in {head_axes!r}")
+        if self.mrope_section is not None:
+            raise ValueError("head_axes maps heads to axes; mrope_section shares one series between axes in every head: "
+                             "pass one of them")
+        single = any(isinstance(e, int) for e in head_axes)
+        if single and self.dims > 1 and self.rope_scaling is not None and any(
+                dict(self.rope_scaling.options).get(n) is not None for n in self.rope_scaling.entry.per_frequency):
+            raise ValueError(f"scaling={self.scaling!r} gives per-frequency factors for the axial layout; a single-axis "
+                             "head spends every rotary channel on one axis: use head_axes 'all' / None with it")
+        return tuple(head_axes)
+
+    def _build_head_inv_freq(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
+        """Single-axis heads' frequencies (each axis' series over all ``rot_dim`` channels), built only where a head
+        takes one axis (a per-frequency scaling's factors fit the axial layout alone); empty otherwise."""
+        if self.head_axes is None or not any(isinstance(e, int) for e in self.head_axes):
+            return torch.zeros(0, dtype=torch.float64, device=device), self.attn_factor
+        return self._build_inv_freq(device, self.single_axis_dims)
+
+    @property
+    def single_axis_dims(self) -> tuple[int, ...]:
+        """The channels a single-axis head gives each axis: all ``rot_dim`` of them."""
+        return (self.rot_dim,) * self.dims
 
     def _scaling_per_axis(self, scaling: RopeScaling | None) -> RopeScaling | None:
         """The scaling resolved per axis (validated by :class:`RopeScaling`; here what it needs of the encoding)."""
@@ -246,26 +297,29 @@ class RoPE(Encoding):
                              f"frequencies in all, got {sum(section)}")
         return section, interleaved
 
-    def _build_inv_freq(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
-        """Static per-axis frequencies concatenated ``(rot_dim / 2,)`` and the cos/sin factor per axis; with
-        ``proportion < 1`` the slowest ones of each axis are 0 (those channels are not rotated)."""
-        freq, factors = self._series(device)
+    def _build_inv_freq(self, device: torch.device,
+                        axis_dims: tuple[int, ...] | None = None) -> tuple[Tensor, tuple[float, ...]]:
+        """Static per-axis frequencies concatenated ``(sum(axis_dims) / 2,)`` (default: the encoding's ``axis_dims``)
+        and the cos/sin factor per axis; with ``proportion < 1`` the slowest ones of each axis are 0 (those channels
+        are not rotated)."""
+        axis_dims = self.axis_dims if axis_dims is None else axis_dims
+        freq, factors = self._series(device, axis_dims)
         if self.proportion == 1.0 or self.mrope_section is not None:
             return freq, factors
-        keep = torch.cat([torch.arange(d // 2, device=device) < int(self.proportion * d // 2) for d in self.axis_dims])
+        keep = torch.cat([torch.arange(d // 2, device=device) < int(self.proportion * d // 2) for d in axis_dims])
         return torch.where(keep, freq, torch.zeros_like(freq)), factors
 
-    def _series(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
+    def _series(self, device: torch.device, axis_dims: tuple[int, ...]) -> tuple[Tensor, tuple[float, ...]]:
         if self.mrope_section is not None:  # one series over rot_dim, shared out by freq_axis
             freq_axis = self._mrope_freq_axis()
             self.freq_axis = freq_axis.to(device)
             return axial_inv_freq(self.rot_dim, self.theta[0], device=device).to(angle_dtype(device)), (1.0,) * self.dims
         if self.rope_scaling is not None:  # theta's series under the scaling type's formula, axis by axis
-            scaled = [self.rope_scaling.axis_inv_freq(a, self.axis_dims, self.theta[a], device=device)
+            scaled = [self.rope_scaling.axis_inv_freq(a, axis_dims, self.theta[a], device=device)
                       for a in range(self.dims)]
             return torch.cat([f for f, _ in scaled]).to(angle_dtype(device)), tuple(m for _, m in scaled)
         scheme = FREQUENCIES[self.freq_scheme].fn
-        freqs = [scheme(d, self.theta[a], **self.freq_options, device=device) for a, d in enumerate(self.axis_dims)]
+        freqs = [scheme(d, self.theta[a], **self.freq_options, device=device) for a, d in enumerate(axis_dims)]
         return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
 
     def _mrope_freq_axis(self) -> Tensor:
@@ -283,18 +337,31 @@ class RoPE(Encoding):
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self.inv_freq = self._build_inv_freq(self.inv_freq.device)[0]  # .half() / .to(bf16) never reach it
+        self.head_inv_freq = self._build_head_inv_freq(self.inv_freq.device)[0]
         return out
 
-    def axis_inv_freqs(self, positions: Tensor) -> list[Tensor]:
-        """Per-axis frequencies ``(d_a / 2,)``; a dynamic scaling (dynamic NTK, LongRoPE) picks them by
-        ``max(positions) + 1``."""
-        freqs = list(self.inv_freq.split([d // 2 for d in self.axis_dims]))
+    def axis_inv_freqs(self, positions: Tensor, single: bool = False) -> list[Tensor]:
+        """Per-axis frequencies ``(d_a / 2,)`` (``single``: a single-axis head's, ``(rot_dim / 2,)`` each); a dynamic
+        scaling (dynamic NTK, LongRoPE) picks them by ``max(positions) + 1``."""
+        axis_dims = self.single_axis_dims if single else self.axis_dims
+        freqs = list((self.head_inv_freq if single else self.inv_freq).split([d // 2 for d in axis_dims]))
         if self.rope_scaling is not None and self.rope_scaling.dynamic:
-            for a, d in enumerate(self.axis_dims):
+            for a, d in enumerate(axis_dims):
                 if d:
                     length = positions[..., a].max() + 1
-                    freqs[a] = self.rope_scaling.at_length(a, self.axis_dims, freqs[a], length, self.theta[a])
+                    freqs[a] = self.rope_scaling.at_length(a, axis_dims, freqs[a], length, self.theta[a])
         return freqs
+
+    def _cos_sin(self, pos: Tensor, single: bool = False) -> tuple[list[Tensor], list[Tensor]]:
+        """Per-axis ``cos`` and ``sin`` ``(..., N, d_a / 2)`` of ``pos`` (float64), times the axis' factor."""
+        factors = self.head_attn_factor if single else self.attn_factor
+        cos_axes, sin_axes = [], []
+        for a, freq in enumerate(self.axis_inv_freqs(pos, single)):
+            angle = pos[..., a, None] * freq  # (..., N, d_a / 2)
+            m = factors[a]
+            cos_axes.append(angle.cos() * m if m != 1.0 else angle.cos())
+            sin_axes.append(angle.sin() * m if m != 1.0 else angle.sin())
+        return cos_axes, sin_axes
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if key_positions is not None and self.rope_scaling is not None and self.rope_scaling.dynamic:
@@ -308,12 +375,20 @@ class RoPE(Encoding):
             angle = pos[..., self.freq_axis.to(pos.device)] * self.inv_freq  # (..., N, rot_dim / 2)
             rot = (rearrange(angle.cos().float(), pattern), rearrange(angle.sin().float(), pattern))
             return PosOut(rot=rot, pairing=self.pairing)
-        cos_axes, sin_axes = [], []
-        for a, freq in enumerate(self.axis_inv_freqs(pos)):
-            angle = pos[..., a, None] * freq  # (..., N, d_a / 2)
-            m = self.attn_factor[a]
-            cos_axes.append(angle.cos() * m if m != 1.0 else angle.cos())
-            sin_axes.append(angle.sin() * m if m != 1.0 else angle.sin())
+        cos_axes, sin_axes = self._cos_sin(pos)
         cos = torch.cat([cos_axes[a] for a in self.block_axes], dim=-1).float()  # (..., N, rot_dim / 2)
         sin = torch.cat([sin_axes[a] for a in self.block_axes], dim=-1).float()
+        if self.head_axes is not None:
+            return PosOut(rot=self._per_head(pos, cos, sin), pairing=self.pairing)
         return PosOut(rot=(rearrange(cos, pattern), rearrange(sin, pattern)), pairing=self.pairing)
+
+    def _per_head(self, pos: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """``head_axes``' rotation ``(..., heads, N, rot_dim / 2)``: per head the axial ``cos`` / ``sin``, one axis'
+        over every rotary channel, or the identity (cos 1, sin 0)."""
+        single_cos, single_sin = self._cos_sin(pos, single=True) if any(
+            isinstance(e, int) for e in cast(tuple, self.head_axes)) else ([], [])
+        table: dict[int | str | None, tuple[Tensor, Tensor]] = {
+            "all": (cos, sin), None: (torch.ones_like(cos), torch.zeros_like(sin)),
+            **{a: (c.float(), s.float()) for a, (c, s) in enumerate(zip(single_cos, single_sin))}}
+        rows = [table[e] for e in cast(tuple, self.head_axes)]
+        return torch.stack([c for c, _ in rows], dim=-3), torch.stack([s for _, s in rows], dim=-3)

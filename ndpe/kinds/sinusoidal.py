@@ -24,6 +24,11 @@ Channel order (``layout``) inside the output:
         ``[sin axis 0, sin axis 1, ..., cos axis 0, cos axis 1, ...]``. With ``"add"`` equal to ``"blocks"``.
 All layouts are the same encoding up to a fixed channel permutation.
 
+Added or concatenated to the tokens (``cat_dim``): by default (``cat_dim=0``) the table has ``dim`` channels and is
+added (``add``). ``cat_dim=c`` builds a ``c``-channel table instead (``axis_dims`` then sum to ``c``) and concatenates it
+(``cat``), as ``coord`` does its coordinates: a model embeds its tokens to ``dim - c`` channels and
+:func:`ndpe.apply_tokens` brings them to ``dim``, so token and position keep channels of their own.
+
 Peers (tested in ``tests/test_sinusoidal.py``):
     * timm ``build_sincos2d_pos_embed(feat_shape=(H, W), dim)`` == ``combine="concat", layout="sin_cos"``
       (its default ``interleave_sin_cos=False``), and ``layout="blocks"`` with ``interleave_sin_cos=True``.
@@ -44,7 +49,7 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_choice, check_number
+from ..checks import check_cat_dim, check_choice, check_number
 from ..contract import PosOut
 from ..registry import register
 
@@ -106,8 +111,10 @@ class Sinusoidal(Encoding):
         temperature: the base of the wavelengths (10000 in the paper).
         layout: channel order, ``"interleaved"`` (paper), ``"blocks"`` or ``"sin_cos"`` (timm 2D).
         coords: coordinate units, ``"index"`` (0..n-1, default), ``"pixel"`` or ``"centered"``.
-        axis_dims: ``combine="concat"`` only: channels per axis (even, >= 2, summing to ``dim``);
+        axis_dims: ``combine="concat"`` only: channels per axis (even, >= 2, summing to ``dim``, or to ``cat_dim``);
             default the equal split, or the even-pair split with the extra pairs on the first axes.
+        cat_dim: 0 (default): the table is added to the tokens; ``c`` in ``1 .. dim - 1``: a ``c``-channel table
+            concatenated to tokens of ``dim - c`` channels (``pe.cat_dim``, as ``coord``).
 
     >>> import ndpe
     >>> pe = ndpe.make(dims=2, kind="sinusoidal", dim=64)
@@ -120,8 +127,10 @@ class Sinusoidal(Encoding):
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, combine: str = "concat",
                  temperature: float = 10000.0, layout: str = "interleaved", coords: str = "index",
-                 axis_dims: Sequence[int] | None = None):
+                 axis_dims: Sequence[int] | None = None, cat_dim: int = 0):
         super().__init__(dims=dims, dim=dim, heads=heads)
+        self.cat_dim = check_cat_dim(cat_dim, dim, "sinusoidal")
+        width = cat_dim or dim  # the table's channels
         check_choice(combine, "combine", COMBINES)
         check_choice(layout, "layout", tuple(LAYOUTS))
         check_number(temperature, "temperature", low=0.0, inclusive=False)
@@ -129,12 +138,12 @@ class Sinusoidal(Encoding):
             if axis_dims is not None:
                 raise ValueError('sinusoidal axis_dims applies to combine="concat" only (with "add" every axis '
                                  f"spans all dim={dim} channels), got axis_dims={axis_dims!r}")
-            if dim % 2:
-                raise ValueError(f"sinusoidal combine='add' needs dim divisible by 2 (a sin and a cos per "
-                                 f"frequency), got dim={dim}; nearest valid: {dim - 1} or {dim + 1}")
-            self.axis_dims: tuple[int, ...] = (dim,)
+            if width % 2:
+                raise ValueError(f"sinusoidal combine='add' needs {'cat_dim' if cat_dim else 'dim'} divisible by 2 (a "
+                                 f"sin and a cos per frequency), got {width}; nearest valid: {width - 1} or {width + 1}")
+            self.axis_dims: tuple[int, ...] = (width,)
         else:
-            self.axis_dims = resolve_axis_dims(dim, dims, axis_dims)
+            self.axis_dims = resolve_axis_dims(width, dims, axis_dims)
         self.combine, self.temperature, self.layout = combine, float(temperature), layout
         self.axis_dim = self.axis_dims[0]  # channels of the first axis table (of every axis when split evenly)
         self.coords_mode = coords
@@ -147,13 +156,18 @@ class Sinusoidal(Encoding):
         return 1.0 / self.temperature ** exponent
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
+        table = self.table(positions)  # (*, N, dim), or (*, N, cat_dim)
+        return PosOut(cat=table) if self.cat_dim else PosOut(add=table)
+
+    def table(self, positions: Tensor) -> Tensor:
+        """The sin/cos table of ``positions`` ``(*, N, dims)``: ``(*, N, sum(axis_dims))`` in ``layout`` order."""
         if len(set(self.axis_dims)) > 1:
-            return PosOut(add=self._encode_uneven(positions))
+            return self._encode_uneven(positions)
         angles = positions[..., None] * self.inv_freq(positions.device).to(positions.dtype)  # (*, N, dims, d/2)
         table = torch.stack([angles.sin(), angles.cos()])  # (2, *, N, dims, d/2)
         if self.combine == "add":
             table = table.sum(-2, keepdim=True)  # (2, *, N, 1, d/2)
-        return PosOut(add=rearrange(table, LAYOUTS[self.layout]))
+        return rearrange(table, LAYOUTS[self.layout])
 
     def _encode_uneven(self, positions: Tensor) -> Tensor:
         """``concat`` with axes of different widths: each axis its own table, joined in ``layout`` order."""

@@ -153,6 +153,7 @@ class TransformerXL(Encoding):
     description = "Transformer-XL relative attention (Dai et al. 2019): `q.R(i-j) + u.k + v.R(i-j)`"
     colour, marker = "#00008b", "H"
     causal_options = {"causal": True}  # the paper's decoder form
+    causal_only_option = "causal"  # its causal form is for causal attention only
 
     integer_positions = True  # offsets index the projected sinusoids
 

@@ -147,8 +147,8 @@ class XPos(Encoding):
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
         """Refuse positions whose scale ``zeta_0 ** (|p - center| / scale_base)`` or its inverse overflows ``dtype`` (or
         float32, which the scales pass through): ``|p - center| * ln(1 / zeta_0) / scale_base`` must stay below
-        ``ln(finfo(dtype).max)``."""
-        if positions.numel() == 0 or torch.compiler.is_compiling():
+        ``ln(finfo(dtype).max)``. Meta positions have no values to check (shapes only)."""
+        if positions.numel() == 0 or positions.device.type == "meta" or torch.compiler.is_compiling():
             return
         if torch.finfo(dtype).max >= torch.finfo(torch.float32).max:
             dtype = torch.float32  # the scales are returned in float32 first (a float64 output too)

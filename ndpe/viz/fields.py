@@ -91,7 +91,9 @@ def grid_fields(pos: PosOut) -> PosOut:
 
 
 FIELD_ORDER = ("bias", "logits", "rot", "tokens", "add", "cat")
-CONTENT_FIELDS = ("logits", "tokens")  # drawn for the fixed content of :class:`Content`
+"""The ``PosOut`` fields in the order a figure looks for the one it draws (:func:`shown_field`)."""
+CONTENT_FIELDS = ("logits", "tokens")
+"""The fields that need content to draw: drawn for the fixed content of :class:`Content`."""
 
 
 def shown_field(pos: PosOut) -> str:
@@ -314,7 +316,9 @@ def offset_curve(pe, grid: tuple[int, ...], *, axis: int = 0, span: int = 4, hea
 # kind -> colour of its curves, the same in every figure of the guide and of the benchmark report: the kind
 # declares it (``colour``), or it is derived from the kind's name (ndpe.catalog)
 KIND_COLOURS: Mapping[str, str] = COLOURS
-OTHER_COLOUR = "#636363"  # anything that is no registered kind
+"""Kind -> the colour of its curves in every figure (:func:`kind_colour`)."""
+OTHER_COLOUR = "#636363"
+"""The colour of anything that is no registered kind."""
 
 
 def kind_colour(kind: str | None) -> str:

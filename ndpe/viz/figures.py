@@ -22,6 +22,7 @@ from .panels import (axis_names, bias_contour, mark_trained_range, shade_outside
 from .style import colourbar_label
 
 MAX_HEADS_SHOWN = 8
+"""The most heads a ``heads`` figure draws, one panel each."""
 
 
 class MissingDependencyError(ModuleNotFoundError):
@@ -217,6 +218,7 @@ def _what(pos: PosOut) -> str:
 
 
 FIGURES = ("table", "similarity", "offset", "grow", "heads")
+"""The figures :func:`draw` makes (``ndpe viz --figures``)."""
 
 
 def make_figure(figure: str, pe, grid: tuple[int, ...], *, grow: tuple[int, ...] | None = None,
@@ -263,12 +265,24 @@ def check_finite(pos: PosOut, name: str, grid: tuple[int, ...]) -> None:
                                 "drawn (an option out of its working range?)")
 
 
+def check_prefix(name: str) -> str:
+    """``name`` if it is a plain file-name prefix (no folder: every figure stays in ``out_dir``); raise otherwise.
+
+    >>> check_prefix("rope_2d")
+    'rope_2d'
+    """
+    if not isinstance(name, str) or any(c in name for c in "/\\\0"):
+        raise ValueError(f"name {name!r} must be a file name prefix without folders (e.g. rope_2d): the figures are "
+                         "written in the output folder only")
+    return name
+
+
 def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir: Path = Path("figures"),
          name: str | None = None, figures: tuple[str, ...] = FIGURES) -> list[Path]:
     """Write the figures of encoding ``pe`` on ``grid`` (and ``grow``) to ``out_dir``; return their paths.
 
     Files are ``<name>_table.png``, ``_similarity.png``, ``_offset.png``, ``_grow.png`` (with ``grow``)
-    and ``_heads.png`` (when heads differ); ``name`` defaults to ``<kind>_<dims>d``. A figure the
+    and ``_heads.png`` (when heads differ); ``name`` (a file name prefix, no folder) defaults to ``<kind>_<dims>d``. A figure the
     encoding cannot make (a larger grid for a learned table without ``resize``) is skipped with a
     printed note; an encoding that outputs nothing (``none``) gives no figures. ``figures`` picks
     a subset of :data:`FIGURES`. Runs ``pe`` in eval mode (no position augmentation).
@@ -278,7 +292,7 @@ def draw(pe, grid: tuple[int, ...], grow: tuple[int, ...] | None = None, out_dir
         raise ValueError(f"unknown figure(s) {unknown}; expected a subset of {FIGURES}")
     require_matplotlib()  # before anything is computed or created
     grid = tuple(grid)
-    name = name or f"{pe.kind}_{len(grid)}d"
+    name = check_prefix(name) if name else f"{pe.kind}_{len(grid)}d"
     out_dir = Path(out_dir)
     was_training = pe.training
     pe.eval()

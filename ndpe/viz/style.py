@@ -23,6 +23,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["BASELINE_COLOUR", "BIAS_CONTOUR", "OUTSIDE_HATCH", "QUANTITIES", "Quantity", "TRAINED_RANGE_COLOUR",
+           "VARIANT_COLOURS", "colourbar_label", "lut", "quantity", "scale"]
+
 
 @dataclass(frozen=True)
 class Quantity:
@@ -61,18 +64,21 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     Quantity("count", "viridis", False, "", "count"),
     Quantity("magnitude", "viridis", False, "", "magnitude"),
 )}
+"""What a figure can draw, by name: its colour map, whether it diverges around 0, its unit and label."""
 
-# the level drawn as a contour on 2D bias maps: a key at bias -1 gets e^-1 (about 0.37) times the attention weight
-# it would get at bias 0, so the contour shows how wide each head's window is
 BIAS_CONTOUR = -1.0
+"""The level drawn as a contour on 2D bias maps: a key at bias -1 gets e^-1 (about 0.37) times the attention weight
+it would get at bias 0, so the contour shows how wide each head's window is."""
 
-# colours of the variants of one thing in one figure (RoPE's scalings, ...): the Okabe-Ito palette, told apart by
-# readers with any common colour-vision deficiency (its yellow left out: unreadable as a line on white)
 VARIANT_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
-BASELINE_COLOUR = "#4d4d4d"  # the reference a figure's variants are compared with ("no scaling")
-# the range of offsets seen at the training size, outlined on a larger grid; what lies beyond it is hatched
+"""Colours of the variants of one thing in one figure (RoPE's scalings, ...): the Okabe-Ito palette, told apart by
+readers with any common colour-vision deficiency (its yellow left out: unreadable as a line on white)."""
+BASELINE_COLOUR = "#4d4d4d"
+"""The colour of the reference a figure's variants are compared with ("no scaling")."""
 TRAINED_RANGE_COLOUR = "#000000"
+"""The outline of the range of offsets seen at the training size, on a larger grid."""
 OUTSIDE_HATCH = "///"
+"""The hatch of what lies beyond the trained range."""
 
 
 def quantity(name: str | Quantity) -> Quantity:

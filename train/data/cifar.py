@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from ._base import FETCH, check_min, check_split, default_root
+from .download import NETWORK_ERRORS
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 TorchvisionCIFAR10 = torchvision.datasets.CIFAR10  # looked up at call time (tests swap in a subclass with fixture md5s)
@@ -69,6 +70,11 @@ class CIFAR10(Dataset):
         base_class = globals()["TorchvisionCIFAR10"]
         try:
             self.base = base_class(str(root), train=split != "test", download=download)
+        except NETWORK_ERRORS as err:
+            raise FileNotFoundError(
+                f"CIFAR-10 could not be fetched from {base_class.url} ({getattr(err, 'reason', err)}): check the "
+                f"network, or fetch that archive elsewhere and put it in {root} (md5 {base_class.tgz_md5}), or extract "
+                f"it there") from None
         except RuntimeError as err:
             raise FileNotFoundError(
                 f"CIFAR-10 not found or corrupted under {root / base_class.base_folder}: expected the python version's files "

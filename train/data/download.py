@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import os
 import shutil
 import tarfile
@@ -70,6 +71,15 @@ def file_lock(path: str | Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+class DownloadError(FileNotFoundError):
+    """A file that is not here and could not be fetched (no network, a refused or missing URL); the message names the
+    URL and where to put the file by hand. A ``FileNotFoundError``, so the command lines report it as missing data."""
+
+
+# what a failed fetch raises before any byte arrives or while reading (other OSErrors, e.g. a full disk, pass through)
+NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+
+
 def _open_url(url: str, start: int):
     """Open ``url``, asking for bytes from ``start`` on when ``start > 0``; the caller checks the answer."""
     request = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
@@ -93,7 +103,8 @@ def download(url: str, dest: str | Path, *, sha256: str) -> Path:
     """Fetch ``url`` to ``dest`` unless a file with the right ``sha256`` is already there; raise on a mismatch.
 
     An interrupted download leaves ``dest + ".part"``, which the next call resumes (HTTP Range) or
-    restarts; a resumed file that fails the checksum is fetched once more from zero.
+    restarts; a resumed file that fails the checksum is fetched once more from zero. A network failure
+    raises :class:`DownloadError` (one line: the URL, and where to put the file instead).
     """
     dest = Path(dest)
     if dest.exists() and sha256_of(dest) == sha256:
@@ -107,12 +118,16 @@ def download(url: str, dest: str | Path, *, sha256: str) -> Path:
         return dest
     for _ in range(2):
         try:
-            resumed = _fetch(url, part)
-        except urllib.error.HTTPError as err:
-            if err.code != 416 or not part.exists():  # 416: the range asked for is past the end: start again
-                raise
-            part.unlink()
-            resumed = _fetch(url, part)
+            try:
+                resumed = _fetch(url, part)
+            except urllib.error.HTTPError as err:
+                if err.code != 416 or not part.exists():  # 416: the range asked for is past the end: start again
+                    raise
+                part.unlink()
+                resumed = _fetch(url, part)
+        except NETWORK_ERRORS as err:
+            raise DownloadError(f"could not fetch {url} ({getattr(err, 'reason', err)}): check the network, or fetch it "
+                                f"elsewhere and put it at {dest} (sha256 {sha256})") from None
         got = sha256_of(part)
         if got == sha256:
             os.replace(part, dest)

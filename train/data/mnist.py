@@ -46,7 +46,7 @@ import torchvision
 from torch.utils.data import Dataset
 
 from ._base import DEFAULT_SIZE, SPLITS, check_choice, check_min, check_split, default_root
-from .download import file_lock, sha256_of
+from .download import NETWORK_ERRORS, file_lock, sha256_of
 
 ENV = "NDPE_MNIST_FILES"  # a folder of the four official files, staged into the data folder when they are missing
 SHA256 = {  # of each unpacked official file (module constant: tests swap in their fixture's)
@@ -163,7 +163,13 @@ def _load(root: str, train: bool, download: bool, source: str | None, loader: ty
             for name in names:  # a damaged unpacked file is fetched again (torchvision only checks that it exists)
                 if bad_files(folder, [name]) and (folder / name).is_file():
                     (folder / name).unlink()
-            loader(str(root), train=train, download=True)
+            try:
+                loader(str(root), train=train, download=True)
+            except (RuntimeError, *NETWORK_ERRORS) as err:  # every mirror failed (no network, or they moved)
+                raise FileNotFoundError(
+                    f"MNIST could not be fetched from {', '.join(loader.mirrors)} ({str(err).splitlines()[-1]}): check "
+                    f"the network, or put the official idx files {list(names)} in {folder}, or set {ENV} to a folder "
+                    "of them") from None
         problems = bad_files(folder, names)
         if problems:
             raise FileNotFoundError(f"MNIST files not usable in {folder}: {', '.join(problems)}; expected the official "
