@@ -65,6 +65,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def raises_one_line(name: str, thunk, exc: type[BaseException], fragment: str) -> None:
+    """A fuzz row: ``thunk()`` raises ``exc`` with a one-line message that contains ``fragment``."""
+    with pytest.raises(exc) as info:
+        thunk()
+    msg = str(info.value)
+    assert fragment in msg, f"{name}: message {msg!r} lacks {fragment!r}"
+    assert "\n" not in msg.strip(), f"{name}: message is not one line: {msg!r}"
+
+
 def assert_tells_apart(out: torch.Tensor, other: torch.Tensor, ref: torch.Tensor, *, rtol: float, atol: float) -> None:
     """``out`` equals the reference ``ref`` within (``rtol``, ``atol``), and ``other`` (the same model with a wrong
     option) differs from it by more than 100 x ``atol``: the test could tell the wrong option apart on any machine,

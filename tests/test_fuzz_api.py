@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ndpe
+from conftest import raises_one_line
 from ndpe.augment import CAPE, RandomPositions, make_augment
 
 NAN, INF = float("nan"), float("inf")
@@ -159,11 +160,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,thunk,exc,fragment", CASES, ids=[c[0] for c in CASES])
 def test_bad_api_input_raises_clear_error(name, thunk, exc, fragment):
-    with pytest.raises(exc) as info:
-        thunk()
-    msg = str(info.value)
-    assert fragment in msg, f"{name}: message {msg!r} lacks {fragment!r}"
-    assert "\n" not in msg.strip(), f"{name}: message is not one line: {msg!r}"
+    raises_one_line(name, thunk, exc, fragment)
 
 
 def test_table_is_large_enough():

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import ndpe
+from conftest import raises_one_line
 import ndpe.flex
 from ndpe.contract import PosOut
 
@@ -400,11 +401,7 @@ CASES += [
 
 @pytest.mark.parametrize("name,thunk,exc,fragment", CASES, ids=[c.values[0] if hasattr(c, "values") else c[0] for c in CASES])
 def test_bad_input_raises_clear_one_line_error(name, thunk, exc, fragment):
-    with pytest.raises(exc) as info:
-        thunk()
-    msg = str(info.value)
-    assert fragment in msg, f"{name}: message {msg!r} lacks {fragment!r}"
-    assert "\n" not in msg.strip(), f"{name}: message is not one line: {msg!r}"
+    raises_one_line(name, thunk, exc, fragment)
 
 
 def geometric(n):
