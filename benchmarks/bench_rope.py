@@ -146,7 +146,9 @@ def bench_shape(name: str, grid, args, device, dtype) -> list[dict]:
     if _triton.available(q, k):  # CUDA
         for p in ("half", "interleaved"):
             with torch.no_grad():
-                torch.testing.assert_close(with_kernel("triton", p)(q, k)[0], with_kernel("eager", p)(q, k)[0])
+                # one rounding (triton, fp32 inside) against eager's rounding per op: a 16-bit ulp apart at most
+                tol = {} if dtype == torch.float32 else dict(atol=1e-2, rtol=1e-2)
+                torch.testing.assert_close(with_kernel("triton", p)(q, k)[0], with_kernel("eager", p)(q, k)[0], **tol)
             apply[f"ndpe triton {p}"] = with_kernel("triton", p)
     if not args.no_compile:
         torch._dynamo.reset()  # fresh graphs per shape (no recompile limit across shapes)

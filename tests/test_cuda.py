@@ -36,7 +36,8 @@ def test_bf16_autocast_training_step(kind):
     from train.engine import autocast
 
     torch.manual_seed(0)
-    model = ViT(num_classes=10, pe={"kind": kind}, dim=64, depth=2, heads=4, patch_size=4).cuda().train()
+    pe = {"kind": kind, "options": {"grid_shape": (8, 8)} if kind == "learned" else {}}  # 32 px / 4 px patches
+    model = ViT(num_classes=10, pe=pe, dim=64, depth=2, heads=4, patch_size=4).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     images, labels = torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(0, 10, (8,), device="cuda")
     losses = []
