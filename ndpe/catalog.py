@@ -19,7 +19,7 @@ import torch
 
 from .contract import PosOut
 from .fields import specs
-from .registry import available, kind_class, make, options
+from .registry import available, kind_class, make
 
 # markers a kind without its own gets ("o", none's and rope's, is never derived)
 MARKERS = ("s", "D", "^", "v", "<", ">", "P", "X", "h", "H", "*", "p", "d", "8")
@@ -94,11 +94,11 @@ def acts_by(kind: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's kinds table: one row per registered kind (grouped by how it acts), from the kinds' classes."""
-    lines = ["| kind | dims | acts by | what it is | options |", "|---|---|---|---|---|"]
+    """The README's kinds table: one row per registered kind (grouped by how it acts), from the kinds' classes.
+    A kind's options are left to ``ndpe options KIND`` (:func:`ndpe.options`): rope alone has more than 25."""
+    lines = ["| kind | dims | acts by | what it is |", "|---|---|---|---|"]
     rows = sorted((_ORDER.index(a) if a in _ORDER else len(_ORDER), a, k) for k in available() for a in [acts_by(k)])
     for _, acts, kind in rows:
         dims = " ".join(map(str, available()[kind])) + (" (causal)" if kind_class(kind).causal_only else "")
-        opts = ", ".join(f"`{name}`" for name in options(kind))
-        lines.append(f"| `{kind}` | {dims} | {acts} | {description(kind)} | {opts} |")
+        lines.append(f"| `{kind}` | {dims} | {acts} | {description(kind)} |")
     return "\n".join(lines)
