@@ -1,6 +1,7 @@
-"""Each figure of the guide that a sentence of the guide reads a number off: the figure is built by its committed
-builder (docs/figures_rope.py), the number is measured on what the figure draws (its images' arrays, its curves'
-points), and the guide's sentence must print that number."""
+"""Each figure of the guide and its "what to see" sentence: the figure is built by its committed builder
+(docs/figures_rope.py, docs/figures_other.py; the explorer's screenshot from the page's data, ndpe/explore/data.py),
+the numbers are measured on what the figure draws (its images' arrays, its curves' points, its dots' colours), the
+claim is checked on them, and the guide's sentence must print those numbers."""
 from __future__ import annotations
 
 import re
@@ -222,7 +223,7 @@ def test_rope_scaling_offset_smoothest_and_only_unscaled_below_zero(figures):
     assert len(set(turns.values())) == 1 and pi < min(turns.values())
     assert lowest < 0 < min(beyond.values())
     said(f"over offsets 0-64 PI's curve turns {pi} times, every other curve {turns['ntk']} times; beyond the trained "
-         f"length only the unscaled windowed mean falls below 0 (to {lowest:.2f})")
+         f"length only the unscaled windowed mean falls below 0, to {lowest:.2f}")
 
 
 def test_relative_t5_buckets_exact_then_log_spaced(others):
