@@ -61,6 +61,21 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
+def _size(text: str) -> int:
+    """An argument that is a size (``--grid``, ``--grow``): a positive int, refused in one line otherwise.
+
+    >>> _size("8")
+    8
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a size must be a positive int, got {text!r}")
+    return value
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (exit status 2), without the usage block."""
 
@@ -135,9 +150,9 @@ def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
     what.add_argument("--axis", type=parse_axis, action="append", metavar="NAME=KIND",
                       help="per axis, in grid order (ndpe.PerAxis), e.g. --axis time=rope --axis freq=learned; "
                            "repeatable, no --option; a learned table is sized to its axis of --grid")
-    parser.add_argument("--grid", type=int, nargs="+", required=True,
+    parser.add_argument("--grid", type=_size, nargs="+", required=True,
                         help="grid sizes in ij order (dims = their count)")
-    parser.add_argument("--grow", type=int, nargs="+", default=None, help="a larger grid to compare with")
+    parser.add_argument("--grow", type=_size, nargs="+", default=None, help="a larger grid to compare with")
     parser.add_argument("--dim", type=int, default=64, help="model width (default 64)")
     parser.add_argument("--heads", type=int, default=1, help="attention heads (default 1)")
     parser.add_argument("--option", type=parse_option, action="append", default=[], metavar="KEY=VALUE",

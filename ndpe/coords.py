@@ -20,6 +20,9 @@ from torch import Tensor
 from .memory import check_memory, coords_bytes
 
 COORD_MODES = ("index", "pixel", "centered")
+MAX_ANGLE = 2.0 ** 46
+"""Rotary angles (radians) past which float64 keeps no 1e-2 rad precision (its spacing there is 2**-6 rad): a rotation
+by a larger angle no longer depends on the position offset alone (:func:`angle_limit`)."""
 
 
 def check_grid_shape(grid_shape: Sequence[int], dims: int) -> tuple[int, ...]:
@@ -83,8 +86,12 @@ def grid_coords(grid_shape: Sequence[int], mode: str = "index", *, device: torch
     return rearrange(torch.stack(mesh), "d ... -> (...) d")
 
 
-def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None) -> Tensor:
-    """Validate explicit coordinates ``(N, dims)`` or ``(B, N, dims)``; returns them as float32 (float64 kept)."""
+def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None,
+                    limit: tuple[float, str] | None = None) -> Tensor:
+    """Validate explicit coordinates ``(N, dims)`` or ``(B, N, dims)``; returns them as float32 (float64 kept).
+
+    They must be finite and, with ``limit`` (the largest ``|coordinate|`` the encoding's arithmetic represents and
+    why: :meth:`ndpe.Encoding.position_limit`), within ``limit``: both from one reduction."""
     if not isinstance(positions, Tensor):
         raise TypeError(f"positions must be a tensor of shape (N, {dims}) or (B, N, {dims}), got {type(positions).__name__}")
     if positions.device.type == "meta":
@@ -95,9 +102,41 @@ def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None)
         raise ValueError(f"positions hold {positions.shape[-2]} tokens but grid_shape has {num_tokens}")
     if positions.dtype != torch.float64:
         positions = positions.to(torch.float32)
-    if not _is_compiling() and not bool(torch.isfinite(positions).all()):
+    if _is_compiling() or positions.numel() == 0:
+        return positions
+    reach = float(positions.abs().amax())  # NaN if any is
+    if not math.isfinite(reach):
         raise ValueError("positions contain NaN or inf; expected finite coordinates")
+    if limit is not None and reach > limit[0]:
+        raise ValueError(f"positions reach {reach:g}, past {limit[0]:.3g}, {limit[1]}: use smaller positions (e.g. "
+                         "offsets from the sequence's start)")
     return positions
+
+
+def angle_limit(kind: str, fastest: float) -> tuple[float, str] | None:
+    """The largest ``|coordinate|`` a rotary kind whose fastest frequency is ``fastest`` (radians per unit) turns by
+    at most :data:`MAX_ANGLE`, and why (for :func:`check_positions`); None if nothing turns.
+
+    >>> angle_limit("rope", 1.0)[0] == 2.0 ** 46
+    True
+    """
+    if not fastest > 0:
+        return None
+    return MAX_ANGLE / fastest, (f"where {kind}'s fastest frequency ({fastest:.3g} rad per unit) turns float64 angles "
+                                 "by 2**46 rad, past which they keep no 1e-2 rad precision")
+
+
+def check_increasing(positions: Tensor, why: str, name: str = "positions") -> None:
+    """Refuse ``positions`` ``(..., N, 1)`` that do not increase along the tokens, for a kind whose positions only
+    order the tokens (``why``: what it does in token order), naming the first offending step."""
+    if torch.compiler.is_compiling():
+        return
+    steps = positions[..., 1:, 0] > positions[..., :-1, 0]
+    if not bool(steps.all()):
+        *sample, at = (int(i) for i in (~steps).nonzero()[0])  # the first offending step
+        row = positions[tuple(sample)][..., 0]
+        raise ValueError(f"{why}: {name} must increase along the sequence, but token {at + 1} is at "
+                         f"{float(row[at + 1])} after {float(row[at])}")
 
 
 def num_grid_tokens(grid_shape: Sequence[int]) -> int:
