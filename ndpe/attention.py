@@ -105,16 +105,22 @@ def attend(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_mask: Te
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                                               scale=scale)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    logits = (q @ k.transpose(-2, -1)).float() * scale  # (B, heads, Tq, Tk), float32 as SDPA's softmax
+    logits = ((q * scale) @ k.transpose(-2, -1)).float()  # (B, heads, Tq, Tk), float32 as SDPA's softmax
+    hidden = None  # the keys the mask hides, (Tq, Tk) or as attn_mask
     if is_causal:  # SDPA's is_causal: query i sees keys j <= i
-        logits = logits.masked_fill(torch.ones_like(logits, dtype=torch.bool).triu(1), float("-inf"))
+        hidden = torch.ones(logits.shape[-2:], dtype=torch.bool, device=logits.device).triu(1)
+        logits = logits.masked_fill(hidden, float("-inf"))
     if attn_mask is not None:
         logits = logits.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
+        hidden = torch.isneginf(logits)
     probs = logits.softmax(-1)
     for act, value in acts:
         probs = act(probs, value)
-    probs = probs.masked_fill(logits == float("-inf"), 0.0)
-    return F.dropout(probs, dropout_p).to(v.dtype) @ v
+    if hidden is not None:
+        probs = probs.masked_fill(hidden, 0.0)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return probs.to(v.dtype) @ v
 
 
 def check_cache(pos: PosOut | None, cache: "KVCache | None") -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
@@ -81,5 +80,4 @@ class ERPE(Encoding):
                              "(index) positions")
         keys = None if key_positions is None else key_positions.round().long()
         index = clip_index(positions.round().long(), (self.length - 1,), keys)  # (..., N, M): i - j + L - 1
-        bias = F.embedding(index, self.table)  # (..., N, M, heads)
-        return PosOut(prob_bias=rearrange(bias, "... i j h -> ... h i j"))
+        return PosOut(prob_bias=rearrange(self.table.t()[:, index], "h ... i j -> ... h i j"))  # (..., heads, N, M)
