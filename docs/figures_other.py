@@ -9,7 +9,7 @@ import ndpe
 from ndpe.viz import (centre_index, color_scale, encoding_relation, kind_colour, make_figure, offset_curve, relation,
                       show_relation, style)
 
-from figure_registry import figure, seeded
+from figure_registry import VARIANT_LINES, figure, seeded
 
 
 @figure("sinusoidal")
@@ -227,4 +227,39 @@ def kinds_1d_middle_query():
     fig.suptitle(f"1D kinds: relation of the middle query (position {query}, dotted) to every key, grid {grid}, "
                  "dim 64, 1 head\ncontent-dependent terms (logits, tokens) for one constant seeded q, k, token at "
                  "every position", fontsize=10)
+    return fig
+
+
+@figure("tape", "erpe")
+def convtran_tape_erpe():
+    """ConvTran's two encodings: tAPE's similarities depend on position / length alone (the same curve for any
+    series length), the plain sinusoid's on the position; eRPE's term, added after the softmax, moves the weights by
+    its own size, where the same term before the softmax hardly moves them."""
+    dim = 32
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    for kind in ("sinusoidal", "tape"):
+        for n, (ls, marker) in zip((32, 128), VARIANT_LINES):
+            rel = relation(seeded(dims=1, kind=kind, dim=dim)((n,)), n // 2)
+            axes[0].plot(torch.arange(n).numpy() / n, rel.numpy(), ls, color=kind_colour(kind), marker=marker, ms=2,
+                         markevery=max(1, n // 32), label=f"{kind}, length {n}")
+    axes[0].set(xlabel="position / length (query at 0.5)", ylabel="cosine similarity to the query")
+    axes[0].set_title(f"tape: frequencies scaled by dim / length (dim {dim})", fontsize=9)
+    axes[0].legend(fontsize=7)
+    n = 32
+    query = n // 2
+    pe = seeded(dims=1, kind="erpe", dim=64, heads=1, length=n)
+    offsets = torch.arange(-(n - 1), n, dtype=torch.float32)  # table rows: offset i - j = row - (n - 1)
+    with torch.no_grad():  # a stand-in for a trained table (the init is 0): favour the 3 keys before the query
+        pe.table.copy_(0.05 * ((offsets >= 0) & (offsets <= 3)).float()[:, None])
+        term = pe((n,)).prob_bias[0, query]  # (n,)
+    uniform = torch.full((n,), 1.0 / n)  # content alike everywhere: the softmax alone is uniform
+    colour = kind_colour("erpe")
+    axes[1].plot(range(n), uniform.numpy(), ":", color="0.4", label=f"softmax alone (1 / {n})")
+    axes[1].plot(range(n), (uniform + term).numpy(), "-o", color=colour, ms=3, label="erpe: softmax + term")
+    axes[1].plot(range(n), torch.softmax(term, 0).numpy(), "--", color=colour, alpha=0.6,
+                 label="the same term before the softmax")
+    axes[1].set(xlabel=f"key position (query at {query})", ylabel="attention weight")
+    axes[1].set_title("erpe: 0.05 on offsets 0..3 (stand-in table), after vs before the softmax", fontsize=9)
+    axes[1].legend(fontsize=8)
+    fig.suptitle("ConvTran's encodings for time series (Foumani et al. 2023)", fontsize=10)
     return fig

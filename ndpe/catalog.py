@@ -27,7 +27,8 @@ _GOLDEN = (math.sqrt(5) - 1) / 2  # hue step between candidate colours
 _APART = 0.2  # RGB distance (channels in [0, 1]) a derived colour keeps from every declared one
 # how a kind acts, from the fields of its output (each field declares it: ndpe.fields.Field.acts)
 ACTS = {name: spec.acts for name, spec, _ in specs(PosOut) if spec.acts}
-_ORDER = ("—", "add", "concat", "rotate q, k", "rotate q, k apart", "bias", "logits from q, k", "transforms tokens")
+_ORDER = ("—", "add", "concat", "rotate q, k", "rotate q, k apart", "bias", "bias after softmax", "logits from q, k",
+          "transforms tokens")
 
 
 def colour(kind: str) -> str:

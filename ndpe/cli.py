@@ -221,12 +221,15 @@ def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path
 
 
 def _sized(kind: str, grid: tuple[int, ...], opts: dict) -> dict:
-    """``opts`` of ``kind``, with a table that needs a size (learned's ``grid_shape``) sized to ``grid``."""
-    from .registry import options
+    """``opts`` of ``kind``, with the required options it lacks (a table's size: learned's ``grid_shape``, erpe's
+    ``length``) as the kind's ``task_options`` give them for training on ``grid``."""
+    from .registry import kind_class, options
 
-    if options(kind).get("grid_shape", None) is inspect.Parameter.empty and "grid_shape" not in opts:
-        opts = {**opts, "grid_shape": grid}  # a learned table sized to the training grid
-    return opts
+    missing = [name for name, default in options(kind).items() if default is inspect.Parameter.empty and name not in opts]
+    if not missing:
+        return opts
+    task = kind_class(kind).task_options(dims=len(grid), causal=False, train_grid=tuple(grid), max_grid=tuple(grid))
+    return {**opts, **{name: task[name] for name in missing if name in task}}
 
 
 def _viz(argv: list[str], prog: str) -> int:

@@ -31,6 +31,7 @@ from torch import Tensor
 from .checks import check_float_tensor
 
 ROLES = ("token", "pair", "whole", "term", "meta")
+STAGES = ("tokens", "qk", "probs")  # where a field with an act of its own acts (Field.stage)
 TENSOR_ROLES = ("token", "pair", "whole")
 MERGES = ("sum", "concat", "one", "same", "rot")
 
@@ -57,7 +58,10 @@ class Field:
     acts: how a kind with this field acts, as the README's kinds table says (:data:`ndpe.catalog.ACTS`).
     stage, act: a field no apply function of ndpe knows acts through ``act``: ``stage="tokens"`` calls
         ``act(x, value) -> x`` in :func:`ndpe.apply_tokens` (after ``add`` and ``cat``), ``stage="qk"`` calls
-        ``act(q, k, value) -> (q, k)`` in :func:`ndpe.apply_qk` (after the rotation).
+        ``act(q, k, value) -> (q, k)`` in :func:`ndpe.apply_qk` (after the rotation), ``stage="probs"`` calls
+        ``act(probs, value) -> probs`` on the attention probabilities ``(B, heads, Tq, Tk)`` after the softmax, before
+        they weigh v (:func:`ndpe.attention.attend`: attention with such a field leaves fused SDPA for the explicit
+        softmax; ``prob_bias``, eRPE).
     """
 
     role: str
@@ -76,8 +80,8 @@ class Field:
         if self.role not in ROLES or self.merge not in MERGES:
             raise ValueError(f"Field role must be one of {ROLES} and merge one of {MERGES}, got {self.role!r}, "
                              f"{self.merge!r}")
-        if (self.act is None) != (self.stage == "") or self.stage not in ("", "tokens", "qk"):
-            raise ValueError(f"Field act needs stage 'tokens' or 'qk' (and a stage needs an act), got {self.stage!r}")
+        if (self.act is None) != (self.stage == "") or self.stage not in ("", *STAGES):
+            raise ValueError(f"Field act needs a stage of {STAGES} (and a stage needs an act), got {self.stage!r}")
 
     @property
     def is_tensor(self) -> bool:
@@ -109,7 +113,7 @@ def declared(cls: type, inherited: tuple[tuple[str, Field, Any], ...] = ()) -> N
         own.append((name, value.metadata["ndpe"], value.default))
     cls._ndpe_specs = table = inherited + tuple(own)  # type: ignore[attr-defined]
     cls._ndpe_acting = {stage: tuple((name, spec.act) for name, spec, _ in table  # type: ignore[attr-defined]
-                                     if spec.stage == stage and spec.act is not None) for stage in ("tokens", "qk")}
+                                     if spec.stage == stage and spec.act is not None) for stage in STAGES}
 
 
 def specs(cls: type) -> tuple[tuple[str, Field, Any], ...]:

@@ -85,13 +85,16 @@ def grid_fields(pos: PosOut) -> PosOut:
     return PosOut(add=None if pos.add is None else _per_head(pos.add)[:, p:],
                   cat=None if pos.cat is None else _per_head(pos.cat)[:, p:],
                   rot=_rot(pos.rot, p), bias=None if pos.bias is None else _per_head(pos.bias)[:, p:, p:],
+                  prob_bias=None if pos.prob_bias is None else _per_head(pos.prob_bias)[:, p:, p:],
                   pairing=pos.pairing, rot_k=_rot(pos.rot_k, p),
                   logits=None if pos.logits is None else replace(pos.logits, q_prefix=0, k_prefix=0),
                   tokens=None if pos.tokens is None else replace(pos.tokens, num_prefix=0))
 
 
-FIELD_ORDER = ("bias", "logits", "rot", "tokens", "add", "cat")
+FIELD_ORDER = ("bias", "prob_bias", "logits", "rot", "tokens", "add", "cat")
 """The ``PosOut`` fields in the order a figure looks for the one it draws (:func:`shown_field`)."""
+PAIR_FIELDS = ("bias", "prob_bias", "logits")
+"""The fields :func:`table` draws query x key (``prob_bias``: the term eRPE adds after the softmax)."""
 CONTENT_FIELDS = ("logits", "tokens")
 """The fields that need content to draw: drawn for the fixed content of :class:`Content`."""
 
@@ -193,6 +196,7 @@ def relation(pos: PosOut, query: int, *, head: int | None = None, content: Conte
     unbatched. The field used (:func:`shown_field`, first present in this order):
 
     - ``bias`` ``(heads, N, N)``: the bias row ``bias[h, query, :]``.
+    - ``prob_bias`` ``(heads, N, N)``: the row of the term added to the attention probabilities after the softmax.
     - ``logits`` (content-dependent): the term's row for constant ``q``, ``k`` (:func:`content_term`;
       ``content`` required); NaN on keys after the query for a term defined for causal attention only.
     - ``rot``: the attention score of content-free queries and keys, every rotary pair ``(1, 0)``:
@@ -212,7 +216,7 @@ def relation(pos: PosOut, query: int, *, head: int | None = None, content: Conte
     (torch.Size([20]), 1.0)
     """
     field = shown_field(pos)
-    if field in ("bias", "logits"):
+    if field in PAIR_FIELDS:
         rows = _shown(pos, content)[:, query]  # (H, N)
     elif field == "rot":
         grid = grid_fields(pos)
@@ -248,7 +252,7 @@ def table(pos: PosOut, *, head: int = 0, content: Content | None = None) -> Tens
 def is_pairwise(pos: PosOut) -> bool:
     """Whether :func:`table` is query x key (bias, logits, rot with rot_k) rather than tokens x channels."""
     field = shown_field(pos)
-    return field in ("bias", "logits") or (field == "rot" and pos.rot_k is not None)
+    return field in PAIR_FIELDS or (field == "rot" and pos.rot_k is not None)
 
 
 def centre_index(grid: tuple[int, ...]) -> int:

@@ -81,7 +81,8 @@ def _table_label(pos: PosOut) -> str:
     field = shown_field(pos)
     if field == "rot":
         return "q.k (1 at i = j)" if pos.rot_k is not None else "cos(angle)"
-    return {"bias": "attention bias", "logits": "logits term", "tokens": "transformed token"}.get(field, field)
+    return {"bias": "attention bias", "prob_bias": "term after softmax", "logits": "logits term",
+            "tokens": "transformed token"}.get(field, field)
 
 
 def _causal_note(pos: PosOut) -> str:
@@ -214,7 +215,8 @@ def _what(pos: PosOut) -> str:
     if field == "rot" and pos.rot_k is not None:
         return "q.k of content-free q, k; keys by rot_k"
     return {"bias": "attention bias", "rot": "q.k of content-free q, k", "logits": "logits term for constant q, k",
-            "tokens": "cosine sim. of a constant token"}.get(field, "cosine similarity")
+            "tokens": "cosine sim. of a constant token", "prob_bias": "term added after the softmax"}.get(
+        field, "cosine similarity")
 
 
 FIGURES = ("table", "similarity", "offset", "grow", "heads")
