@@ -119,7 +119,7 @@ def latlon_grid(grid_shape: Sequence[int], *, device: torch.device | str | None 
 
 
 def check_latlon(positions: Tensor) -> None:
-    """Refuse (one line) positions ``(..., 2)`` that are not (latitude, longitude) degrees in [-90, 90] x [-180, 180]."""
+    """Refuse (one line) positions ``(..., 2)`` other than (latitude, longitude) degrees in [-90, 90] x [-180, 180]."""
     if positions.shape[-1] != 2:
         raise ValueError(f"positions must be (latitude, longitude) pairs in degrees, shape (..., 2), "
                          f"got shape {tuple(positions.shape)}")

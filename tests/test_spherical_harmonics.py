@@ -65,8 +65,12 @@ def satclip_legendre(l, m, x):
     return pll
 
 
+def satclip_renormalization(l, m):
+    return math.sqrt((2.0 * l + 1.0) * math.factorial(l - m) / (4 * math.pi * math.factorial(l + m)))
+
+
 def satclip_sh(m, l, phi, theta):
-    norm = lambda l, m: math.sqrt((2.0 * l + 1.0) * math.factorial(l - m) / (4 * math.pi * math.factorial(l + m)))  # noqa: E731
+    norm = satclip_renormalization
     if m == 0:
         return norm(l, m) * satclip_legendre(l, m, torch.cos(theta))
     if m > 0:

@@ -19,7 +19,7 @@ orthonormal on the sphere: ``(L + 1) ** 2`` features. SatCLIP's ``legendre_polys
 (it counts the degrees 0 .. L); it takes (lon, lat), ndpe (lat, lon). Its angles are those of the antipode of the
 textbook's (polar angle from the north pole, azimuth = longitude), so each feature is ``(-1) ** l`` times the
 textbook's real harmonic. The functions come from the normalized recurrence in ``N_l^m P_l^m``, which stays finite in
-float32 at any degree (SatCLIP's unnormalized one overflows float32 beyond degree about 30).
+float32 at any degree (SatCLIP's unnormalized one overflows float32 from degree 29).
 
 A rotation of the sphere mixes the features of each degree among themselves (an orthogonal ``(2l + 1)``-square matrix
 per degree): ``sum_m Y_l^m(x) ** 2 = (2l + 1) / (4 pi)`` everywhere, and ``sum_m Y_l^m(x) Y_l^m(y)`` depends only on
