@@ -166,7 +166,8 @@ def main(args) -> list[dict]:
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[196, 1024, 4096], help="token counts (square grids)")
-    p.add_argument("--kinds", nargs="+", default=["alibi", "relative"], choices=["alibi", "relative", "fire", "cpb"])
+    p.add_argument("--kinds", nargs="+", default=["alibi", "relative"],
+                   choices=["alibi", "relative", "fire", "cpb", "great-circle"])
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
