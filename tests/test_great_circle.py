@@ -141,6 +141,7 @@ def test_bad_positions(positions, fragment):
     ({"slopes": [1.0]}, ValueError, "slopes must be a list of 4 finite numbers"),
     ({"slopes": [1.0, math.inf, 0.0, 0.0]}, ValueError, "finite numbers"),
     ({"slope": 1.0}, TypeError, "valid options"),
+    ({"augment": "random"}, ValueError, "pass augmented positions= instead"),
 ])
 def test_bad_options(opts, exc, fragment):
     options = {"dims": 2, "dim": 32, "heads": 4, **opts}

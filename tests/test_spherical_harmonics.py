@@ -224,6 +224,8 @@ def test_bad_positions(call, exc, fragment):
     ({"max_degree": 2.5}, TypeError, "max_degree must be"),
     ({"max_degree": 7}, ValueError, "concatenates 64 channels"),
     ({"combine": "sum"}, ValueError, "combine must be one of"),
+    ({"augment": "cape"}, ValueError, "pass augmented positions= instead"),
+    ({"augment": "random"}, ValueError, "takes (latitude, longitude) positions on the sphere"),
 ])
 def test_bad_options(opts, exc, fragment):
     options = {"dims": 2, "dim": 48, **opts}

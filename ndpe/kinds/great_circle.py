@@ -25,13 +25,13 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..base import Encoding
 from ..checks import check_choice
 from ..contract import PosOut
-from ..coords import check_grid_shape, check_latlon, latlon_grid, unit_vectors
+from ..coords import check_latlon, unit_vectors
 from ..pairs import pair_axes, sum_of, token_axes
 from ..registry import register
 from .alibi import alibi_slopes, check_slopes
+from .spherical_harmonics import OnTheSphere
 
 EARTH_RADIUS_KM = 6371.0088  # IUGG mean radius
 UNITS = {"degree": 180 / math.pi, "radian": 1.0, "km": EARTH_RADIUS_KM}  # radius of the sphere in each unit
@@ -45,7 +45,7 @@ def central_angle(u: list[Tensor], v: list[Tensor]) -> Tensor:
 
 
 @register("great-circle", dims=(2,))
-class GreatCircle(Encoding):
+class GreatCircle(OnTheSphere):
     """ALiBi bias ``-slope[h] * great-circle distance`` of (latitude, longitude) degrees; see the module doc.
 
     Args:
@@ -70,10 +70,6 @@ class GreatCircle(Encoding):
         self.unit = check_choice(unit, "unit", tuple(UNITS))
         chosen = alibi_slopes(heads) if slopes is None else check_slopes(slopes, heads)
         self.register_buffer("slopes", torch.tensor(chosen, dtype=torch.float32), persistent=False)
-
-    def coords(self, grid_shape) -> Tensor:
-        """(latitude, longitude) degrees ``(H * W, 2)`` of an equiangular grid's cell centres (row 0 north)."""
-        return latlon_grid(check_grid_shape(grid_shape, self.dims), device=self.device)
 
     def pair_words(self) -> int:
         """Float32 words per pair at the peak: the three components of the cross product, its norm and the dot

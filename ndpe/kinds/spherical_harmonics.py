@@ -3,7 +3,9 @@ Russwurm et al. 2024, "Geographic Location Encoding with Spherical Harmonics and
 
 Positions are (latitude, longitude) in degrees, ``(N, 2)`` or ``(B, N, 2)``, latitude in [-90, 90] and longitude in
 [-180, 180] (other values raise). Without ``positions=``, a grid ``(H, W)`` is the equiangular grid of cell centres
-over the whole sphere, row 0 the northernmost (:func:`ndpe.coords.latlon_grid`).
+over the whole sphere, row 0 the northernmost (:func:`ndpe.coords.latlon_grid`). Position augmentation (CAPE,
+randomized positions: made for grid coordinates) is refused; pass augmented ``positions=`` (:class:`OnTheSphere`, the
+base of ``great-circle`` too).
 
 Features, as SatCLIP's ``SphericalHarmonics`` (microsoft/satclip, ``positional_encoding/spherical_harmonics.py`` and
 ``spherical_harmonics_closed_form.py``; the same code in MarcCoru/locationencoder): the polar angle
@@ -81,8 +83,24 @@ def spherical_harmonics(latlon: Tensor, max_degree: int) -> Tensor:
     return torch.stack(features, dim=-1)
 
 
+class OnTheSphere(Encoding):
+    """Base of the kinds whose positions are (latitude, longitude) degrees: a grid is the globe's equiangular grid,
+    and position augmentation (made for grid coordinates) is refused."""
+
+    def coords(self, grid_shape) -> Tensor:
+        """(latitude, longitude) degrees ``(H * W, 2)`` of an equiangular grid's cell centres (row 0 north)."""
+        return latlon_grid(check_grid_shape(grid_shape, self.dims), device=self.device)
+
+    def set_augment(self, augment: nn.Module | None) -> None:
+        if augment is not None:
+            raise ValueError(f"kind {self.kind!r} takes (latitude, longitude) positions on the sphere; position "
+                             "augmentation shifts grid coordinates: pass augmented positions= instead (e.g. a rotation "
+                             "of the globe)")
+        super().set_augment(augment)
+
+
 @register("spherical-harmonics", dims=(2,))
-class SphericalHarmonics(Encoding):
+class SphericalHarmonics(OnTheSphere):
     """Real spherical harmonics up to degree ``max_degree`` of (latitude, longitude) degrees; see the module doc.
 
     Args:
@@ -114,10 +132,6 @@ class SphericalHarmonics(Encoding):
                              "combine='add'")
         else:
             self.cat_dim = features
-
-    def coords(self, grid_shape) -> Tensor:
-        """(latitude, longitude) degrees ``(H * W, 2)`` of an equiangular grid's cell centres (row 0 north)."""
-        return latlon_grid(check_grid_shape(grid_shape, self.dims), device=self.device)
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         check_latlon(positions)
