@@ -16,6 +16,7 @@ Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 
 
     python benchmarks/bench_bias.py                  # all threads, N = 196 1024 4096
     python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --no-flex
+    python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --kinds alibi great-circle   # the sphere beside alibi
     python benchmarks/bench_bias.py --kinds alibi relative fire cpb --sizes 196 1024 --no-sdpa   # bias kinds' paths
     python benchmarks/bench_bias.py --device cuda --dtype bfloat16 --kinds alibi relative fire cpb --sizes 1024 4096 16384
 
