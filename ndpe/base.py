@@ -163,7 +163,8 @@ class Encoding(nn.Module):
         self.clear_cache()
 
     def coords(self, grid_shape: Sequence[int]) -> Tensor:
-        """Default coordinates ``(N, dims)`` of the grid in this kind's units."""
+        """Default coordinates ``(N, dims)`` of the grid in this kind's units (what ``pe(grid_shape)`` encodes; a kind
+        whose positions are not grid coordinates, such as (latitude, longitude), overrides it)."""
         grid_shape = check_grid_shape(grid_shape, self.dims)
         return grid_coords(grid_shape, self.coords_mode, device=self.device)
 
@@ -246,7 +247,7 @@ class Encoding(nn.Module):
                 return hit
         if positions is None:  # the bias (the larger) and the coordinates are checked from the shape first
             self._check_bias_size(None, num_grid_tokens(cast(Sequence[int], grid_shape)), grid_shape, num_prefix)
-            positions = grid_coords(cast(Sequence[int], grid_shape), self.coords_mode, device=self.device)
+            positions = self.coords(cast(Sequence[int], grid_shape))
         else:
             positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape),
                                         self.position_limit())

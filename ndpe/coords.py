@@ -138,6 +138,44 @@ def check_increasing(positions: Tensor, why: str, name: str = "positions") -> No
         raise ValueError(f"{why}: {name} must increase along the sequence, but token {at + 1} is at "
                          f"{float(row[at + 1])} after {float(row[at])}")
 
+def latlon_grid(grid_shape: Sequence[int], *, device: torch.device | str | None = None) -> Tensor:
+    """(latitude, longitude) in degrees ``(H * W, 2)`` of the cell centres of an equiangular ``(H, W)`` grid over the
+    whole sphere, row-major: row 0 is the northernmost band (a map's top row, as ERA5 stores it), column 0 starts at
+    longitude -180. Latitude ``90 - (i + 0.5) * 180 / H``, longitude ``-180 + (j + 0.5) * 360 / W``.
+
+    >>> latlon_grid((2, 4)).tolist()[:4]
+    [[45.0, -135.0], [45.0, -45.0], [45.0, 45.0], [45.0, 135.0]]
+    """
+    if not torch.compiler.is_compiling():
+        check_memory(coords_bytes(grid_shape), lambda: f"(latitude, longitude) of grid {tuple(grid_shape)}",
+                     "encode a smaller grid (or pass positions= for the tokens you need)")
+    rows, cols = grid_shape
+    lat = 90.0 - (torch.arange(rows, device=device) + 0.5) * (180.0 / rows)  # (H,) north to south
+    lon = (torch.arange(cols, device=device) + 0.5) * (360.0 / cols) - 180.0  # (W,) west to east
+    mesh = torch.meshgrid(lat, lon, indexing="ij")
+    return rearrange(torch.stack(mesh), "d h w -> (h w) d")
+
+
+def check_latlon(positions: Tensor) -> None:
+    """Refuse (one line) positions ``(..., 2)`` other than (latitude, longitude) degrees in [-90, 90] x [-180, 180]."""
+    if positions.shape[-1] != 2:
+        raise ValueError(f"positions must be (latitude, longitude) pairs in degrees, shape (..., 2), "
+                         f"got shape {tuple(positions.shape)}")
+    if _is_compiling():
+        return
+    lat, lon = positions[..., 0], positions[..., 1]
+    if not bool((lat.abs() <= 90).all() and (lon.abs() <= 180).all()):
+        raise ValueError(f"positions must be (latitude, longitude) in degrees, latitude in [-90, 90] and longitude in "
+                         f"[-180, 180]; got latitudes in [{float(lat.min()):g}, {float(lat.max()):g}] and longitudes "
+                         f"in [{float(lon.min()):g}, {float(lon.max()):g}] (radians? (lon, lat) order?)")
+
+
+def unit_vectors(latlon: Tensor) -> Tensor:
+    """Points on the unit sphere ``(..., 3)`` (x towards (0, 0), y towards (0, 90), z the north pole) of
+    (latitude, longitude) degrees ``(..., 2)``."""
+    lat, lon = torch.deg2rad(latlon).unbind(-1)
+    return torch.stack([lat.cos() * lon.cos(), lat.cos() * lon.sin(), lat.sin()], dim=-1)
+
 
 def num_grid_tokens(grid_shape: Sequence[int]) -> int:
     return math.prod(grid_shape)
