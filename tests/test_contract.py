@@ -24,6 +24,8 @@ def fields(out: ndpe.PosOut, pe, t: int):
         named["cos_k"], named["sin_k"] = out.rot_k
     if out.basis is not None:
         named["basis"] = out.basis
+    if out.frame is not None:
+        named["frame"], named["frame_inv"] = out.frame
     g = torch.Generator().manual_seed(0)
     if out.logits is not None:
         q, k = torch.randn(2, 2, pe.heads, t, pe.head_dim, generator=g)
@@ -150,7 +152,8 @@ def test_declared_capabilities_are_what_the_kind_does(kind, dims):
         with pytest.raises(ValueError, match="decod") as refused:  # undeclared, so it refuses past= in one line
             pe.eval()((2,), past=3)
         assert "\n" not in str(refused.value)
-    assert cls.position_free == all(getattr(out, f) is None for f in ("add", "cat", "rot", "bias", "logits", "tokens"))
+    assert cls.position_free == all(getattr(out, f) is None for f in ("add", "cat", "rot", "bias", "logits", "tokens",
+                                                                         "frame"))
 
 
 def test_transposed_grids_differ(kind, dims):
