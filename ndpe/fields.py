@@ -10,7 +10,7 @@ A field is one of these roles (``T`` tokens, leading ``*`` broadcast to what :at
 ========== ====================================== ===========================================================
 role       value                                  example
 ========== ====================================== ===========================================================
-``token``  ``(*, T, C)`` per token                ``add``, ``cat``, ``rot`` (a ``(cos, sin)`` pair of them)
+``token``  ``(*, T, C)`` per token                ``add``, ``cat``, ``rot`` (``(cos, sin)``), ``frame``
 ``pair``   ``(*, Tq, Tk)`` per query-key pair     ``bias``
 ``whole``  ``(*, ...)``, no token axis            ``basis`` (one change of basis for every token)
 ``term``   a function of attention's tensors      ``logits`` (:class:`LogitsTerm`), ``tokens`` (:class:`TokenTerm`)

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 import ndpe
 from ndpe.fields import transform_frame
 from ndpe.kinds.gta import check_extrinsics, ring_extrinsics
-from test_prope import COLS, HEAD_DIM, HEADS, N, ROWS, VIEWS, attend, cameras, ours, qkv, random_rotation, reference, rigid
+from test_prope import (COLS, HEAD_DIM, HEADS, N, ROWS, VIEWS, attend, cameras, ours, qkv, random_rotation, reference,
+                        rigid)
 
 GRID = (VIEWS, ROWS, COLS)
 

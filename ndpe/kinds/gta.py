@@ -105,8 +105,8 @@ class GTA(Encoding):
     def __init__(self, *, dims: int, dim: int, heads: int = 1, theta: float = 100.0):
         super().__init__(dims=dims, dim=dim, heads=heads)
         if self.head_dim % 8:
-            raise ValueError(f"{self.kind} needs head_dim divisible by 8 (half for the camera in blocks of 4, a quarter "
-                             f"per patch axis in pairs), got dim={dim}, heads={heads}: head_dim {self.head_dim}")
+            raise ValueError(f"{self.kind} needs head_dim divisible by 8 (half for the camera in blocks of 4, a "
+                             f"quarter per patch axis in pairs), got dim={dim}, heads={heads}: head_dim {self.head_dim}")
         self.theta = check_number(theta, "theta", low=0.0, inclusive=False)
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, extrinsics: Tensor | None = None,
