@@ -128,10 +128,22 @@ def test_refusals_are_one_line():
     cases = [(lambda: pe(GRID, extrinsics=e, intrinsics=torch.eye(3).expand(N, 3, 3)), "intrinsics are PRoPE's"),
              (lambda: pe(GRID, extrinsics=e[:-1]), "one per grid token"),
              (lambda: pe(GRID, extrinsics=squashed), "rigid transforms"),
-             (lambda: gta(dim=36, heads=3), "divisible by 8"),
+             (lambda: gta(dim=30, heads=3), "a multiple of 4, at least 8"),
+             (lambda: gta(dim=8, heads=2), "a multiple of 4, at least 8"),
              (lambda: ndpe.apply_v(torch.randn(1, 2, 5, 8), pe(GRID)), "tokens"),
              (lambda: attend(pe(GRID), *qkv()[:2], torch.randn(1, HEADS, N, 8)), "head_dim")]
     for call, match in cases:
         with pytest.raises(ValueError, match=match) as err:
             call()
         assert "\n" not in str(err.value)
+
+
+def test_a_head_dim_8_does_not_divide():
+    """head_dim 12 (the benchmark's models): one camera block, two rotated pairs per patch axis, still relative."""
+    pe = gta(dim=48, heads=4)
+    e, _ = cameras()
+    world = rigid(random_rotation(torch.Generator().manual_seed(9), 1)[0], torch.tensor([1.0, 2.0, -4.0]).double())
+    q, k, v = (t[..., :12] for t in qkv())
+    before, after = (attend(pe(GRID, extrinsics=cams).to(torch.float64), q, k, v) for cams in (e, e @ world))
+    assert pe(GRID).frame[0].shape[-1] == 12 * 4
+    assert (after - before).abs().max() < 1e-4 < (before - attend(pe(GRID).to(torch.float64), q, k, v)).abs().max()

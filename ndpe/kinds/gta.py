@@ -14,7 +14,9 @@ views back into its own frame; without it the output would move with the world.
 repeated on the first ``head_dim / 2`` channels in blocks of 4, then RoPE of the patch's column on ``head_dim / 4``
 channels and of its row on the last ``head_dim / 4``, frequencies ``theta ** (-i / (head_dim / 8))`` (``theta`` 100)
 of the patch index. ndpe pairs the rotated channels interleaved (``x[2i], x[2i+1]``) so that every block of ``D`` is
-4 x 4; the reference pairs each quarter's halves: the same attention up to a fixed permutation of the channels.
+4 x 4; the reference pairs each quarter's halves: the same attention up to a fixed permutation of the channels. A
+head_dim that 8 does not divide (a multiple of 4, e.g. 12) gives the camera ``4 * (head_dim // 8)`` channels and each
+patch axis half of the rest.
 
 Cameras: ``pe(grid_shape, extrinsics=E)`` with ``E`` ``(N, 4, 4)`` or ``(B, N, 4, 4)``, one per grid token (a view's
 camera repeated over its patches). Without them (a model given no cameras, ``ndpe viz``), view ``v`` of a
@@ -30,7 +32,7 @@ Positions are ``(view, row, col)`` (2D: ``(row, col)``) indices; only the camera
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 from einops import rearrange, repeat
@@ -51,8 +53,9 @@ def ring_extrinsics(view: Tensor) -> Tensor:
     the world's x-z plane at azimuth ``v * 45`` degrees, looking at the origin, its y axis along the world's
     (OpenCV axes: x right, y down, z forward). View 0 is ``R = I``, ``t = (0, 0, 2)``.
 
-    >>> ring_extrinsics(torch.tensor(0.0))[:3, 3].tolist()
-    [0.0, 0.0, 2.0]
+    >>> ring = ring_extrinsics(torch.arange(8.0))
+    >>> ring.shape, torch.equal(ring[0, :3, :3], torch.eye(3)), ring[0, 2, 3].item()
+    (torch.Size([8, 4, 4]), True, 2.0)
     """
     phi = view.float() * RING_STEP
     c, s, zero, one = phi.cos(), phi.sin(), torch.zeros_like(phi), torch.ones_like(phi)
@@ -104,9 +107,9 @@ class GTA(Encoding):
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, theta: float = 100.0):
         super().__init__(dims=dims, dim=dim, heads=heads)
-        if self.head_dim % 8:
-            raise ValueError(f"{self.kind} needs head_dim divisible by 8 (half for the camera in blocks of 4, a "
-                             f"quarter per patch axis in pairs), got dim={dim}, heads={heads}: head_dim {self.head_dim}")
+        if self.head_dim % 4 or self.head_dim < 8:
+            raise ValueError(f"{self.kind} needs head_dim a multiple of 4, at least 8 (the camera and the patch "
+                             f"rotations in blocks of 4), got dim={dim}, heads={heads}: head_dim {self.head_dim}")
         self.theta = check_number(theta, "theta", low=0.0, inclusive=False)
 
     def forward(self, grid_shape: Sequence[int] | None = None, *, extrinsics: Tensor | None = None,
@@ -130,7 +133,7 @@ class GTA(Encoding):
             raise ValueError("pass grid_shape, positions, or both")
         shape = None if grid_shape is None else check_grid_shape(grid_shape, self.dims)
         if positions is None:
-            positions = self.coords(shape)
+            positions = self.coords(cast(tuple, shape))
         else:
             positions = check_positions(positions, self.dims, None if shape is None else num_grid_tokens(shape))
         frames = self.projections(check_extrinsics(extrinsics, positions.shape[-2]), intrinsics)
@@ -149,25 +152,26 @@ class GTA(Encoding):
     def encode_frames(self, positions: Tensor, p: Tensor, p_inv: Tensor) -> PosOut:
         """The ``frame`` of tokens at ``positions`` ``(..., N, dims)`` seen by cameras ``p`` (``p_inv`` its inverse),
         each ``(..., N, 4, 4)``: ``P`` repeated over half the channels, then the patch rotations."""
-        pairs = self.head_dim // 8  # rotated pairs per patch axis
+        pairs = self.head_dim // 4 - self.head_dim // 8  # rotated pairs per patch axis (head_dim / 8 if it divides)
         freqs = self.theta ** (-torch.arange(pairs, dtype=torch.float64, device=positions.device) / pairs)
         angles = (positions[..., -2:, None].double() * freqs).float()  # (..., N, 2, pairs): row, col
         angles = rearrange(angles.flip(-2), "... a f -> ... (a f)")  # the column's first, as the reference's x
         cos, sin = angles.cos(), angles.sin()
         rot, rot_inv = rotation_blocks(cos, sin), rotation_blocks(cos, -sin)  # (..., N, pairs, 4, 4)
         lead = torch.broadcast_shapes(p.shape[:-3], rot.shape[:-4])  # per-sample cameras or positions: (B,)
-        frame = tuple(tiled(cam, turn, lead)[None] if not lead else tiled(cam, turn, lead)[:, None]  # a heads axis
-                      for cam, turn in ((p, rot), (p_inv, rot_inv)))
-        return PosOut(frame=frame)  # type: ignore[arg-type]
+        heads = 0 if not lead else 1  # the heads axis (one map for every head), after the batch's
+        blocks = self.head_dim // 8  # the camera's
+        return PosOut(frame=(tiled(p, rot, blocks, lead).unsqueeze(heads),
+                             tiled(p_inv, rot_inv, blocks, lead).unsqueeze(heads)))
 
 
-def tiled(cam: Tensor, turn: Tensor, lead: tuple[int, ...]) -> Tensor:
-    """``cam`` ``(..., N, 4, 4)`` repeated over as many blocks as ``turn`` ``(..., N, m, 4, 4)`` has, then ``turn``'s
-    blocks, minus the identity: ``(*lead, N, 2m * 16)``, the ``frame`` field's layout."""
+def tiled(cam: Tensor, turn: Tensor, blocks: int, lead: tuple[int, ...]) -> Tensor:
+    """``cam`` ``(..., N, 4, 4)`` repeated over ``blocks`` blocks, then ``turn``'s ``(..., N, m, 4, 4)``, minus the
+    identity: ``(*lead, N, (blocks + m) * 16)``, the ``frame`` field's layout."""
     n, m = cam.shape[-3], turn.shape[-3]
-    cams = repeat(cam, "... n i j -> ... n m i j", m=m).expand(*lead, n, m, 4, 4)
+    cams = repeat(cam, "... n i j -> ... n b i j", b=blocks).expand(*lead, n, blocks, 4, 4)
     mats = torch.cat([cams, turn.expand(*lead, n, m, 4, 4)], -3) - torch.eye(4, device=cam.device)
-    return rearrange(mats, "... n m i j -> ... n (m i j)")
+    return rearrange(mats, "... n b i j -> ... n (b i j)")
 
 
 def rotation_blocks(cos: Tensor, sin: Tensor) -> Tensor:

@@ -71,7 +71,7 @@ class PRoPE(GTA):
     """
 
     description = "PRoPE (Li et al. 2025): GTA with each token's projection lift(K) E, the camera's lens included"
-    colour, marker = "#c51b7d", "X"
+    colour, marker = "#2166ac", "X"
     takes_intrinsics = True
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, image_size: float | Sequence[float] = (1.0, 1.0),

@@ -136,7 +136,8 @@ def content_term(pos: PosOut, content: Content | None) -> Tensor:
     if field == "tokens":
         return cast(TokenTerm, pos.tokens)(content.tokens()).float().reshape(-1, *content.tokens().shape[-2:])
     if field == "frame":  # the logits of constant q, k mapped by each token's frame
-        q, k = apply_qk(*(t.contiguous() for t in content.qk()), pos)
+        q, k = content.qk()
+        q, k = apply_qk(q.contiguous(), k.contiguous(), pos)
         return (q @ k.transpose(-1, -2)).float().reshape(-1, q.shape[-2], k.shape[-2]) / math.sqrt(q.shape[-1])
     if field != "logits":
         raise ValueError(f"content_term draws the logits, frame or tokens field; this PosOut shows its {field}")
