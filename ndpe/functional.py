@@ -181,7 +181,8 @@ def rotate_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]
     """:func:`apply_qk` of a ``pos`` already known to be a ``PosOut`` (``ndpe.Attention`` checks it once a call):
     only how the encoding meets ``q`` and ``k`` is checked (tokens, heads, batch, head_dim)."""
     acts = () if pos is None else acting(type(pos), "qk")
-    if pos is None or (pos.rot is None and not acts and not acting(type(pos), "qkvo")):
+    if pos is None or (pos.rot is None and not acts
+                       and all(getattr(pos, name) is None for name, _ in acting(type(pos), "qkvo"))):
         return q, k
     check_float_tensor(q, "q")
     check_float_tensor(k, "k")
