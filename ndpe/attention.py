@@ -9,14 +9,15 @@ from torch import Tensor, nn
 from .checks import check_bool, check_heads, check_number
 from .contract import PosOut, attn_term, check_pos, check_token_count, token_count
 from .fields import acting
-from .functional import rotate_qk
+from .functional import rotate_qk, transform_heads
 
 
 class Attention(nn.Module):
     """Multi-head self-attention on ``F.scaled_dot_product_attention``.
 
     Rotary encodings rotate q and k, bias and logits encodings go in as ``attn_mask``, a ``prob_bias`` (eRPE) is added
-    after the softmax (:func:`attend`: the explicit path for such a field, fused SDPA otherwise); additive,
+    after the softmax (:func:`attend`: the explicit path for such a field, fused SDPA otherwise), a ``frame`` (GTA,
+    PRoPE) maps q, k, v and the output per token (``apply_v`` / ``apply_out``); additive,
     concatenated and token-transforming encodings were already applied to the tokens by ``ndpe.apply_tokens``.
 
     Decoding: pass a :class:`KVCache` and the encoding of the new tokens (``pe((n,), past=cache.length)``);
@@ -65,6 +66,7 @@ class Attention(nn.Module):
             check_token_count(x, covered, pos.num_prefix, "x", ("B", "T", "dim"))
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         q, k = rotate_qk(q, k, pos)
+        v = transform_heads(v, pos, "v")  # a per-token map of the values (GTA / PRoPE's frame), if any
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, past + T, hd)
         mask = attn_term(pos, q.dtype, q=q, k=k, causal=self.causal, x=x)  # its heads checked there
@@ -80,6 +82,7 @@ class Attention(nn.Module):
                 tri = causal_mask(q.shape[-2], k.shape[-2], device=x.device, dtype=q.dtype)
                 mask = tri if mask is None else mask + tri
             out = attend(q, k, v, pos, attn_mask=mask, dropout_p=drop)
+        out = transform_heads(out, pos, "out")  # its inverse per query token
         return self.proj_drop(self.proj(rearrange(out, "b h t d -> b t (h d)")))
 
 

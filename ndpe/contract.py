@@ -34,7 +34,7 @@ import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .checks import check_float_dtype, check_float_tensor, check_int, check_pairing
-from .fields import Field, LogitsTerm, TokenTerm, acting, declare, declared, each, parts, specs
+from .fields import Field, LogitsTerm, TokenTerm, acting, declare, declared, each, parts, specs, transform_frame
 
 __all__ = ["Field", "LogitsTerm", "PosOut", "TokenTerm", "apply_tokens", "attn_bias", "merge", "pad_prefix",
            "take_tokens"]
@@ -75,6 +75,11 @@ class PosOut:
             leaves ``q . k`` of unrotated (prefix) tokens unchanged.
         prob_bias: ``(*, T, T)`` added to the attention probabilities after the softmax (eRPE); ``*`` broadcasts to
             ``(B, heads)``. Attention with it takes the explicit softmax path (:func:`ndpe.attention.attend`).
+        frame: ``(D - I, D^-1 - I)``, each ``(*, T, 16 n)``: a per-token linear map ``D`` of each head's first ``4 n``
+            channels in ``n`` 4 x 4 blocks (GTA, PRoPE: a camera's SE(3) or projective matrix, two 2D rotations),
+            stored minus the identity so that 0 leaves a token alone. q becomes ``D^T q`` and k ``D^-1 k``
+            (:func:`ndpe.apply_qk`, after ``rot``), v ``D^-1 v`` before attention (:func:`ndpe.apply_v`) and the
+            output ``D o`` per query token (:func:`ndpe.apply_out`): ``q_i . k_j`` sees ``D_i D_j^-1`` alone.
         logits: :class:`LogitsTerm`, a term of the logits computed from q and k (``attn_bias(pos, q=q, k=k)``).
         tokens: :class:`TokenTerm`, a function of the token embeddings (``apply_tokens`` calls it first).
         past: the number of keys a KV cache must hold before these tokens: ``P + p`` for
@@ -112,6 +117,9 @@ class PosOut:
     basis: Tensor | None = declare(Field("whole", QK, merge="rot"))
     prob_bias: Tensor | None = declare(Field("pair", QK, merge="sum", acts="bias after softmax", stage="probs",
                                              act=add_after_softmax))
+    frame: tuple[Tensor, Tensor] | None = declare(Field(
+        "token", QK, identity=(0.0, 0.0), acts="transforms q, k, v, out", stage="qkvo", act=transform_frame,
+        refusal="cannot merge two encodings with a frame (a per-token map of q, k, v): use one of them"))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:  # a PosOut with more fields: its declarations, its pytree
         super().__init_subclass__(**kwargs)

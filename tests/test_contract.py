@@ -25,6 +25,8 @@ def fields(out: ndpe.PosOut, pe, t: int):
         named["cos_k"], named["sin_k"] = out.rot_k
     if out.basis is not None:
         named["basis"] = out.basis
+    if out.frame is not None:
+        named["frame"], named["frame_inv"] = out.frame
     g = torch.Generator().manual_seed(0)
     if out.logits is not None:
         q, k = torch.randn(2, 2, pe.heads, t, pe.head_dim, generator=g)
