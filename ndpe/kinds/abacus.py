@@ -70,7 +70,7 @@ class Abacus(Encoding):
 
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
-        return {"size": 64, "max_k": 0}  # deterministic in training mode, as the contract tests compare calls
+        return {"size": 256, "max_k": 0}  # deterministic in training mode, as the contract tests compare calls
 
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
         check_place_ids(positions, "abacus")

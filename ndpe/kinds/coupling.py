@@ -77,7 +77,7 @@ class PositionCoupling(Encoding):
 
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
-        return {"max_position": 64, "randomize": False}  # deterministic, as the contract tests compare calls
+        return {"max_position": 256, "randomize": False}  # deterministic, as the contract tests compare calls
 
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
         check_place_ids(positions, "coupling")
