@@ -309,3 +309,63 @@ def camera_views():
     fig.suptitle("The centre patch of view 0 (+) against every patch of four views, one constant q and k:\n"
                  "moving the world changes nothing; PRoPE also sees the lens", fontsize=10)
     return fig
+
+
+def _addition_place_ids() -> tuple[list[str], torch.Tensor]:
+    """The tokens of one decoder-only addition (three digits, reversed) and their place ids ``(N, 1)``."""
+    tokens = list("321+654=975")  # 123 + 456 = 579, every number least significant digit first
+    place = [0.0] * len(tokens)
+    for start in (0, 4, 8):  # each number's digits: 1, 2, 3
+        place[start:start + 3] = [1.0, 2.0, 3.0]
+    return tokens, torch.tensor(place)[:, None]
+
+
+def _ids_and_similarity(kind: str, draws: list[tuple[str, torch.Tensor]], out: torch.Tensor, tokens: list[str]):
+    """Left: the ids each draw gives the tokens; right: the cosine similarity of the tokens' added vectors."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [1.4, 1]})
+    colour = kind_colour(kind)
+    for (label, ids), (ls, marker) in zip(draws, [("-", "o"), ("--", "s"), (":", "^")]):
+        axes[0].plot(range(len(tokens)), ids.tolist(), ls, marker=marker, color=colour, label=label)
+    axes[0].set_xticks(range(len(tokens)), tokens)
+    axes[0].set(xlabel="token (numbers least significant digit first)", ylabel="row of the table")
+    axes[0].legend(fontsize=8)
+    unit = torch.nn.functional.normalize(out, dim=-1)
+    sim = unit @ unit.T
+    image = axes[1].imshow(sim.numpy(), **color_scale(sim))
+    axes[1].set_xticks(range(len(tokens)), tokens), axes[1].set_yticks(range(len(tokens)), tokens)
+    axes[1].set_title("cosine similarity of the tokens' encodings (eval)", fontsize=9)
+    fig.colorbar(image, ax=axes[1], shrink=0.8, label=style.colourbar_label("relation", "cosine similarity"))
+    return fig
+
+
+@figure("abacus")
+def abacus_place_ids():
+    """Abacus: the digits of one place share a row in every number; training shifts every digit by one k."""
+    tokens, place = _addition_place_ids()
+    pe = seeded(dims=1, kind="abacus", dim=32, size=64, max_k=9)
+    ids = place[:, 0].long()
+    draws = [("eval (k = 0)", ids), ("training, k = 4", torch.where(ids > 0, ids + 4, ids)),
+             ("training, k = 9", torch.where(ids > 0, ids + 9, ids))]
+    with torch.no_grad():
+        fig = _ids_and_similarity("abacus", draws, pe(positions=place).add, tokens)
+    fig.suptitle("abacus: 123 + 456 = 579 (written reversed), the row of each digit is its place; + and = take row 0 "
+                 "(table at its seeded init)", fontsize=10)
+    return fig
+
+
+@figure("coupling")
+def coupling_ids():
+    """Position coupling: digits of equal significance share an id; the operators one past the units; a random
+    start per sequence in training."""
+    from ndpe.kinds.coupling import coupled_ids
+
+    tokens, place = _addition_place_ids()
+    pe = seeded(dims=1, kind="coupling", dim=32, max_position=16)
+    ids = place[:, 0].long()
+    draws = [("eval (start 1)", coupled_ids(ids, 1)), ("training, start 5", coupled_ids(ids, 5)),
+             ("training, start 11", coupled_ids(ids, 11))]
+    with torch.no_grad():
+        fig = _ids_and_similarity("coupling", draws, pe(positions=place).add, tokens)
+    fig.suptitle("coupling: 123 + 456 = 579 (written reversed), one id per significance (start + n + 1 - place), + and = at "
+                 "start + n + 1 (table at its seeded init)", fontsize=10)
+    return fig
