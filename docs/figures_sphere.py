@@ -37,8 +37,8 @@ def sphere_harmonics():
             ax.tick_params(labelsize=6)
     fig.colorbar(image, ax=axes, shrink=0.8, label=style.colourbar_label("encoding", "Y_l^m"))
     fig.suptitle("spherical-harmonics, max_degree 3: the 16 features on the globe (longitude across, latitude up); "
-                 "degree l varies l times from pole to pole,\n|m| times around a circle of latitude: sin for m < 0, "
-                 "cos for m > 0 (SatCLIP's convention)", fontsize=10)
+                 "Y_l^m changes sign l - |m| times from pole to pole\nand 2|m| times around a circle of latitude: "
+                 "sin for m < 0, cos for m > 0 (SatCLIP's convention)", fontsize=10)
     return fig
 
 

@@ -1,7 +1,8 @@
 """Each figure of the guide and its "what to see" sentence: the figure is built by its committed builder
-(docs/figures_rope.py, docs/figures_other.py; the explorer's screenshot from the page's data, ndpe/explore/data.py),
-the numbers are measured on what the figure draws (its images' arrays, its curves' points, its dots' colours), the
-claim is checked on them, and the guide's sentence must print those numbers."""
+(docs/figures_rope.py, docs/figures_other.py, docs/figures_sphere.py; the explorer's screenshot from the page's data,
+ndpe/explore/data.py), the numbers are measured on what the figure draws (its images' arrays, its curves' points, its
+dots' colours), the claim is checked on them, and the guide's sentence must print those numbers. The last test checks
+that every figure the guide shows has such a sentence and a test here."""
 from __future__ import annotations
 
 import re
@@ -437,3 +438,160 @@ def test_kinds_1d_symmetry_and_causal_blank(others):
     assert np.isnan(panel["cope"][q + 1:]).all() and not np.isnan(panel["cope"][:q + 1]).any()
     said(f"complex's curve is symmetric about the query, xpos's is not (keys before and after it differ by up to "
          f"{asymmetry(panel['xpos']):.2f}); cope's {blank} keys after the query are blank (causal only)")
+
+
+def test_convtran_tape_one_curve_per_relative_position_erpe_moves_weights_by_its_size(others):
+    """Left: tape's similarities at one position / length agree for lengths 32 and 128, the sinusoid's do not.
+    Right: eRPE's 0.05 added after the softmax lifts the favoured keys by 0.05, before the softmax by far less."""
+    _, axes = drawn(others.convtran_tape_erpe())
+    left, right = curves(axes[0]), curves(axes[1])
+
+    def length_gap(kind: str) -> float:
+        (x1, y1), (x2, y2) = left[f"{kind}, length 32"], left[f"{kind}, length 128"]
+        shared = np.isin(x2, x1)
+        return float(np.abs(y2[shared] - y1[np.searchsorted(x1, x2[shared])]).max())
+
+    tape, sinusoid = length_gap("tape"), length_gap("sinusoidal")
+    (_, uniform), (_, after), (_, before) = right.values()  # softmax alone, erpe after it, the term before it
+    favoured = after > uniform + 1e-6
+    assert tape < 1e-5 and sinusoid > 0.1 and favoured.sum() == 4
+    assert np.allclose(after[favoured] - uniform[favoured], 0.05) and before[favoured].max() < uniform[0] + 0.005
+    said(f"tape's curves for lengths 32 and 128 agree (largest difference {tape:.2f}) and the sinusoid's differ by up "
+         f"to {sinusoid:.2f}")
+    said(f"lifts the query and the {favoured.sum() - 1} keys before it from {uniform[0]:.4f} to "
+         f"{after[favoured][0]:.4f}, the same term before the softmax only to {before[favoured][0]:.4f}")
+
+
+def test_camera_views_world_moved_changes_nothing_prope_sees_the_lens(others):
+    """Rows: GTA on the ring, GTA with the world moved, PRoPE with views 1-3 zoomed; four views per row."""
+    maps, _ = drawn(others.camera_views())
+    gta, moved, prope = (np.stack(maps[4 * r:4 * r + 4]) for r in range(3))
+    world = float(np.abs(gta - moved).max())
+    lens = [float(np.abs(prope[v] - gta[v]).max()) for v in range(4)]
+    assert world < 1e-5 and lens[0] < 1e-5 and min(lens[1:]) > 0.1
+    said(f"moving the world changes no logit (largest difference {world:.2f} between the first two rows); PRoPE's "
+         f"zoomed views 1 to 3 differ from GTA's by up to {max(lens[1:]):.2f}, its unzoomed view 0 by {lens[0]:.2f}")
+
+
+@pytest.fixture(scope="module")
+def sphere():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import figures_sphere
+
+    return figures_sphere
+
+
+def sign_changes(values: np.ndarray, cyclic: bool = False) -> int:
+    """How often ``values`` changes sign (its near-zero entries skipped); ``cyclic``: around a circle."""
+    signs = np.sign(values[np.abs(values) > 1e-6 * np.abs(values).max()])
+    if cyclic:
+        signs = np.append(signs, signs[:1])
+    return int((np.diff(signs) != 0).sum())
+
+
+def test_sphere_harmonics_sign_changes_and_constant_degree_power(sphere):
+    """Each panel Y_l^m: l - |m| sign changes along a meridian, 2|m| around a circle of latitude; the squares of a
+    degree's features sum to one number (2l + 1) / (4 pi) at every cell."""
+    fig = sphere.sphere_harmonics()
+    titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
+    maps, _ = drawn(fig)
+    for title, values in zip(titles, maps):
+        l, m = (int(part.split("=")[1]) for part in title.split(", "))
+        along = max(sign_changes(column) for column in values.T)
+        around = max(sign_changes(row, cyclic=True) for row in values)
+        assert (along, around) == (l - abs(m), 2 * abs(m)), title
+    power = [sum(maps[i] ** 2 for i in range(l * l, (l + 1) ** 2)) for l in range(4)]
+    assert all(np.ptp(p) < 1e-5 and p.mean() == pytest.approx((2 * l + 1) / (4 * np.pi), abs=1e-5)
+               for l, p in enumerate(power))
+    said("`Y_l^m` changes sign `l - |m|` times from pole to pole and `2|m|` times around a circle of latitude "
+         "(`l=3, m=1`: 2 and 2)")
+    said(f"the same number at every cell of the globe, {', '.join(f'{p.mean():.2f}' for p in power[:-1])} and "
+         f"{power[-1].mean():.2f} for degrees 0 to 3")
+
+
+def test_great_circle_discs_wrap_the_date_line(sphere):
+    """The bias above -1 per head: discs of 4, 16 and 64 degrees of arc; head 1's crosses the date line (both edge
+    columns) and spans more columns than its arc; head 3 never reaches -1."""
+    maps, _ = drawn(sphere.great_circle_heads())
+    discs = [m >= -1 for m in maps]
+    cells = [int(d.sum()) for d in discs[:3]]
+    columns = int(discs[1].any(0).sum())
+    width = 360 // maps[1].shape[1]  # degrees of longitude per column
+    lowest = float(maps[3].min())
+    assert cells[0] < cells[1] < cells[2] and discs[1][:, 0].any() and discs[1][:, -1].any()
+    assert columns * width > 2 * 16 and lowest > -1 and lowest == pytest.approx(-180 / 256)
+    said(f"head 0's disc (bias above -1) holds {cells[0]} cells, head 1's {cells[1]} and head 2's {cells[2]}; head 1's, "
+         f"16 degrees of arc around the query, spans {columns} of the {maps[1].shape[1]} columns ({columns * width} "
+         f"degrees of longitude) on both sides of the date line; head 3's lowest bias is {lowest:.2f}, at the antipode")
+
+
+def addition_ids_and_similarity(fig) -> tuple[list[str], dict[str, np.ndarray], np.ndarray]:
+    """The tokens, the ids each draw gives them (left panel) and the similarity map (right) of an addition figure."""
+    (similarity,), axes = drawn(fig)
+    tokens = [label.get_text() for label in axes[0].get_xticklabels()]
+    ids = {label: y.astype(int) for label, (_, y) in curves(axes[0]).items()}
+    return tokens, ids, similarity
+
+
+def test_abacus_digits_of_one_place_share_a_row(others):
+    tokens, ids, similarity = addition_ids_and_similarity(others.abacus_place_ids())
+    row = ids["eval (k = 0)"]
+    same = row[:, None] == row[None]
+    units = [t for t, r in zip(tokens, row) if r == 1]
+    shifted = sorted(set(ids["training, k = 9"][row > 0]))
+    assert similarity[same].min() > 1 - 1e-5 and similarity[~same].max() < 0.5 and set(row[row == 0]) == {0}
+    said(f"the units {', '.join(units[:-1])} and {units[-1]} row 1; + and = row 0), so their encodings' similarity is "
+         f"{similarity[same].min():.2f} wherever they stand, and tokens of different rows at most "
+         f"{similarity[~same].max():.2f}; training with k = 9 moves the digits to rows {shifted[0]} to {shifted[-1]}")
+
+
+def test_coupling_ids_one_per_significance(others):
+    tokens, ids, similarity = addition_ids_and_similarity(others.coupling_ids())
+    row = ids["eval (start 1)"]
+    by_token = dict(zip(tokens, row))
+    units, tens, hundreds = by_token["3"], by_token["2"], by_token["1"]  # 123 written reversed: 3, 2, 1
+    same = row[:, None] == row[None]
+    late = ids["training, start 11"]
+    assert by_token["+"] == by_token["="] == units + 1 and (units, tens, hundreds) == (4, 3, 2)
+    assert similarity[same].min() > 1 - 1e-5 and similarity[~same].max() < 0.5
+    said(f"in eval the units get id {units}, the tens {tens}, the hundreds {hundreds}, and + and = {by_token['+']} "
+         f"(`start + n + 1`, n = 3); tokens of one id have similarity {similarity[same].min():.2f}, of different ids at "
+         f"most {similarity[~same].max():.2f}; start 11 moves the ids to {late.min()} to {late.max()}")
+
+
+# --- every figure of the guide: a "what to see" sentence after it and a test above that builds it -------------------
+
+IMAGE = re.compile(r"!\[[^\]]*\]\(figures/([\w-]+)\.png\)")
+
+
+def figure_paragraphs() -> list[tuple[str, str]]:
+    """Each image the guide shows and the paragraph of text after it (consecutive images share the one after the
+    last)."""
+    blocks = [block.strip() for block in re.split(r"\n\s*\n", GUIDE)]
+    shown = []
+    for i, block in enumerate(blocks):
+        for name in IMAGE.findall(block):
+            rest = IMAGE.sub("", block).strip()
+            after = i + 1
+            while not rest and after < len(blocks) and IMAGE.fullmatch(blocks[after]):
+                after += 1
+            shown.append((name, rest or (blocks[after] if after < len(blocks) else "")))
+    return shown
+
+
+def test_every_guide_figure_says_what_to_see_and_has_a_test():
+    """Each figure named in the guide exists, is followed within its paragraph by a "what to see" sentence, and a test
+    of this file builds it (calls its builder, ``.name(``) or is named after it (``test_name_...``)."""
+    import inspect
+
+    shown = figure_paragraphs()
+    assert len({name for name, _ in shown}) > 30  # the guide's figures were found
+    tests = [(name, inspect.getsource(test)) for name, test in globals().items()
+             if name.startswith("test_") and callable(test)]
+    for name, paragraph in shown:
+        assert (ROOT / "docs" / "figures" / f"{name}.png").is_file(), f"docs/figures/{name}.png is missing"
+        assert "what to see" in paragraph.lower(), f"figures/{name}.png: no \"What to see\" in its paragraph"
+        assert any(f".{name}(" in source or test.startswith(f"test_{name}_") for test, source in tests), \
+            f"figures/{name}.png: no test in tests/test_guide_figures.py builds it"
