@@ -522,9 +522,10 @@ def test_great_circle_discs_wrap_the_date_line(sphere):
     lowest = float(maps[3].min())
     assert cells[0] < cells[1] < cells[2] and discs[1][:, 0].any() and discs[1][:, -1].any()
     assert columns * width > 2 * 16 and lowest > -1 and lowest == pytest.approx(-180 / 256)
-    said(f"head 0's disc (bias above -1) holds {cells[0]} cells, head 1's {cells[1]} and head 2's {cells[2]}; head 1's, "
-         f"16 degrees of arc around the query, spans {columns} of the {maps[1].shape[1]} columns ({columns * width} "
-         f"degrees of longitude) on both sides of the date line; head 3's lowest bias is {lowest:.2f}, at the antipode")
+    said(f"head 0's disc (bias above -1) holds {cells[0]} cells, head 1's {cells[1]} and head 2's {cells[2]}; "
+         f"head 1's, 16 degrees of arc around the query, spans {columns} of the {maps[1].shape[1]} columns "
+         f"({columns * width} degrees of longitude) on both sides of the date line; head 3's lowest bias is "
+         f"{lowest:.2f}, at the antipode")
 
 
 def addition_ids_and_similarity(fig) -> tuple[list[str], dict[str, np.ndarray], np.ndarray]:
@@ -557,8 +558,8 @@ def test_coupling_ids_one_per_significance(others):
     assert by_token["+"] == by_token["="] == units + 1 and (units, tens, hundreds) == (4, 3, 2)
     assert similarity[same].min() > 1 - 1e-5 and similarity[~same].max() < 0.5
     said(f"in eval the units get id {units}, the tens {tens}, the hundreds {hundreds}, and + and = {by_token['+']} "
-         f"(`start + n + 1`, n = 3); tokens of one id have similarity {similarity[same].min():.2f}, of different ids at "
-         f"most {similarity[~same].max():.2f}; start 11 moves the ids to {late.min()} to {late.max()}")
+         f"(`start + n + 1`, n = 3); tokens of one id have similarity {similarity[same].min():.2f}, of different ids "
+         f"at most {similarity[~same].max():.2f}; start 11 moves the ids to {late.min()} to {late.max()}")
 
 
 # --- every figure of the guide: a "what to see" sentence after it and a test above that builds it -------------------
