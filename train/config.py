@@ -76,7 +76,6 @@ class PEConfig:
 @dataclass
 class ModelConfig:
     name: str = "vit"  # vit | audio | text | video | conv | timm (a timm ViT / EVA with ndpe.timm.use)
-    timm_name: str | None = None  # timm: the timm model name (e.g. vit_tiny_patch16_224), built untrained at these sizes
     num_classes: int | None = None  # None: from the dataset
     vocab_size: int | None = None  # text: None: from the dataset
     dim: int | None = None  # width; None (here and below): the architecture's default
@@ -86,6 +85,7 @@ class ModelConfig:
     drop: float | None = None
     drop_path: float | None = None
     patch_size: int | list[int] | None = None  # vit: int; audio: [time, freq]
+    timm_name: str | None = None  # timm: the timm model name (e.g. vit_tiny_patch16_224), built untrained at these sizes
     img_size: int | list[int] | None = None  # timm: the image size the model is built for; None: the dataset's
     tubelet: list[int] | None = None  # video: [frames, rows, cols]
     in_chans: int | None = None
