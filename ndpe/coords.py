@@ -147,7 +147,8 @@ def latlon_grid(grid_shape: Sequence[int], *, device: torch.device | str | None 
     [[45.0, -135.0], [45.0, -45.0], [45.0, 45.0], [45.0, 135.0]]
     """
     if not torch.compiler.is_compiling():
-        check_memory(coords_bytes(grid_shape), lambda: f"(latitude, longitude) of grid {tuple(grid_shape)}",
+        check_memory(coords_bytes(grid_shape),
+                     lambda: f"coordinates of grid {tuple(grid_shape)} ({math.prod(grid_shape)} tokens x 2 float32)",
                      "encode a smaller grid (or pass positions= for the tokens you need)")
     rows, cols = grid_shape
     lat = 90.0 - (torch.arange(rows, device=device) + 0.5) * (180.0 / rows)  # (H,) north to south

@@ -66,6 +66,7 @@ class PositionCoupling(Encoding):
     has_parameters = True
     coordinate_based = False
     integer_positions = True
+    takes_key_positions = True  # so that decoding reaches encode() and is refused there, in one line
     description = "position coupling: digits of equal significance share a learned row (Cho et al. 2024)"
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, max_position: int = 256, randomize: bool = True):
@@ -90,7 +91,11 @@ class PositionCoupling(Encoding):
                              f"{' in training (a random start)' if random else ''}, got {self.max_position}: "
                              "build it with a larger max_position")
 
-    def encode(self, positions: Tensor, grid_shape: tuple[int, ...] | None) -> PosOut:
+    def encode(self, positions: Tensor, grid_shape: tuple[int, ...] | None,
+               key_positions: Tensor | None = None) -> PosOut:
+        if key_positions is not None:
+            raise ValueError("coupling cannot decode with a KV cache: its ids count down from the sequence's longest "
+                             "number (start + n + 1 - place), unknown until the sequence ends")
         place = positions[..., 0].long()  # (*, N)
         start: Tensor | int = 1
         if self.training and self.randomize:  # per sequence, uniform in 1 .. max_position - n - 1 (the reference's torch.randint)

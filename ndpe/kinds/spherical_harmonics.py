@@ -133,6 +133,10 @@ class SphericalHarmonics(OnTheSphere):
         else:
             self.cat_dim = features
 
+    @classmethod
+    def example_options(cls, dims: int) -> dict[str, int]:
+        return {"max_degree": 2}  # 9 channels: a small example's width (24) keeps room for the tokens
+
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         check_latlon(positions)
         features = spherical_harmonics(positions, self.max_degree)  # (*, N, (L + 1) ** 2)
