@@ -16,6 +16,7 @@ Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 
 
     python benchmarks/bench_bias.py                  # all threads, N = 196 1024 4096
     python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --no-flex
+    python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --kinds alibi great-circle   # the sphere beside alibi
     python benchmarks/bench_bias.py --kinds alibi relative fire cpb --sizes 196 1024 --no-sdpa   # bias kinds' paths
     python benchmarks/bench_bias.py --device cuda --dtype bfloat16 --kinds alibi relative fire cpb --sizes 1024 4096 16384
 
@@ -166,7 +167,8 @@ def main(args) -> list[dict]:
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[196, 1024, 4096], help="token counts (square grids)")
-    p.add_argument("--kinds", nargs="+", default=["alibi", "relative"], choices=["alibi", "relative", "fire", "cpb"])
+    p.add_argument("--kinds", nargs="+", default=["alibi", "relative"],
+                   choices=["alibi", "relative", "fire", "cpb", "great-circle"])
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)

@@ -1,9 +1,11 @@
-"""Time and memory of the learned rotations (``string``, ``liere``, ``comrope``) and ``vrope`` beside ``rope``: one
-attention layer at ViT-S (14 x 14 patches) and on video (8 x 14 x 14 tubelets), side by side in the same rounds.
+"""Time and memory of the learned rotations (``string``, ``liere``, ``comrope``), ``vrope`` and the camera kinds
+(``gta``, ``prope``, their default ring of cameras) beside ``rope``: one attention layer at ViT-S (14 x 14 patches) and
+on video (8 x 14 x 14 tubelets; for the camera kinds, 8 views), side by side in the same rounds.
 
 One call = ``pe(grid)`` (LieRE's and ComRoPE's matrix exponentials are built there, once per forward) then one attention
-layer: ``apply_qk`` + ``attn_bias`` (their ``(B, heads, N, N)`` term) + SDPA, forward only. Memory: the bytes of the
-tensors each kind builds, read off them (LieRE's and ComRoPE's rotations ``R`` and term; rope's cos/sin). A kind
+layer: ``apply_qk`` + ``attn_bias`` (their ``(B, heads, N, N)`` term) + ``apply_v`` + SDPA + ``apply_out`` (the camera
+kinds' frame), forward only. Memory: the bytes of the tensors each kind builds, read off them (LieRE's and ComRoPE's
+rotations ``R`` and term; rope's cos/sin; the frames). A kind
 that does not take a grid's dims (``comrope`` AP needs ``dims * block_size`` to divide head_dim 64; ``vrope`` is 3D)
 is left out of that grid. Run from the repository root:
 
@@ -27,7 +29,7 @@ CASES = {"vit-s 14x14": ((14, 14), 384, 6), "video 8x14x14": ((8, 14, 14), 384, 
 KINDS = {"rope": {}, "string (cayley)": {"init_std": 0.1}, "string (circulant)": {"orthogonal": "circulant", "init_std": 0.1},
          "liere (blocks of 8)": {"block_size": 8}, "liere (dense)": {},
          "comrope (ld, blocks of 8)": {"block_size": 8}, "comrope (ap, blocks of 8)": {"variant": "ap", "block_size": 8},
-         "vrope": {}}
+         "vrope": {}, "gta": {}, "prope": {}}
 ONLY = {"comrope (ap, blocks of 8)": (2,), "vrope": (3,)}  # the grids' dims a kind takes (default: every one)
 
 
@@ -46,6 +48,7 @@ def built_bytes(pe, grid, q, k) -> int:
     pos = pe(grid)
     tensors = [t for pair in (pos.rot or ()) for t in (pair if isinstance(pair, tuple) else (pair,))]
     tensors += [pos.basis] if pos.basis is not None else []
+    tensors += list(pos.frame) if pos.frame is not None else []
     total = sum(t.numel() * t.element_size() for t in tensors)
     if pos.logits is not None:
         from ndpe.kinds.liere import LieRE
@@ -74,7 +77,9 @@ def main(args) -> dict:
                 with torch.no_grad():
                     pos = pe(grid)
                     rq, rk = ndpe.apply_qk(q, k, pos)
-                    F.scaled_dot_product_attention(rq, rk, v, attn_mask=ndpe.attn_bias(pos, q=rq, k=rk))
+                    out = F.scaled_dot_product_attention(rq, rk, ndpe.apply_v(v, pos),
+                                                         attn_mask=ndpe.attn_bias(pos, q=rq, k=rk))
+                    ndpe.apply_out(out, pos)
             steps[name] = step
             with torch.no_grad():
                 sizes[name] = built_bytes(pe, grid, q, k)

@@ -9,7 +9,7 @@ import ndpe
 from ndpe.viz import (centre_index, color_scale, encoding_relation, kind_colour, make_figure, offset_curve, relation,
                       show_relation, style)
 
-from figure_registry import figure, seeded
+from figure_registry import VARIANT_LINES, figure, seeded
 
 
 @figure("sinusoidal")
@@ -227,4 +227,145 @@ def kinds_1d_middle_query():
     fig.suptitle(f"1D kinds: relation of the middle query (position {query}, dotted) to every key, grid {grid}, "
                  "dim 64, 1 head\ncontent-dependent terms (logits, tokens) for one constant seeded q, k, token at "
                  "every position", fontsize=10)
+    return fig
+
+
+@figure("tape", "erpe")
+def convtran_tape_erpe():
+    """ConvTran's two encodings: tAPE's similarities depend on position / length alone (the same curve for any
+    series length), the plain sinusoid's on the position; eRPE's term, added after the softmax, moves the weights by
+    its own size, where the same term before the softmax hardly moves them."""
+    dim = 32
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    for kind in ("sinusoidal", "tape"):
+        for n, (ls, marker) in zip((32, 128), VARIANT_LINES):
+            rel = relation(seeded(dims=1, kind=kind, dim=dim)((n,)), n // 2)
+            axes[0].plot(torch.arange(n).numpy() / n, rel.numpy(), ls, color=kind_colour(kind), marker=marker, ms=2,
+                         markevery=max(1, n // 32), label=f"{kind}, length {n}")
+    axes[0].set(xlabel="position / length (query at 0.5)", ylabel="cosine similarity to the query")
+    axes[0].set_title(f"tape: frequencies scaled by dim / length (dim {dim})", fontsize=9)
+    axes[0].legend(fontsize=7)
+    n = 32
+    query = n // 2
+    pe = seeded(dims=1, kind="erpe", dim=64, heads=1, length=n)
+    offsets = torch.arange(-(n - 1), n, dtype=torch.float32)  # table rows: offset i - j = row - (n - 1)
+    with torch.no_grad():  # a stand-in for a trained table (the init is 0): favour the 3 keys before the query
+        pe.table.copy_(0.05 * ((offsets >= 0) & (offsets <= 3)).float()[:, None])
+        term = pe((n,)).prob_bias[0, query]  # (n,)
+    uniform = torch.full((n,), 1.0 / n)  # content alike everywhere: the softmax alone is uniform
+    colour = kind_colour("erpe")
+    axes[1].plot(range(n), uniform.numpy(), ":", color="0.4", label=f"softmax alone (1 / {n})")
+    axes[1].plot(range(n), (uniform + term).numpy(), "-o", color=colour, ms=3, label="erpe: softmax + term")
+    axes[1].plot(range(n), torch.softmax(term, 0).numpy(), "--", color=colour, alpha=0.6,
+                 label="the same term before the softmax")
+    axes[1].set(xlabel=f"key position (query at {query})", ylabel="attention weight")
+    axes[1].set_title("erpe: 0.05 on offsets 0..3 (stand-in table), after vs before the softmax", fontsize=9)
+    axes[1].legend(fontsize=8)
+    fig.suptitle("ConvTran's encodings for time series (Foumani et al. 2023)", fontsize=10)
+    return fig
+
+
+@figure("gta", "prope")
+def camera_views():
+    """GTA and PRoPE on four views of a ring of cameras: the logits of the centre patch of view 0 against every patch
+    of every view, for one constant q and k; then the same with the whole world moved (every extrinsic times one
+    SE(3)), and PRoPE with views 1-3 zoomed in (twice the focal length)."""
+    from ndpe.kinds.gta import ring_extrinsics
+
+    grid, d = (4, 6, 6), 32
+    n, per_view = 4 * 36, 36
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 1, d, generator=g).expand(1, 1, n, d).contiguous()
+    k = torch.randn(1, 1, 1, d, generator=g).expand(1, 1, n, d).contiguous()
+    axis, angle = torch.nn.functional.normalize(torch.tensor([1.0, 2.0, 0.5]), dim=0), 1.2
+    skew = torch.tensor([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+    world = torch.eye(4)
+    world[:3, :3] = torch.linalg.matrix_exp(angle * skew)
+    world[:3, 3] = torch.tensor([3.0, -1.0, 2.0])
+    gta = seeded(dims=3, kind="gta", dim=d, heads=1)
+    prope = seeded(dims=3, kind="prope", dim=d, heads=1, image_size=(6, 6))
+    ring = ring_extrinsics(gta.coords(grid)[:, 0])
+    zoom = torch.tensor([[6.0, 0, 3], [0, 6.0, 3], [0, 0, 1]]).repeat(n, 1, 1)
+    zoom[per_view:, :2, :2] *= 2
+    rows = [("gta, the ring of cameras", gta(grid)), ("gta, the world moved", gta(grid, extrinsics=ring @ world)),
+            ("prope, views 1-3 zoomed 2x", prope(grid, extrinsics=ring, intrinsics=zoom))]
+    maps = []
+    for _, pos in rows:
+        with torch.no_grad():
+            rq, rk = ndpe.apply_qk(q, k, pos)
+            maps.append((rq @ rk.transpose(-1, -2))[0, 0, centre_index(grid[1:])].reshape(grid) / d ** 0.5)
+    scale = color_scale(*maps)  # one scale: every panel is compared
+    fig, axes = plt.subplots(3, 4, figsize=(10, 7.8), layout="constrained")
+    for r, ((title, _), values) in enumerate(zip(rows, maps)):
+        for view in range(4):
+            ax = axes[r, view]
+            image = ax.imshow(values[view].numpy(), interpolation="nearest", **scale)
+            ax.set_xticks([]), ax.set_yticks([])
+            ax.set_title(f"{title}\nview {view} ({45 * view} deg)" if view == 0 else f"view {view} ({45 * view} deg)",
+                         fontsize=8)
+            if view == 0:
+                ax.plot(grid[2] // 2, grid[1] // 2, "k+", ms=9)
+    fig.colorbar(image, ax=axes, shrink=0.6, label=style.colourbar_label("relation", "logit q.k / sqrt(d)"))
+    fig.suptitle("The centre patch of view 0 (+) against every patch of four views, one constant q and k:\n"
+                 "moving the world changes nothing; PRoPE also sees the lens", fontsize=10)
+    return fig
+
+
+def _addition_place_ids() -> tuple[list[str], torch.Tensor]:
+    """The tokens of one decoder-only addition (three digits, reversed) and their place ids ``(N, 1)``."""
+    tokens = list("321+654=975")  # 123 + 456 = 579, every number least significant digit first
+    place = [0.0] * len(tokens)
+    for start in (0, 4, 8):  # each number's digits: 1, 2, 3
+        place[start:start + 3] = [1.0, 2.0, 3.0]
+    return tokens, torch.tensor(place)[:, None]
+
+
+def _ids_and_similarity(kind: str, draws: list[tuple[str, torch.Tensor]], out: torch.Tensor, tokens: list[str]):
+    """Left: the ids each draw gives the tokens; right: the cosine similarity of the tokens' added vectors."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [1.4, 1]})
+    colour = kind_colour(kind)
+    for (label, ids), (ls, marker) in zip(draws, [("-", "o"), ("--", "s"), (":", "^")]):
+        axes[0].plot(range(len(tokens)), ids.tolist(), ls, marker=marker, color=colour, label=label)
+    axes[0].set_xticks(range(len(tokens)), tokens)
+    axes[0].set(xlabel="token (numbers least significant digit first)", ylabel="row of the table")
+    axes[0].legend(fontsize=8)
+    unit = torch.nn.functional.normalize(out, dim=-1)
+    sim = unit @ unit.T
+    image = axes[1].imshow(sim.numpy(), **color_scale(sim))
+    axes[1].set_xticks(range(len(tokens)), tokens), axes[1].set_yticks(range(len(tokens)), tokens)
+    axes[1].set_title("cosine similarity of the tokens' encodings (eval)", fontsize=9)
+    fig.colorbar(image, ax=axes[1], shrink=0.8, label=style.colourbar_label("relation", "cosine similarity"))
+    return fig
+
+
+@figure("abacus")
+def abacus_place_ids():
+    """Abacus: the digits of one place share a row in every number; training shifts every digit by one k."""
+    tokens, place = _addition_place_ids()
+    pe = seeded(dims=1, kind="abacus", dim=32, size=64, max_k=9)
+    ids = place[:, 0].long()
+    draws = [("eval (k = 0)", ids), ("training, k = 4", torch.where(ids > 0, ids + 4, ids)),
+             ("training, k = 9", torch.where(ids > 0, ids + 9, ids))]
+    with torch.no_grad():
+        fig = _ids_and_similarity("abacus", draws, pe(positions=place).add, tokens)
+    fig.suptitle("abacus: 123 + 456 = 579 (written reversed), the row of each digit is its place; + and = take row 0 "
+                 "(table at its seeded init)", fontsize=10)
+    return fig
+
+
+@figure("coupling")
+def coupling_ids():
+    """Position coupling: digits of equal significance share an id; the operators one past the units; a random
+    start per sequence in training."""
+    from ndpe.kinds.coupling import coupled_ids
+
+    tokens, place = _addition_place_ids()
+    pe = seeded(dims=1, kind="coupling", dim=32, max_position=16)
+    ids = place[:, 0].long()
+    draws = [("eval (start 1)", coupled_ids(ids, 1)), ("training, start 5", coupled_ids(ids, 5)),
+             ("training, start 11", coupled_ids(ids, 11))]
+    with torch.no_grad():
+        fig = _ids_and_similarity("coupling", draws, pe(positions=place).add, tokens)
+    fig.suptitle("coupling: 123 + 456 = 579 (written reversed), one id per significance (start + n + 1 - place), + and = at "
+                 "start + n + 1 (table at its seeded init)", fontsize=10)
     return fig

@@ -9,7 +9,7 @@ at their seeded initialisation; each figure says so. Kinds not registered are sk
 Every map uses its quantity's colour map and one scale per figure wherever panels are compared
 (``ndpe.viz.style``: relations and biases red-blue around 0, encoding values purple-orange); the
 variants of one kind (RoPE's scalings) take the palette ``style.VARIANT_COLOURS``. The figures live in
-docs/figures_rope.py and docs/figures_other.py, registered by ``@figure`` (docs/figure_registry.py).
+docs/figures_rope.py, docs/figures_other.py and docs/figures_sphere.py, registered by ``@figure`` (docs/figure_registry.py).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from ndpe.viz import save  # noqa: E402
 
 import figures_other  # noqa: E402,F401  (registers its figures)
 import figures_rope  # noqa: E402,F401  (registers its figures)
+import figures_sphere  # noqa: E402,F401  (registers its figures)
 from figure_registry import FIGURES, OUT  # noqa: E402
 
 

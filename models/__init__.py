@@ -20,13 +20,15 @@ from torch import nn
 from .audio import AudioTransformer
 from .conv import ConvNet
 from .text import TextTransformer
+from .timm_vit import TimmViT
 from .video import VideoTransformer
 from .vit import ViT
 
 MODELS: dict[str, type[nn.Module]] = {
     "vit": ViT, "audio": AudioTransformer, "text": TextTransformer, "video": VideoTransformer, "conv": ConvNet,
+    "timm": TimmViT,
 }
-__all__ = ["MODELS", "build_model", "grid_shape", "AudioTransformer", "ConvNet", "TextTransformer", "VideoTransformer", "ViT"]
+__all__ = ["MODELS", "build_model", "grid_shape", "AudioTransformer", "ConvNet", "TextTransformer", "TimmViT", "VideoTransformer", "ViT"]
 
 
 def build_model(cfg: Mapping[str, Any] | Any) -> nn.Module:

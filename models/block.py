@@ -107,15 +107,16 @@ class Encoder(nn.Module):
         return self.norm.normalized_shape[0] - self.pe.cat_dim
 
     def forward(self, x: Tensor, grid_shape: Sequence[int], num_prefix: int = 0,
-                caches: Sequence[ndpe.KVCache] | None = None) -> Tensor:
+                caches: Sequence[ndpe.KVCache] | None = None, positions: Tensor | None = None) -> Tensor:
         """``caches``: one :class:`ndpe.KVCache` per block for decoding (1D); ``x`` then holds the new tokens only
-        and ``grid_shape`` their count, placed after the ``caches[0].length`` cached ones."""
+        and ``grid_shape`` their count, placed after the ``caches[0].length`` cached ones. ``positions``: the grid
+        tokens' positions ``(B, N, dims)`` given by the data, passed to the encoding (its default grid otherwise)."""
         past = 0
         if caches is not None:
             if len(caches) != len(self.blocks):
                 raise ValueError(f"caches: one KVCache per block ({len(self.blocks)}), got {len(caches)}")
             past = max(caches[0].length - num_prefix, 0)  # cached grid tokens (the prefix is cached first)
-        pos = self.pe(tuple(grid_shape), num_prefix=num_prefix, dtype=x.dtype, past=past)  # once per forward
+        pos = self.pe(tuple(grid_shape), positions=positions, num_prefix=num_prefix, dtype=x.dtype, past=past)  # once
         return self._blocks(x, pos, caches)
 
     def forward_packed(self, x: Tensor, grid_shapes: Sequence[Sequence[int]], num_prefix: int = 0) -> Tensor:

@@ -52,14 +52,21 @@ class TextTransformer(nn.Module):
 
     @staticmethod
     def grid_for(input_shape) -> tuple[int]:
-        """The ``(length,)`` grid of one token sequence."""
-        return (input_shape[-1],)
+        """The ``(length,)`` grid of one token sequence (``(L,)`` ids, or ``(L, 2)`` ids and positions)."""
+        return (input_shape[0],)
 
     def forward(self, tokens: Tensor, caches: list[ndpe.KVCache] | None = None) -> Tensor:
-        """``caches``: one :class:`ndpe.KVCache` per block (see :meth:`new_caches`) to decode with; ``tokens`` are
+        """``tokens``: ``(B, L)`` ids, or ``(B, L, 2)``: ids and each token's position given by the data (e.g. the
+        place ids of ``AdditionTask(place=True)``), handed to the encoding as ``positions`` whatever its kind.
+        ``caches``: one :class:`ndpe.KVCache` per block (see :meth:`new_caches`) to decode with; ``tokens`` are
         then the new tokens after the cached ones."""
+        positions = None
+        if tokens.dim() == 3:
+            if tokens.shape[-1] != 2:
+                raise ValueError(f"tokens must be (B, L) ids or (B, L, 2) ids and positions, got {tuple(tokens.shape)}")
+            tokens, positions = tokens[..., 0], tokens[..., 1:].float()  # (B, L), (B, L, 1)
         x = self.tok_embed(tokens) * self.embed_scale  # (B, L, dim - cat_dim), unit scale
-        x = self.encoder(x, (tokens.shape[1],), caches=caches)  # (B, L, dim)
+        x = self.encoder(x, (tokens.shape[1],), caches=caches, positions=positions)  # (B, L, dim)
         return self.head(x)  # (B, L, num_classes)
 
     def new_caches(self) -> list[ndpe.KVCache]:

@@ -12,7 +12,7 @@ from .base import Encoding, bias_budget, set_bias_budget
 from .combine import Combine
 from .contract import LogitsTerm, PosOut, TokenTerm, apply_tokens, attn_bias, merge
 from .coords import grid_coords
-from .functional import apply_qk
+from .functional import apply_out, apply_qk, apply_v
 from .hf import from_hf_rope, hf_cos_sin  # Hugging Face glue (docs/integrations.md)
 from .kinds.coord import AddCoords
 from .memory import memory_budget, set_memory_budget
@@ -23,7 +23,7 @@ from .registry import available, make, options, register
 from .scaling_config import RopeScaling
 
 __all__ = [
-    "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PerAxis", "PosOut", "RopeScaling", "apply_qk", "apply_tokens", "attn_bias", "available",
+    "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PerAxis", "PosOut", "RopeScaling", "apply_out", "apply_qk", "apply_tokens", "apply_v", "attn_bias", "available",
     "bias_budget", "causal_mask", "from_hf_rope", "hf_cos_sin", "grid_coords", "make", "memory_budget", "merge", "mrope_positions", "pack", "options", "register",
     "set_bias_budget", "set_memory_budget", "stack",
 ]

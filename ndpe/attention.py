@@ -8,13 +8,16 @@ from torch import Tensor, nn
 
 from .checks import check_bool, check_heads, check_number
 from .contract import PosOut, attn_term, check_pos, check_token_count, token_count
-from .functional import rotate_qk
+from .fields import acting
+from .functional import rotate_qk, transform_heads
 
 
 class Attention(nn.Module):
     """Multi-head self-attention on ``F.scaled_dot_product_attention``.
 
-    Rotary encodings rotate q and k, bias and logits encodings go in as ``attn_mask``; additive,
+    Rotary encodings rotate q and k, bias and logits encodings go in as ``attn_mask``, a ``prob_bias`` (eRPE) is added
+    after the softmax (:func:`attend`: the explicit path for such a field, fused SDPA otherwise), a ``frame`` (GTA,
+    PRoPE) maps q, k, v and the output per token (``apply_v`` / ``apply_out``); additive,
     concatenated and token-transforming encodings were already applied to the tokens by ``ndpe.apply_tokens``.
 
     Decoding: pass a :class:`KVCache` and the encoding of the new tokens (``pe((n,), past=cache.length)``);
@@ -63,6 +66,7 @@ class Attention(nn.Module):
             check_token_count(x, covered, pos.num_prefix, "x", ("B", "T", "dim"))
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         q, k = rotate_qk(q, k, pos)
+        v = transform_heads(v, pos, "v")  # a per-token map of the values (GTA / PRoPE's frame), if any
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, past + T, hd)
         mask = attn_term(pos, q.dtype, q=q, k=k, causal=self.causal, x=x)  # its heads checked there
@@ -72,13 +76,54 @@ class Attention(nn.Module):
         drop = self.attn_drop if self.training else 0.0
         square = q.shape[-2] == k.shape[-2]
         if mask is None and (square or not self.causal):
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=self.causal)
+            out = attend(q, k, v, pos, dropout_p=drop, is_causal=self.causal)
         else:
             if self.causal:
                 tri = causal_mask(q.shape[-2], k.shape[-2], device=x.device, dtype=q.dtype)
                 mask = tri if mask is None else mask + tri
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+            out = attend(q, k, v, pos, attn_mask=mask, dropout_p=drop)
+        out = transform_heads(out, pos, "out")  # its inverse per query token
         return self.proj_drop(self.proj(rearrange(out, "b h t d -> b t (h d)")))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_mask: Tensor | None = None,
+           dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None) -> Tensor:
+    """``F.scaled_dot_product_attention(q, k, v, ...)`` that also applies the fields of ``pos`` acting on the attention
+    probabilities (declared with ``stage="probs"``: ``prob_bias``, eRPE); ``(B, heads, Tq, d)`` -> ``(B, heads, Tq, d_v)``.
+
+    ``q``, ``k`` as attention uses them (after :func:`ndpe.apply_qk`), ``attn_mask`` with the encoding's logits term
+    (:func:`ndpe.attn_bias`). Without such a field this is fused SDPA itself. With one, the same attention written
+    out: ``softmax(q.k * scale + mask)``, then each field's act, then the keys the mask hides (``-inf``: causal,
+    packed samples, padding) set back to 0, so a term added after the softmax never reaches them; dropout; times v.
+
+    >>> import ndpe
+    >>> pe = ndpe.make(dims=1, kind="erpe", dim=16, heads=2, length=5)
+    >>> q = k = v = torch.randn(1, 2, 5, 8)
+    >>> attend(q, k, v, pe((5,))).shape
+    torch.Size([1, 2, 5, 8])
+    """
+    acts = [] if pos is None else [(act, value) for name, act in acting(type(pos), "probs")
+                                   if (value := getattr(pos, name)) is not None]
+    if not acts:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                              scale=scale)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    logits = ((q * scale) @ k.transpose(-2, -1)).float()  # (B, heads, Tq, Tk), float32 as SDPA's softmax
+    hidden = None  # the keys the mask hides, (Tq, Tk) or as attn_mask
+    if is_causal:  # SDPA's is_causal: query i sees keys j <= i
+        hidden = torch.ones(logits.shape[-2:], dtype=torch.bool, device=logits.device).triu(1)
+        logits = logits.masked_fill(hidden, float("-inf"))
+    if attn_mask is not None:
+        logits = logits.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
+        hidden = torch.isneginf(logits)
+    probs = logits.softmax(-1)
+    for act, value in acts:
+        probs = act(probs, value)
+    if hidden is not None:
+        probs = probs.masked_fill(hidden, 0.0)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return probs.to(v.dtype) @ v
 
 
 def check_cache(pos: PosOut | None, cache: "KVCache | None") -> None:

@@ -163,7 +163,8 @@ class Encoding(nn.Module):
         self.clear_cache()
 
     def coords(self, grid_shape: Sequence[int]) -> Tensor:
-        """Default coordinates ``(N, dims)`` of the grid in this kind's units."""
+        """Default coordinates ``(N, dims)`` of the grid in this kind's units (what ``pe(grid_shape)`` encodes; a kind
+        whose positions are not grid coordinates, such as (latitude, longitude), overrides it)."""
         grid_shape = check_grid_shape(grid_shape, self.dims)
         return grid_coords(grid_shape, self.coords_mode, device=self.device)
 
@@ -246,9 +247,10 @@ class Encoding(nn.Module):
                 return hit
         if positions is None:  # the bias (the larger) and the coordinates are checked from the shape first
             self._check_bias_size(None, num_grid_tokens(cast(Sequence[int], grid_shape)), grid_shape, num_prefix)
-            positions = grid_coords(cast(Sequence[int], grid_shape), self.coords_mode, device=self.device)
+            positions = self.coords(cast(Sequence[int], grid_shape))
         else:
-            positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape))
+            positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape),
+                                        self.position_limit())
         if augmenting:
             positions = cast(nn.Module, self.augment)(positions, grid_shape)
         self._check_bias_size(positions.shape[0] if positions.ndim == 3 else None, positions.shape[-2], grid_shape,
@@ -316,6 +318,12 @@ class Encoding(nn.Module):
                                 "= True (encode taking key_positions=), so it cannot decode with a KV cache")
         out = dataclasses.replace(pad_prefix(out, 0, k_prefix=num_prefix), past=num_prefix + past)
         return out if dtype is None else out.to(dtype)
+
+    def position_limit(self) -> tuple[float, str] | None:
+        """The largest ``|coordinate|`` that explicit ``positions=`` may hold, and why (a clause of the error), checked
+        with their finiteness in one pass (:func:`ndpe.coords.check_positions`); None: any finite coordinate. A kind
+        whose arithmetic cannot represent larger ones overrides it (rotary angles: :func:`ndpe.coords.angle_limit`)."""
+        return None
 
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
         """Refuse (``ValueError``, one line) positions ``(..., N, dims)`` whose output would overflow ``dtype``, the

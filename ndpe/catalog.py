@@ -19,7 +19,7 @@ import torch
 
 from .contract import PosOut
 from .fields import specs
-from .registry import available, kind_class, make, options
+from .registry import available, kind_class, make
 
 # markers a kind without its own gets ("o", none's and rope's, is never derived)
 MARKERS = ("s", "D", "^", "v", "<", ">", "P", "X", "h", "H", "*", "p", "d", "8")
@@ -27,7 +27,8 @@ _GOLDEN = (math.sqrt(5) - 1) / 2  # hue step between candidate colours
 _APART = 0.2  # RGB distance (channels in [0, 1]) a derived colour keeps from every declared one
 # how a kind acts, from the fields of its output (each field declares it: ndpe.fields.Field.acts)
 ACTS = {name: spec.acts for name, spec, _ in specs(PosOut) if spec.acts}
-_ORDER = ("—", "add", "concat", "rotate q, k", "rotate q, k apart", "bias", "logits from q, k", "transforms tokens")
+_ORDER = ("—", "add", "concat", "rotate q, k", "rotate q, k apart", "bias", "bias after softmax", "logits from q, k",
+          "transforms tokens")
 
 
 def colour(kind: str) -> str:
@@ -94,11 +95,11 @@ def acts_by(kind: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's kinds table: one row per registered kind (grouped by how it acts), from the kinds' classes."""
-    lines = ["| kind | dims | acts by | what it is | options |", "|---|---|---|---|---|"]
+    """The README's kinds table: one row per registered kind (grouped by how it acts), from the kinds' classes.
+    A kind's options are left to ``ndpe options KIND`` (:func:`ndpe.options`): rope alone has more than 25."""
+    lines = ["| kind | dims | acts by | what it is |", "|---|---|---|---|"]
     rows = sorted((_ORDER.index(a) if a in _ORDER else len(_ORDER), a, k) for k in available() for a in [acts_by(k)])
     for _, acts, kind in rows:
         dims = " ".join(map(str, available()[kind])) + (" (causal)" if kind_class(kind).causal_only else "")
-        opts = ", ".join(f"`{name}`" for name in options(kind))
-        lines.append(f"| `{kind}` | {dims} | {acts} | {description(kind)} | {opts} |")
+        lines.append(f"| `{kind}` | {dims} | {acts} | {description(kind)} |")
     return "\n".join(lines)

@@ -20,6 +20,19 @@ from typing import Sequence
 import torch
 
 
+def shown(value) -> str:
+    """``repr(value)`` on one line, for an error message: a tensor of up to 8 elements as its values, a larger one
+    as its shape and dtype (a tensor's repr spans lines).
+
+    >>> shown(torch.ones(2, 1)), shown(torch.zeros(3, 4)), shown([0.5, "a"])
+    ('tensor([[1.], [1.]])', 'a tensor of shape (3, 4) (torch.float32)', "[0.5, 'a']")
+    """
+    if isinstance(value, torch.Tensor) and value.numel() > 8:
+        return f"a tensor of shape {tuple(value.shape)} ({value.dtype})"
+    text = repr(value)
+    return " ".join(text.split()) if "\n" in text else text
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -31,7 +44,7 @@ def _is_number(value) -> bool:
 def check_bool(value, name: str) -> bool:
     """``value`` must be a real ``bool`` (a string such as ``"no"`` is not one)."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+        raise TypeError(f"{name} must be a bool (True or False), got {shown(value)}")
     return value
 
 
@@ -39,7 +52,7 @@ def check_int(value, name: str, *, low: int | None = None) -> int:
     """An ``int`` (not a bool, not a float such as ``2.0``), ``>= low`` when given."""
     what = "an int" if low is None else "a positive int" if low == 1 else f"an int >= {low}"
     if not _is_int(value):
-        raise TypeError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be {what}, got {shown(value)} ({type(value).__name__})")
     if low is not None and value < low:
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
@@ -67,7 +80,7 @@ def check_heads(dim, heads) -> int:
 def check_dims(dims, kind: str, supported: tuple[int, ...]) -> int:
     """``dims`` must be an int (not ``2.0``) among the kind's supported positional dims."""
     if isinstance(dims, bool) or not isinstance(dims, int):
-        raise TypeError(f"dims must be an int (1, 2 or 3), got {dims!r} ({type(dims).__name__})")
+        raise TypeError(f"dims must be an int (1, 2 or 3), got {shown(dims)} ({type(dims).__name__})")
     if dims not in supported:
         raise ValueError(f"kind {kind!r} supports dims {supported}, got dims={dims!r}")
     return dims
@@ -100,7 +113,7 @@ def check_number(value, name: str, *, low: float | None = None, inclusive: bool 
     the value is used in, such as a float32 parameter) the checks apply to the value cast to it, so ``1e39``
     (inf in float32) and a positive ``1e-50`` (0 in float32) are refused too."""
     if not _is_number(value):
-        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be a number, got {shown(value)} ({type(value).__name__})")
     if not math.isfinite(value) or _out_of_range(value, low, inclusive, high):
         raise _range_error(value, name, low, inclusive, high, what, math.isfinite(value))
     if dtype is not None:
@@ -120,10 +133,10 @@ def per_axis(value, dims: int, name: str, *, low: float | None = None, inclusive
     kind = "int" if integer else "number"
     if len(values) != dims:
         raise ValueError(f"{name} must be a{'n' if integer else ''} {kind} or a tuple of {dims} {kind}s "
-                         f"(one per axis), got {value!r}")
+                         f"(one per axis), got {shown(value)}")
     for v in values:
         if not (_is_int(v) if integer else _is_number(v)):
-            raise TypeError(f"{name} must hold {kind}s, got {value!r}")
+            raise TypeError(f"{name} must hold {kind}s, got {shown(value)}")
     finite = all(math.isfinite(v) for v in values)
     if not finite or any(_out_of_range(v, low, inclusive, None) for v in values):
         err = _range_error(value, name, low, inclusive, None, what, finite)
@@ -142,7 +155,7 @@ def check_pairing(pairing) -> str:
 def check_choice(value, name: str, choices: Sequence[str]) -> str:
     """One of the strings ``choices`` (any other value, hashable or not, is refused the same way)."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {shown(value)}")
     return value
 
 
@@ -155,7 +168,7 @@ def check_float_dtype(dtype, name: str = "dtype") -> torch.dtype | None:
     if dtype is None:
         return None
     if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"{name} must be a torch.dtype such as torch.float32, got {dtype!r}")
+        raise TypeError(f"{name} must be a torch.dtype such as torch.float32, got {shown(dtype)}")
     if not dtype.is_floating_point:
         raise ValueError(f"{name} must be a floating dtype (float32, float16, bfloat16, float64), got {dtype}")
     return dtype
@@ -173,6 +186,22 @@ def check_devices(where: str, **named: torch.Tensor | torch.device) -> None:
     if len(set(devices.values())) > 1:
         listed = ", ".join(f"{name} on {device}" for name, device in devices.items())
         raise ValueError(f"{where} needs one device, got {listed}: move them to one device (.to(device))")
+
+
+def check_dtypes(where: str, **named: torch.Tensor) -> None:
+    """Tensors that meet in ``where`` must have one dtype; the error names the first one of each dtype met.
+
+    >>> check_dtypes("pack() add", sample_0=torch.zeros(1), sample_1=torch.zeros(1, dtype=torch.bfloat16))
+    Traceback (most recent call last):
+    ...
+    ValueError: pack() add needs one dtype, got torch.float32 (sample_0), torch.bfloat16 (sample_1): convert them to one (.to(dtype))
+    """
+    first: dict[torch.dtype, str] = {}
+    for name, t in named.items():
+        first.setdefault(t.dtype, name)
+    if len(first) > 1:
+        listed = ", ".join(f"{dtype} ({name})" for dtype, name in first.items())
+        raise ValueError(f"{where} needs one dtype, got {listed}: convert them to one (.to(dtype))")
 
 
 def check_float_tensor(x, name: str) -> None:

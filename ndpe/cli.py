@@ -61,6 +61,21 @@ def parse_option(text: str) -> tuple[str, object]:
         return key, value
 
 
+def _size(text: str) -> int:
+    """An argument that is a size (``--grid``, ``--grow``): a positive int, refused in one line otherwise.
+
+    >>> _size("8")
+    8
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a size must be a positive int, got {text!r}")
+    return value
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (exit status 2), without the usage block."""
 
@@ -135,9 +150,9 @@ def viz_parser(prog: str = "ndpe viz") -> argparse.ArgumentParser:
     what.add_argument("--axis", type=parse_axis, action="append", metavar="NAME=KIND",
                       help="per axis, in grid order (ndpe.PerAxis), e.g. --axis time=rope --axis freq=learned; "
                            "repeatable, no --option; a learned table is sized to its axis of --grid")
-    parser.add_argument("--grid", type=int, nargs="+", required=True,
+    parser.add_argument("--grid", type=_size, nargs="+", required=True,
                         help="grid sizes in ij order (dims = their count)")
-    parser.add_argument("--grow", type=int, nargs="+", default=None, help="a larger grid to compare with")
+    parser.add_argument("--grow", type=_size, nargs="+", default=None, help="a larger grid to compare with")
     parser.add_argument("--dim", type=int, default=64, help="model width (default 64)")
     parser.add_argument("--heads", type=int, default=1, help="attention heads (default 1)")
     parser.add_argument("--option", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
@@ -206,12 +221,15 @@ def viz_main(argv: list[str] | None = None, prog: str = "ndpe viz") -> list[Path
 
 
 def _sized(kind: str, grid: tuple[int, ...], opts: dict) -> dict:
-    """``opts`` of ``kind``, with a table that needs a size (learned's ``grid_shape``) sized to ``grid``."""
-    from .registry import options
+    """``opts`` of ``kind``, with the required options it lacks (a table's size: learned's ``grid_shape``, erpe's
+    ``length``) as the kind's ``task_options`` give them for training on ``grid``."""
+    from .registry import kind_class, options
 
-    if options(kind).get("grid_shape", None) is inspect.Parameter.empty and "grid_shape" not in opts:
-        opts = {**opts, "grid_shape": grid}  # a learned table sized to the training grid
-    return opts
+    missing = [name for name, default in options(kind).items() if default is inspect.Parameter.empty and name not in opts]
+    if not missing:
+        return opts
+    task = kind_class(kind).task_options(dims=len(grid), causal=False, train_grid=tuple(grid), max_grid=tuple(grid))
+    return {**opts, **{name: task[name] for name in missing if name in task}}
 
 
 def _viz(argv: list[str], prog: str) -> int:

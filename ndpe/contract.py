@@ -34,13 +34,24 @@ import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .checks import check_float_dtype, check_float_tensor, check_int, check_pairing
-from .fields import Field, LogitsTerm, TokenTerm, acting, declare, declared, each, parts, specs
+from .fields import Field, LogitsTerm, TokenTerm, acting, declare, declared, each, parts, specs, transform_frame
 
 __all__ = ["Field", "LogitsTerm", "PosOut", "TokenTerm", "apply_tokens", "attn_bias", "merge", "pad_prefix",
            "take_tokens"]
 
 TOKENS, QK = ("batch",), ("batch", "heads")  # what leading dims broadcast to: tokens (B, T, C), q/k (B, heads, T, d)
 _CONTENT = "(content-dependent kinds): use one of them"
+
+
+def add_after_softmax(probs: Tensor, prob_bias: Tensor) -> Tensor:
+    """``probs + prob_bias``: the attention probabilities ``(B, heads, Tq, Tk)`` with an encoding's term added after the
+    softmax (eRPE, Foumani et al. 2023: ConvTran's ``attn = softmax(q.k) + relative_bias``); ``prob_bias``
+    ``(*, Tq, Tk)``, ``*`` broadcast to ``(B, heads)``. The act of ``PosOut.prob_bias`` (stage ``"probs"``)."""
+    if prob_bias.shape[-2:] != probs.shape[-2:]:
+        raise ValueError(f"tokens have length {probs.shape[-2]} (keys {probs.shape[-1]}) but the encoding's prob_bias "
+                         f"covers {tuple(prob_bias.shape[-2:])} (grid + prefix; with a KV cache build it with past=)")
+    check_leading(prob_bias.shape[:-2], probs, "prob_bias")
+    return probs + prob_bias.to(probs.dtype)
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,13 @@ class PosOut:
             channels applied to q and k before ``rot`` (``q[..., :d_b] @ basis``), for rotations that are pairwise
             only in a learned basis (STRING: RoPE composed with a learned orthogonal matrix). Orthogonal, so it
             leaves ``q . k`` of unrotated (prefix) tokens unchanged.
+        prob_bias: ``(*, T, T)`` added to the attention probabilities after the softmax (eRPE); ``*`` broadcasts to
+            ``(B, heads)``. Attention with it takes the explicit softmax path (:func:`ndpe.attention.attend`).
+        frame: ``(D - I, D^-1 - I)``, each ``(*, T, 16 n)``: a per-token linear map ``D`` of each head's first ``4 n``
+            channels in ``n`` 4 x 4 blocks (GTA, PRoPE: a camera's SE(3) or projective matrix, two 2D rotations),
+            stored minus the identity so that 0 leaves a token alone. q becomes ``D^T q`` and k ``D^-1 k``
+            (:func:`ndpe.apply_qk`, after ``rot``), v ``D^-1 v`` before attention (:func:`ndpe.apply_v`) and the
+            output ``D o`` per query token (:func:`ndpe.apply_out`): ``q_i . k_j`` sees ``D_i D_j^-1`` alone.
         logits: :class:`LogitsTerm`, a term of the logits computed from q and k (``attn_bias(pos, q=q, k=k)``).
         tokens: :class:`TokenTerm`, a function of the token embeddings (``apply_tokens`` calls it first).
         past: the number of keys a KV cache must hold before these tokens: ``P + p`` for
@@ -69,7 +87,7 @@ class PosOut:
             :class:`ndpe.Attention` refuses a cache of another length, so a forgotten or stale
             ``past=`` is an error rather than positions silently off by the cache length.
 
-    Pairwise fields (``bias``, ``logits``) cover queries x keys; in KV-cache decoding
+    Pairwise fields (``bias``, ``prob_bias``, ``logits``) cover queries x keys; in KV-cache decoding
     (``pe((n,), past=p)``) those are ``n`` new queries against ``p + n`` keys, while the per-token fields
     cover the ``n`` new tokens.
 
@@ -97,6 +115,11 @@ class PosOut:
         "cannot merge PosOuts built for different KV-cache lengths past={values}: encode every part with the same "
         "past=")), 0)
     basis: Tensor | None = declare(Field("whole", QK, merge="rot"))
+    prob_bias: Tensor | None = declare(Field("pair", QK, merge="sum", acts="bias after softmax", stage="probs",
+                                             act=add_after_softmax))
+    frame: tuple[Tensor, Tensor] | None = declare(Field(
+        "token", QK, identity=(0.0, 0.0), acts="transforms q, k, v, out", stage="qkvo", act=transform_frame,
+        refusal="cannot merge two encodings with a frame (a per-token map of q, k, v): use one of them"))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:  # a PosOut with more fields: its declarations, its pytree
         super().__init_subclass__(**kwargs)
@@ -181,9 +204,10 @@ def tensors(out: PosOut) -> tuple[Tensor, ...]:
 
 def logit_fields(out: PosOut) -> list[str]:
     """The fields of ``out`` that add to the attention logits, as declared: set, and per query-key pair (``pair``: a
-    bias) or a ``term`` meeting q and k (``logits``). :func:`attn_term` sums them; :mod:`ndpe.flex` reads them."""
-    return [name for name, spec, value in _items(out)
-            if value is not None and (spec.role == "pair" or (spec.role == "term" and spec.lead == QK))]
+    bias) or a ``term`` meeting q and k (``logits``), and acting through no ``act`` of their own (``prob_bias`` acts
+    after the softmax). :func:`attn_term` sums them; :mod:`ndpe.flex` reads them."""
+    return [name for name, spec, value in _items(out) if value is not None and not spec.stage
+            and (spec.role == "pair" or (spec.role == "term" and spec.lead == QK))]
 
 
 def attention_fields(out: PosOut, tokens_too: bool = False) -> list[str]:

@@ -20,6 +20,9 @@ from torch import Tensor
 from .memory import check_memory, coords_bytes
 
 COORD_MODES = ("index", "pixel", "centered")
+MAX_ANGLE = 2.0 ** 46
+"""Rotary angles (radians) past which float64 keeps no 1e-2 rad precision (its spacing there is 2**-6 rad): a rotation
+by a larger angle no longer depends on the position offset alone (:func:`angle_limit`)."""
 
 
 def check_grid_shape(grid_shape: Sequence[int], dims: int) -> tuple[int, ...]:
@@ -83,8 +86,12 @@ def grid_coords(grid_shape: Sequence[int], mode: str = "index", *, device: torch
     return rearrange(torch.stack(mesh), "d ... -> (...) d")
 
 
-def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None) -> Tensor:
-    """Validate explicit coordinates ``(N, dims)`` or ``(B, N, dims)``; returns them as float32 (float64 kept)."""
+def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None,
+                    limit: tuple[float, str] | None = None) -> Tensor:
+    """Validate explicit coordinates ``(N, dims)`` or ``(B, N, dims)``; returns them as float32 (float64 kept).
+
+    They must be finite and, with ``limit`` (the largest ``|coordinate|`` the encoding's arithmetic represents and
+    why: :meth:`ndpe.Encoding.position_limit`), within ``limit``: both from one reduction."""
     if not isinstance(positions, Tensor):
         raise TypeError(f"positions must be a tensor of shape (N, {dims}) or (B, N, {dims}), got {type(positions).__name__}")
     if positions.device.type == "meta":
@@ -95,9 +102,80 @@ def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None)
         raise ValueError(f"positions hold {positions.shape[-2]} tokens but grid_shape has {num_tokens}")
     if positions.dtype != torch.float64:
         positions = positions.to(torch.float32)
-    if not _is_compiling() and not bool(torch.isfinite(positions).all()):
+    if _is_compiling() or positions.numel() == 0:
+        return positions
+    reach = float(positions.abs().amax())  # NaN if any is
+    if not math.isfinite(reach):
         raise ValueError("positions contain NaN or inf; expected finite coordinates")
+    if limit is not None and reach > limit[0]:
+        raise ValueError(f"positions reach {reach:g}, past {limit[0]:.3g}, {limit[1]}: use smaller positions (e.g. "
+                         "offsets from the sequence's start)")
     return positions
+
+
+def angle_limit(kind: str, fastest: float) -> tuple[float, str] | None:
+    """The largest ``|coordinate|`` a rotary kind whose fastest frequency is ``fastest`` (radians per unit) turns by
+    at most :data:`MAX_ANGLE`, and why (for :func:`check_positions`); None if nothing turns.
+
+    >>> angle_limit("rope", 1.0)[0] == 2.0 ** 46
+    True
+    """
+    if not fastest > 0:
+        return None
+    return MAX_ANGLE / fastest, (f"where {kind}'s fastest frequency ({fastest:.3g} rad per unit) turns float64 angles "
+                                 "by 2**46 rad, past which they keep no 1e-2 rad precision")
+
+
+def check_increasing(positions: Tensor, why: str, name: str = "positions") -> None:
+    """Refuse ``positions`` ``(..., N, 1)`` that do not increase along the tokens, for a kind whose positions only
+    order the tokens (``why``: what it does in token order), naming the first offending step."""
+    if torch.compiler.is_compiling():
+        return
+    steps = positions[..., 1:, 0] > positions[..., :-1, 0]
+    if not bool(steps.all()):
+        *sample, at = (int(i) for i in (~steps).nonzero()[0])  # the first offending step
+        row = positions[tuple(sample)][..., 0]
+        raise ValueError(f"{why}: {name} must increase along the sequence, but token {at + 1} is at "
+                         f"{float(row[at + 1])} after {float(row[at])}")
+
+def latlon_grid(grid_shape: Sequence[int], *, device: torch.device | str | None = None) -> Tensor:
+    """(latitude, longitude) in degrees ``(H * W, 2)`` of the cell centres of an equiangular ``(H, W)`` grid over the
+    whole sphere, row-major: row 0 is the northernmost band (a map's top row, as ERA5 stores it), column 0 starts at
+    longitude -180. Latitude ``90 - (i + 0.5) * 180 / H``, longitude ``-180 + (j + 0.5) * 360 / W``.
+
+    >>> latlon_grid((2, 4)).tolist()[:4]
+    [[45.0, -135.0], [45.0, -45.0], [45.0, 45.0], [45.0, 135.0]]
+    """
+    if not torch.compiler.is_compiling():
+        check_memory(coords_bytes(grid_shape),
+                     lambda: f"coordinates of grid {tuple(grid_shape)} ({math.prod(grid_shape)} tokens x 2 float32)",
+                     "encode a smaller grid (or pass positions= for the tokens you need)")
+    rows, cols = grid_shape
+    lat = 90.0 - (torch.arange(rows, device=device) + 0.5) * (180.0 / rows)  # (H,) north to south
+    lon = (torch.arange(cols, device=device) + 0.5) * (360.0 / cols) - 180.0  # (W,) west to east
+    mesh = torch.meshgrid(lat, lon, indexing="ij")
+    return rearrange(torch.stack(mesh), "d h w -> (h w) d")
+
+
+def check_latlon(positions: Tensor) -> None:
+    """Refuse (one line) positions ``(..., 2)`` other than (latitude, longitude) degrees in [-90, 90] x [-180, 180]."""
+    if positions.shape[-1] != 2:
+        raise ValueError(f"positions must be (latitude, longitude) pairs in degrees, shape (..., 2), "
+                         f"got shape {tuple(positions.shape)}")
+    if _is_compiling():
+        return
+    lat, lon = positions[..., 0], positions[..., 1]
+    if not bool((lat.abs() <= 90).all() and (lon.abs() <= 180).all()):
+        raise ValueError(f"positions must be (latitude, longitude) in degrees, latitude in [-90, 90] and longitude in "
+                         f"[-180, 180]; got latitudes in [{float(lat.min()):g}, {float(lat.max()):g}] and longitudes "
+                         f"in [{float(lon.min()):g}, {float(lon.max()):g}] (radians? (lon, lat) order?)")
+
+
+def unit_vectors(latlon: Tensor) -> Tensor:
+    """Points on the unit sphere ``(..., 3)`` (x towards (0, 0), y towards (0, 90), z the north pole) of
+    (latitude, longitude) degrees ``(..., 2)``."""
+    lat, lon = torch.deg2rad(latlon).unbind(-1)
+    return torch.stack([lat.cos() * lon.cos(), lat.cos() * lon.sin(), lat.sin()], dim=-1)
 
 
 def num_grid_tokens(grid_shape: Sequence[int]) -> int:

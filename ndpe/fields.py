@@ -10,7 +10,7 @@ A field is one of these roles (``T`` tokens, leading ``*`` broadcast to what :at
 ========== ====================================== ===========================================================
 role       value                                  example
 ========== ====================================== ===========================================================
-``token``  ``(*, T, C)`` per token                ``add``, ``cat``, ``rot`` (a ``(cos, sin)`` pair of them)
+``token``  ``(*, T, C)`` per token                ``add``, ``cat``, ``rot`` (``(cos, sin)``), ``frame``
 ``pair``   ``(*, Tq, Tk)`` per query-key pair     ``bias``
 ``whole``  ``(*, ...)``, no token axis            ``basis`` (one change of basis for every token)
 ``term``   a function of attention's tensors      ``logits`` (:class:`LogitsTerm`), ``tokens`` (:class:`TokenTerm`)
@@ -26,11 +26,13 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor
 
 from .checks import check_float_tensor
 
 ROLES = ("token", "pair", "whole", "term", "meta")
+STAGES = ("tokens", "qk", "probs", "qkvo")  # where a field with an act of its own acts (Field.stage)
 TENSOR_ROLES = ("token", "pair", "whole")
 MERGES = ("sum", "concat", "one", "same", "rot")
 
@@ -57,7 +59,14 @@ class Field:
     acts: how a kind with this field acts, as the README's kinds table says (:data:`ndpe.catalog.ACTS`).
     stage, act: a field no apply function of ndpe knows acts through ``act``: ``stage="tokens"`` calls
         ``act(x, value) -> x`` in :func:`ndpe.apply_tokens` (after ``add`` and ``cat``), ``stage="qk"`` calls
-        ``act(q, k, value) -> (q, k)`` in :func:`ndpe.apply_qk` (after the rotation).
+        ``act(q, k, value) -> (q, k)`` in :func:`ndpe.apply_qk` (after the rotation), ``stage="probs"`` calls
+        ``act(probs, value) -> probs`` on the attention probabilities ``(B, heads, Tq, Tk)`` after the softmax, before
+        they weigh v (:func:`ndpe.attention.attend`: attention with such a field leaves fused SDPA for the explicit
+        softmax; ``prob_bias``, eRPE). ``stage="qkvo"``: a per-token map of every head's channels, as GTA and PRoPE
+        apply one: ``act(t, value, which) -> t`` is called on q and k in :func:`ndpe.apply_qk` (``which`` ``"q"`` /
+        ``"k"``, after the rotation), on the values before attention (``"v"``, :func:`ndpe.apply_v`) and on
+        attention's output per query token (``"out"``, :func:`ndpe.apply_out`); a field acting on v and the output
+        alone returns q and k as they are.
     """
 
     role: str
@@ -76,8 +85,8 @@ class Field:
         if self.role not in ROLES or self.merge not in MERGES:
             raise ValueError(f"Field role must be one of {ROLES} and merge one of {MERGES}, got {self.role!r}, "
                              f"{self.merge!r}")
-        if (self.act is None) != (self.stage == "") or self.stage not in ("", "tokens", "qk"):
-            raise ValueError(f"Field act needs stage 'tokens' or 'qk' (and a stage needs an act), got {self.stage!r}")
+        if (self.act is None) != (self.stage == "") or self.stage not in ("", *STAGES):
+            raise ValueError(f"Field act needs a stage of {STAGES} (and a stage needs an act), got {self.stage!r}")
 
     @property
     def is_tensor(self) -> bool:
@@ -109,7 +118,7 @@ def declared(cls: type, inherited: tuple[tuple[str, Field, Any], ...] = ()) -> N
         own.append((name, value.metadata["ndpe"], value.default))
     cls._ndpe_specs = table = inherited + tuple(own)  # type: ignore[attr-defined]
     cls._ndpe_acting = {stage: tuple((name, spec.act) for name, spec, _ in table  # type: ignore[attr-defined]
-                                     if spec.stage == stage and spec.act is not None) for stage in ("tokens", "qk")}
+                                     if spec.stage == stage and spec.act is not None) for stage in STAGES}
 
 
 def specs(cls: type) -> tuple[tuple[str, Field, Any], ...]:
@@ -242,3 +251,24 @@ def _packed_tokens(terms: list[TokenTerm], sizes: list[int], x: Tensor) -> Tenso
 def _stacked_tokens(terms: list[TokenTerm], sizes: list[int], x: Tensor) -> Tensor:
     return torch.cat([torch.cat([term(x[b:b + 1, :n]), x[b:b + 1, n:]], 1)
                       for b, (term, n) in enumerate(zip(terms, sizes))])
+
+
+def transform_frame(t: Tensor, frame: tuple[Tensor, Tensor], which: str) -> Tensor:
+    """The act of :class:`~ndpe.PosOut`'s ``frame`` (``stage="qkvo"``): each token's 4 x 4 matrices ``D`` on its
+    channels in blocks of 4, ``D^T`` for q, ``D^-1`` for k and v, ``D`` for the attention output, so that
+    ``q_i . k_j`` sees ``D_i D_j^-1`` and the output is ``D_i sum_j a_ij D_j^-1 v_j`` (GTA's form).
+
+    ``t``: ``(B, heads, T, head_dim)``; ``frame``: ``(D - I, D^-1 - I)``, each ``(*, T, 16 n)``, the ``n`` matrices of
+    the first ``4 n`` channels of a token, row-major (stored minus the identity, so a prefix token's 0 leaves it
+    alone); the channels past ``4 n`` pass through.
+    """
+    delta = frame[1] if which in ("k", "v") else frame[0]
+    n = delta.shape[-1] // 16
+    if 4 * n > t.shape[-1]:
+        raise ValueError(f"the encoding's frame covers {4 * n} channels but the attention has head_dim {t.shape[-1]}; "
+                         "build it with the attention's dim and heads")
+    blocks = rearrange(t[..., :4 * n], "... (n j) -> ... n j", j=4)
+    mats = rearrange(delta.to(t.dtype), "... (n i j) -> ... n i j", i=4, j=4)
+    pattern = "...nji,...nj->...ni" if which == "q" else "...nij,...nj->...ni"  # q: D^T
+    out = rearrange(blocks + torch.einsum(pattern, mats, blocks), "... n i -> ... (n i)")
+    return out if 4 * n == t.shape[-1] else torch.cat([out, t[..., 4 * n:]], dim=-1)

@@ -34,6 +34,7 @@ from torch import Tensor
 from .base import Encoding
 from .checks import check_bool, check_devices, check_float_tensor, check_int
 from .contract import attn_term, logit_fields
+from .fields import acting
 from .memory import check_memory
 
 __all__ = ["attention", "flex_available", "packed_attention", "score_mod"]
@@ -67,6 +68,10 @@ def grid_term(pe: Encoding, grid_shape: Sequence[int], *, q: Tensor | None = Non
     if type(pe).has_score_bias():
         return pe.score_bias(pe.coords(grid_shape), q=q, k=k)
     out = pe(grid_shape)
+    after = [name for name, _ in acting(type(out), "probs") if getattr(out, name) is not None]
+    if after:
+        raise ValueError(f"kind {pe.kind!r} acts on the attention probabilities after the softmax ({after[0]}), which a "
+                         "flex score_mod cannot: use ndpe.Attention (or ndpe.attention.attend)")
     if not logit_fields(out):
         return None
     if out.logits is not None and out.logits.uses_states:
@@ -102,7 +107,8 @@ def score_mod(pe, grid_shape: Sequence[int], *, num_prefix: int = 0, causal: boo
     bias_fn = grid_term(pe, grid_shape, q=grid_q, k=grid_k, causal=causal)  # (b, h, i, j) -> term of grid tokens
     if bias_fn is None:
         raise ValueError(f"kind {pe.kind!r} adds nothing to the attention logits (its PosOut has no bias or logits), "
-                         "so it has no flex score_mod; apply its PosOut with apply_tokens / apply_qk")
+                         "so it has no flex score_mod; apply its PosOut with apply_tokens / apply_qk (and apply_v / "
+                         "apply_out for a frame)")
 
     def mod(score, b, h, q_idx, kv_idx):
         gi, gj = (q_idx - p).clamp(min=0), (kv_idx - p).clamp(min=0)  # grid token indices
@@ -152,7 +158,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe, grid_shape: Sequence[int], *,
     Equal to ``F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias(pos, q=q, k=k))`` with
     ``pos = pe(grid_shape, num_prefix=P)`` (plus the causal triangle) without building the ``(heads, T, T)``
     bias where the kind has a ``score_bias``. ``q``, ``k`` are the tensors attention uses (rotate them first with
-    ``apply_qk`` for a rotary kind).
+    ``apply_qk`` for a rotary kind; a ``frame``, GTA's, also maps ``v`` with ``apply_v`` and the output with
+    ``apply_out``).
     """
     check_int(num_prefix, "num_prefix", low=0)
     _check_call(q, k, v, pe, compiled)

@@ -23,8 +23,8 @@ from .kernels import compile as compile_kernel
 from .kernels import eager
 from .kernels.autograd import Rotary
 
-__all__ = ["KERNELS", "apply_qk", "apply_rotary", "apply_rotary_many", "change_basis", "rotary_kernel", "rotate_qk",
-           "rotate_reference", "set_rotary_kernel"]
+__all__ = ["KERNELS", "apply_out", "apply_qk", "apply_rotary", "apply_rotary_many", "apply_v", "change_basis",
+           "rotary_kernel", "rotate_qk", "rotate_reference", "set_rotary_kernel", "transform_heads"]
 
 
 KERNELS = ("auto", "eager", "compile", "triton")
@@ -181,7 +181,8 @@ def rotate_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]
     """:func:`apply_qk` of a ``pos`` already known to be a ``PosOut`` (``ndpe.Attention`` checks it once a call):
     only how the encoding meets ``q`` and ``k`` is checked (tokens, heads, batch, head_dim)."""
     acts = () if pos is None else acting(type(pos), "qk")
-    if pos is None or (pos.rot is None and not acts):
+    if pos is None or (pos.rot is None and not acts
+                       and all(getattr(pos, name) is None for name, _ in acting(type(pos), "qkvo"))):
         return q, k
     check_float_tensor(q, "q")
     check_float_tensor(k, "k")
@@ -190,7 +191,45 @@ def rotate_qk(q: Tensor, k: Tensor, pos: PosOut | None) -> tuple[Tensor, Tensor]
     for name, act in acts:  # fields declared with an act of their own, after the rotation
         if getattr(pos, name) is not None:
             q, k = act(q, k, getattr(pos, name))
-    return q, k
+    return transform_heads(q, pos, "q"), transform_heads(k, pos, "k")
+
+
+def apply_v(v: Tensor, pos: PosOut | None) -> Tensor:
+    """The values ``(B, heads, T, head_dim)`` as attention takes them: transformed per token by the encoding's fields
+    that act on them (``frame``: ``D^-1 v``, GTA / PRoPE), else ``v`` itself. Call it before a KV cache stores them.
+
+    >>> v = torch.randn(1, 2, 5, 8)
+    >>> apply_v(v, PosOut(frame=(torch.zeros(5, 32), torch.zeros(5, 32)))).equal(v)   # the identity frame
+    True
+    """
+    if pos is not None:
+        check_pos(pos)
+    return transform_heads(v, pos, "v")
+
+
+def apply_out(out: Tensor, pos: PosOut | None) -> Tensor:
+    """Attention's output ``(B, heads, T, head_dim)`` (before the heads are merged) transformed per query token by the
+    encoding's fields that act on it (``frame``: ``D o``, undoing ``apply_v``'s ``D^-1``), else ``out`` itself."""
+    if pos is not None:
+        check_pos(pos)
+    return transform_heads(out, pos, "out")
+
+
+def transform_heads(t: Tensor, pos: PosOut | None, which: str) -> Tensor:
+    """``t`` (``which``: ``"q"``, ``"k"``, ``"v"`` or ``"out"``) through every field of ``pos`` declared with
+    ``stage="qkvo"`` (:class:`~ndpe.fields.Field`), after checking that the field covers ``t``'s tokens and heads."""
+    if pos is None:
+        return t
+    for name, act in acting(type(pos), "qkvo"):
+        value = getattr(pos, name)
+        if value is None:
+            continue
+        check_float_tensor(t, which)
+        first = value[0] if isinstance(value, tuple) else value
+        check_token_count(t, first.shape[-2], pos.num_prefix, which, ("B", "heads", "T", "head_dim")[-t.dim():])
+        check_leading(first.shape[:-2], t, name)
+        t = act(t, value, which)
+    return t
 
 
 def _rotate_qk(q: Tensor, k: Tensor, pos: PosOut) -> tuple[Tensor, Tensor]:

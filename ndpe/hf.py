@@ -326,10 +326,10 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     that go through ``rotary_emb``, which take them as HF's rope does. Pinned against
     transformers 5.23 (``tests/test_hf_use.py``).
     """
-    import torch.nn.functional as F
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
+    from .attention import attend
     from .contract import apply_tokens, attn_bias
     from .functional import apply_qk
 
@@ -415,8 +415,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
                 mask = torch.zeros_like(mask, dtype=query.dtype).masked_fill(~mask, float("-inf"))
             if bias is not None:
                 mask = bias if mask is None else mask + bias
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
-                                                 is_causal=mask is None and n == total)
+            out = attend(query, key, value, pos, attn_mask=mask, dropout_p=dropout, scale=scaling,
+                         is_causal=mask is None and n == total)
             return out.transpose(1, 2).contiguous(), None
 
         AttentionInterface.register(name, attention)

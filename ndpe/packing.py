@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_devices, check_int
+from .checks import check_devices, check_dtypes, check_int
 from .contract import PosOut, check_pos, derive, tensors, token_count
 from .fields import Field, parts, specs
 from .memory import check_memory, floats
@@ -119,6 +119,8 @@ def _samples(outs: Sequence[PosOut], sizes: Sequence[int] | None, what: str) -> 
                          "between samples")
     check_devices(f"{what}()", **{f"sample {i}": t.device for i, o in enumerate(outs) for t in tensors(o)[:1]})
     for name, spec, _ in table:
+        if spec.is_tensor:
+            _check_alike(outs, name, spec, what)
         leads = [t.shape[:-2] for o in outs for t in parts(getattr(o, name))] if spec.is_tensor else []
         try:
             torch.broadcast_shapes(*leads)
@@ -136,6 +138,19 @@ def _samples(outs: Sequence[PosOut], sizes: Sequence[int] | None, what: str) -> 
         raise ValueError(f"{what}() needs each sample's token count: a PosOut with no tensor field has none; pass "
                          f"sizes= (pe.packed() does)")
     return cast("list[int]", counted)
+
+
+def _check_alike(outs: Sequence[PosOut], name: str, spec: Field, what: str) -> None:
+    """The samples' ``name`` fields have one dtype (one encoding returns one: torch.cat's type promotion would hide
+    samples built with another ``dtype=``) and, for a per-token field, one width (channels)."""
+    first = {f"sample {i}": parts(getattr(o, name))[0] for i, o in enumerate(outs) if getattr(o, name) is not None}
+    check_dtypes(f"{what}() on the samples' {name} fields", **first)
+    widths: dict[int, str] = {}
+    for sample, t in first.items():
+        widths.setdefault(t.shape[-1], sample)
+    if spec.role == "token" and len(widths) > 1:
+        raise ValueError(f"{what}() needs the outputs of one encoding: the samples' {name} fields have "
+                         f"{', '.join(f'{w} channels ({s})' for w, s in widths.items())}")
 
 
 def _each(spec: Field, values: list[Any], fn: Callable[[list[Tensor], float], Tensor]) -> Any:

@@ -3,7 +3,7 @@
 >>> import ndpe
 >>> pe = ndpe.make(dims=2, kind="rope", dim=384, heads=6)
 >>> sorted(ndpe.available())[:2]
-['alibi', 'complex']
+['abacus', 'alibi']
 """
 from __future__ import annotations
 

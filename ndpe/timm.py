@@ -39,8 +39,9 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from .attention import attend
 from .contract import PosOut, apply_tokens, attention_fields, attn_bias
-from .functional import apply_qk
+from .functional import apply_out, apply_qk, apply_v
 from .kinds.learned import Learned
 from .packing import stack
 from .registry import make
@@ -114,7 +115,8 @@ class NdpeAttention(nn.Module):
                 torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
             bias = extra if bias is None else bias + extra
         drop = a.attn_drop.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop, is_causal=is_causal and bias is None)
+        out = attend(q, k, apply_v(v, pos), pos, attn_mask=bias, dropout_p=drop, is_causal=is_causal and bias is None)
+        out = apply_out(out, pos)
         out = a.norm(out.transpose(1, 2).reshape(B, N, -1))
         if gate is not None:
             out = out * gate

@@ -12,7 +12,7 @@ from ndpe import catalog
 from train import bench
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER = "| kind | dims | acts by | what it is | options |"
+HEADER = "| kind | dims | acts by | what it is |"
 
 
 def test_the_readme_kinds_table_is_ndpe_kinds_markdown(capsys):

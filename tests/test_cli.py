@@ -124,7 +124,7 @@ def test_viz_writes_figures_and_exits_0(cmd, tmp_path):
 @needs_matplotlib
 @pytest.mark.parametrize("cmd", NDPE_LONG)  # the aliases run the same code (test_viz_writes_figures_and_exits_0)
 @pytest.mark.parametrize("args,status,says", [
-    (["--kind", "rope", "--grid", "0", "4"], 1, "grid_shape sizes must be >= 1"),  # the encoding refuses it
+    (["--kind", "rope", "--grid", "0", "4"], 2, "argument --grid: a size must be a positive int, got '0'"),
     (["--kind", "rope", "--grid", "4", "--option", "tehta=1.0"], 2, "valid options"),
     (["--kind", "ropee", "--grid", "4"], 2, "invalid choice: 'ropee'"),
     (["--kind", "rope", "--grid", "4", "4", "--grow", "8"], 2, "--grow needs one size per axis"),

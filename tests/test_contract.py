@@ -8,6 +8,7 @@ import torch
 
 import ndpe
 from conftest import KIND_DIMS, build
+from ndpe.fields import specs
 
 GRIDS = {1: [(7,), (11,)], 2: [(2, 5), (5, 2)], 3: [(2, 3, 4), (4, 3, 2)]}
 ids = [f"{k}-{d}d" for k, d in KIND_DIMS]
@@ -17,13 +18,15 @@ pytestmark = pytest.mark.parametrize("kind,dims", KIND_DIMS, ids=ids)
 def fields(out: ndpe.PosOut, pe, t: int):
     """Every tensor of a PosOut by name, with the content-dependent terms evaluated on fixed q, k and tokens
     ``(2, heads, t, head_dim)`` / ``(2, t, dim - cat_dim)`` (``t`` = prefix + grid tokens)."""
-    named = {"add": out.add, "cat": out.cat, "bias": out.bias}
+    named = {"add": out.add, "cat": out.cat, "bias": out.bias, "prob_bias": out.prob_bias}
     if out.rot is not None:
         named["cos"], named["sin"] = out.rot
     if out.rot_k is not None:
         named["cos_k"], named["sin_k"] = out.rot_k
     if out.basis is not None:
         named["basis"] = out.basis
+    if out.frame is not None:
+        named["frame"], named["frame_inv"] = out.frame
     g = torch.Generator().manual_seed(0)
     if out.logits is not None:
         q, k = torch.randn(2, 2, pe.heads, t, pe.head_dim, generator=g)
@@ -150,7 +153,7 @@ def test_declared_capabilities_are_what_the_kind_does(kind, dims):
         with pytest.raises(ValueError, match="decod") as refused:  # undeclared, so it refuses past= in one line
             pe.eval()((2,), past=3)
         assert "\n" not in str(refused.value)
-    assert cls.position_free == all(getattr(out, f) is None for f in ("add", "cat", "rot", "bias", "logits", "tokens"))
+    assert cls.position_free == all(getattr(out, name) is None for name, spec, _ in specs(type(out)) if spec.role != "meta")
 
 
 def test_transposed_grids_differ(kind, dims):

@@ -198,9 +198,15 @@ def attention_terms(pos: ndpe.PosOut) -> list[str]:
     """The fields of ``pos`` that add to the attention logits, read from their declarations (not from a list of
     kinds): set, and per query-key pair (role ``pair``) or a function meeting q and k (role ``term``, leading axes
     batch and heads). The rest act on the tokens (``apply_tokens``) or on q and k (``apply_qk``: token fields
-    meeting q and k, ``whole`` fields, fields acting at stage ``qk``), which the caller applies before flex."""
-    return [name for name, spec, _ in specs(type(pos)) if getattr(pos, name) is not None
+    meeting q and k, ``whole`` fields, fields acting at stage ``qk``), which the caller applies before flex, or act
+    after the softmax (stage ``probs``: :func:`after_softmax`), which flex refuses."""
+    return [name for name, spec, _ in specs(type(pos)) if getattr(pos, name) is not None and not spec.stage
             and (spec.role == "pair" or (spec.role == "term" and "heads" in spec.lead))]
+
+
+def after_softmax(pos: ndpe.PosOut) -> bool:
+    """Whether a field of ``pos`` acts on the attention probabilities (declared at stage ``probs``: eRPE)."""
+    return any(getattr(pos, name) is not None and spec.stage == "probs" for name, spec, _ in specs(type(pos)))
 
 
 def reads_states(pos: ndpe.PosOut) -> bool:
@@ -237,6 +243,11 @@ def test_packed_flex_equals_sdpa_for_every_kind(kind, dims):
     q, k, v = (torch.randn(2, 3, n, 8) for _ in range(3))
     with torch.no_grad():
         q, k = ndpe.apply_qk(q, k, pos)
+    if after_softmax(alone):
+        with pytest.raises(ValueError, match=rf"^kind '{kind}' acts on the attention probabilities after the softmax"
+                                             r"[^\n]*$"), torch.no_grad():
+            flex.packed_attention(q, k, v, pe, shapes, num_prefix=1, causal=causal, compiled=False)
+        return
     if reads_states(alone):
         with pytest.raises(ValueError, match=rf"^kind '{kind}' computes its logits term from the token states[^\n]*$"), \
                 torch.no_grad():
@@ -265,7 +276,8 @@ def test_flex_attention_equals_sdpa_or_refuses_for_every_kind(kind, dims):
     with torch.no_grad():
         q, k = ndpe.apply_qk(q, k, pos)
     if not attention_terms(pos) or reads_states(pos):
-        what = "adds nothing to the attention logits" if not attention_terms(pos) else "from the token states"
+        what = ("after the softmax" if after_softmax(pos) else "adds nothing to the attention logits"
+                if not attention_terms(pos) else "from the token states")
         with pytest.raises(ValueError, match=rf"^kind '{kind}' [^\n]*{what}[^\n]*$"), torch.no_grad():
             flex.attention(q, k, v, pe, grid, num_prefix=1, causal=causal, compiled=False)
         return

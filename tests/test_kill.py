@@ -1,9 +1,10 @@
 """Kills at random moments lose nothing (slow: ``bash scripts/test.sh -m slow``).
 
-A training run (``python -m train.main``) and the quick benchmark (``python -m train.bench --quick``) are
-SIGKILLed a few times at random moments, then resumed / rerun: the checkpoint loads, the resumed run ends
-with the same weights and metrics as an uninterrupted one, log.jsonl holds each step and epoch once,
-results.csv reads back with whole cells only, and no temp file is left behind.
+A training run (``python -m train.main``, of the reference ViT and of a timm ViT made positional by
+``ndpe.timm.use``) and the quick benchmark (``python -m train.bench --quick``) are SIGKILLed a few times at
+random moments, then resumed / rerun: the checkpoint loads, the resumed run ends with the same weights and
+metrics as an uninterrupted one, log.jsonl holds each step and epoch once, results.csv reads back with whole
+cells only, and no temp file is left behind.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ TRAIN = ["data.name=tests.test_train:fake", "data.allow_import=true", "data.opti
          "model.patch_size=4", "model.dim=16", "model.depth=1", "model.heads=2", "model.drop=0.1",
          "model.pe.kind=rope", "train.batch_size=16", "train.epochs=8", "train.save_every=1", "train.log_every=1",
          "optim.warmup_steps=2", "train.device=cpu"]
+# the drop-in path: the same run on a timm ViT made positional by ndpe.timm.use
+TRAIN_TIMM = [a for a in TRAIN if a != "model.name=vit"] + ["model.name=timm", "model.timm_name=vit_tiny_patch16_224"]
 BENCH = ["--quick", "tasks=[text/copy]", "task_kinds={}", "kinds=[none]", "seeds=[0,1]", "default_steps=30",
          "steps={}", "train_items=64", "test_items=8", "batch_size=8", "dim=16", "heads=2", "depth=1",
          "rope_variants=[]", "workers=1", "lr_file=null"]
@@ -72,21 +75,22 @@ def no_temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*.tmp")]
 
 
-def test_killed_training_resumes_to_the_same_result(tmp_path):
+@pytest.mark.parametrize("train", [TRAIN, TRAIN_TIMM], ids=["vit", "timm"])
+def test_killed_training_resumes_to_the_same_result(tmp_path, train):
     rng = random.Random(int(os.environ.get("KILL_SEED", "0")))
     ref = tmp_path / "ref"
-    wall = run_to_end("train.main", *TRAIN, f"train.out_dir={ref}")
+    wall = run_to_end("train.main", *train, f"train.out_dir={ref}")
     run = tmp_path / "killed"
     ckpt = run / "checkpoint.pt"
     kills = 0
     for _ in range(KILLS):
         resume = [f"train.resume={ckpt}"] if ckpt.exists() else []
-        kills += kill_at_random("train.main", [*TRAIN, f"train.out_dir={run}", *resume], rng, (0.5 * wall, 0.85 * wall))
+        kills += kill_at_random("train.main", [*train, f"train.out_dir={run}", *resume], rng, (0.5 * wall, 0.85 * wall))
         if ckpt.exists():
             load_checkpoint(ckpt)  # whatever moment the kill hit, the checkpoint on disk is whole
     assert kills >= 1
     resume = [f"train.resume={ckpt}"] if ckpt.exists() else []
-    run_to_end("train.main", *TRAIN, f"train.out_dir={run}", *resume)
+    run_to_end("train.main", *train, f"train.out_dir={run}", *resume)
 
     got, want = load_checkpoint(ckpt), load_checkpoint(ref / "checkpoint.pt")
     assert got["global_step"] == want["global_step"]

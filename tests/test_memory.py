@@ -73,6 +73,7 @@ KINDS = sorted(ndpe.available())
 BIAS_KINDS = tuple(k for k in KINDS if build(k, kind_dims(k)).pair_words() is not None)
 KEY_KINDS = tuple(k for k in KINDS if ndpe.registry.kind_class(k).takes_key_positions and k not in BIAS_KINDS
                   and 1 in ndpe.available()[k])  # 1D kinds that take key positions and build no bias
+ID_TABLE_KINDS = ("abacus",)  # a per-token kind whose place ids index a fixed table: a huge past= is past its end
 PAIR_KINDS = tuple(k for k in KINDS if {"bias", "logits"} & set(catalog.acts_by(k).split()))
 
 
@@ -91,13 +92,15 @@ def huge_past_case(kind):
     normalized = build(kind, dims).coords_mode != "index"  # normalized coordinates refuse past= anyway
     opts = {"coords": "index"} if normalized else {}
     thunk = call(kind, (1,) * dims, dims=dims, opts=opts, past=PAST)
-    if kind in BIAS_KINDS:
+    if dims > 1:  # past= needs a token order: refused before anything is sized
+        expect = (ValueError, "needs a token order, dims=1")
+    elif kind in ID_TABLE_KINDS:
+        expect = (ValueError, "build it with a larger")
+    elif kind in BIAS_KINDS:
         expect = (MemoryError, f"{kind} bias for grid ({PAST + 1},) (+0 prefix) is a (2, 1, {PAST + 1}) float32 tensor")
     elif kind in KEY_KINDS:
         expect = (MemoryError, f"{kind} keys for decoding past={PAST} + 1 new tokens ({PAST + 1} float32 key "
                   "coordinates)")
-    elif dims > 1:
-        expect = (ValueError, "needs a token order, dims=1")
     elif kind in PAIR_KINDS:  # pairs queries with keys without taking the keys' positions: refuses past=
         expect = (ValueError, "does not declare takes_key_positions")
     else:  # per-token kinds build the new positions only: nothing of size past

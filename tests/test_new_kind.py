@@ -167,5 +167,5 @@ def test_ndpe_kinds_markdown_has_their_rows(capsys):
 
     assert main(["kinds", "--markdown"]) == 0
     rows = capsys.readouterr().out.splitlines()
-    assert f"| `{BIAS}` | 1 2 3 | bias | a test's bias kind | `slope` |" in rows
-    assert f"| `{ROTARY}` | 1 2 | rotate q, k | {RampRope.__doc__.splitlines()[0]} | `theta` |" in rows
+    assert f"| `{BIAS}` | 1 2 3 | bias | a test's bias kind |" in rows
+    assert f"| `{ROTARY}` | 1 2 | rotate q, k | {RampRope.__doc__.splitlines()[0]} |" in rows

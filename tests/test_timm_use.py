@@ -149,6 +149,35 @@ def test_positions_reach_the_attention(kind):
         assert (plain(shuffled) - plain(x)).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("name", ["vit", "eva"])
+@pytest.mark.parametrize("kind", [k for k in KINDS if not type(build(k, 2)).position_free])
+def test_a_broken_encoding_moves_the_model_far_past_the_tolerance(kind, name, monkeypatch):
+    """Kill test: a model built by ``use`` depends on the kind through its positions, by far more than the 2e-5 the
+    equality tests allow. The same model (same seed and weights: sharp attention, the encoding's parameters at a
+    trained scale) with the kind's positions collapsed, every token encoded at the first token's position (a rotation,
+    bias or table entry the same for all: relative rotations become the identity), moves its token features by
+    > 100 x 2e-5. It also fails if ``use`` stops applying the encoding (a dropped ``apply_qk`` or bias leaves both
+    models the same)."""
+    side = 28 if name == "eva" else 32
+    x = torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(1))
+    cls = type(build(kind, 2))
+
+    def features():
+        torch.manual_seed(0)
+        model = sharpen_attention(ndpe.timm.use(tiny_models()[name](), kind, **cls.example_options(2))).eval()
+        with torch.no_grad():
+            for p in model.ndpe_pe.parameters():  # zero-initialized tables (relative, cpb) encode nothing yet
+                p.normal_(0.0, 0.5)
+            return model.forward_features(x)
+
+    out = features()
+    encode = cls.encode
+    monkeypatch.setattr(cls, "encode", lambda self, positions, grid_shape, **kw: encode(
+        self, positions[..., :1, :].expand_as(positions), grid_shape, **kw))
+    gap = (features() - out).abs().max().item()
+    assert gap > 100 * 2e-5, f"{kind} in timm's {name}: collapsing its positions moves the features by only {gap:.3g}"
+
+
 def test_state_dict_pickle_and_refusals():
     model = ndpe.timm.use(tiny_models()["vit"](), "learned", grid_shape=(4, 4), resize="bicubic")
     assert any(k.startswith("ndpe_pe.") for k in model.state_dict())

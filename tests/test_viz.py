@@ -8,7 +8,7 @@ import torch
 
 import ndpe
 from ndpe import catalog
-from ndpe.cli import parse_option
+from ndpe.cli import _sized, parse_option
 from ndpe.cli import viz_main as main
 from ndpe.viz import centre_index, draw, offset_curve, relation, table
 from tests.conftest import build
@@ -511,7 +511,7 @@ def test_every_registered_kind_draws_from_the_command_line(tmp_path, kind, dims)
         assert written == set()
         return
     torch.manual_seed(0)  # the command's encoding: what it had to draw
-    options = {"grid_shape": grid} if kind == "learned" else {}
+    options = _sized(kind, grid, {})  # a required option (a table's size) sized to the grid, as the command does
     pe = ndpe.make(dims=dims, kind=kind, dim=32, heads=2, **options).eval()
     per_head = num_heads(pe(grid), content=Content.of(pe, grid)) > 1
     expected = {"table", "similarity"} | ({"heads"} if per_head else set())

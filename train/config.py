@@ -35,7 +35,7 @@ from .config_yaml import (MAX_INT_DIGITS, MAX_YAML_BYTES, MAX_YAML_NODES, Config
 # The data domains each reference model trains on (a training concern: models/ knows no datasets);
 # coordinate-regression images go to the ViT too.
 DOMAINS = {"vit": ("image", "coord"), "audio": ("audio",), "text": ("text",), "video": ("video",),
-           "conv": ("coord", "image")}
+           "conv": ("coord", "image"), "timm": ("image",)}
 
 
 ALLOW_IMPORT_ENV = "NDPE_ALLOW_DATA_IMPORT"
@@ -75,7 +75,7 @@ class PEConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "vit"  # vit | audio | text | video | conv
+    name: str = "vit"  # vit | audio | text | video | conv | timm (a timm ViT / EVA with ndpe.timm.use)
     num_classes: int | None = None  # None: from the dataset
     vocab_size: int | None = None  # text: None: from the dataset
     dim: int | None = None  # width; None (here and below): the architecture's default
@@ -85,6 +85,8 @@ class ModelConfig:
     drop: float | None = None
     drop_path: float | None = None
     patch_size: int | list[int] | None = None  # vit: int; audio: [time, freq]
+    timm_name: str | None = None  # timm: the timm model name (e.g. vit_tiny_patch16_224), built untrained at these sizes
+    img_size: int | list[int] | None = None  # timm: the image size the model is built for; None: the dataset's
     tubelet: list[int] | None = None  # video: [frames, rows, cols]
     in_chans: int | None = None
     pool: str | None = None  # cls | mean
@@ -269,7 +271,7 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
     for name in ("drop", "drop_path"):
         if getattr(m, name) is not None and getattr(m, name) >= 1:
             raise ConfigError(f"config key model.{name} must be in [0, 1), got {getattr(m, name)!r}")
-    for name in ("patch_size", "tubelet", "channels"):
+    for name in ("patch_size", "img_size", "tubelet", "channels"):
         value = getattr(m, name)
         if value is not None and any(v < 1 for v in (value if isinstance(value, list) else [value])):
             raise ConfigError(f"config key model.{name} must be >= 1, got {value!r}")

@@ -67,6 +67,7 @@ def floors(train: Dataset, val: Dataset, test: Dataset, metric: str | None = Non
     if task == "tag":
         per_seq = metric == "seq_acc"
         tokens, targets = tensors(test)
+        tokens = tokens[..., 0] if tokens.dim() == 3 else tokens  # (B, L, 2): ids beside the data's positions
         out = {"chance": chance_tags(targets, int(train.num_classes), per_seq),
                "most-common-symbol": score_guesses(most_common_guesses(tokens), targets, per_seq)}
         if getattr(train, "order_blind_bag", False):

@@ -135,6 +135,8 @@ def resolve_model_config(cfg: Config, dataset: Dataset) -> None:
         m.num_classes = int(dataset.num_classes)
     if m.name == "text" and m.vocab_size is None:
         m.vocab_size = int(dataset.vocab_size)
+    if m.name == "timm" and m.img_size is None:
+        m.img_size = list(dataset[0][0].shape[-2:])
 
 
 # -- setup -----------------------------------------------------------------------------------
@@ -151,8 +153,9 @@ def seed_everything(seed: int) -> None:
 
 
 def no_weight_decay(model: nn.Module) -> set[str]:
-    """Names of position tables and prefix tokens: no weight decay (as timm's ViT)."""
-    return {n for n, _ in model.named_parameters() if ".pe." in f".{n}" or n.endswith("cls_token")}
+    """Names of position tables (ndpe.timm.use: ``ndpe_pe``) and prefix tokens: no weight decay (as timm's ViT)."""
+    return {n for n, _ in model.named_parameters()
+            if ".pe." in f".{n}" or ".ndpe_pe." in f".{n}" or n.endswith(("cls_token", "reg_token"))}
 
 
 def build_optimizer(model: nn.Module, cfg: Config) -> torch.optim.Optimizer:

@@ -65,6 +65,11 @@ class KindOption:
     reason: str
 
 
+def addition_digits(grid: tuple) -> int:
+    """Digits per operand of a decoder-only addition sequence of ``grid = (3L + 2,)`` tokens (at least 1)."""
+    return max((int(grid[0]) - 2) // 3, 1) if grid else 1
+
+
 @dataclass(frozen=True)
 class Task:
     """One line of the protocol: a dataset trained at one size and tested at larger ones."""
@@ -128,6 +133,13 @@ T5_IN_CONTEXT = KindOption(lambda train, largest: {"max_distance": int(train[0])
                            "compare T5's bias as trained")
 COPE_MAX = KindOption(lambda train, largest: {"max_pos": int(largest[0])},
                       "max_pos covers every offset of the largest test sequence (Golovneva et al. 2024)")
+ABACUS_K = KindOption(lambda train, largest: {"max_k": addition_digits(largest)},
+                      "max_k at the largest test length in digits, so training offsets cover every place tested (McLeish "
+                      "et al. 2024: max_k 100 for tests up to 100 digits)")
+COUPLING_MAX = KindOption(lambda train, largest: {"max_position": int(largest[0]) + 2},
+                          "max_position at the largest test sequence plus 2, above every id a test sequence uses, so "
+                          "random starts train each of them (Cho et al. 2024: max_position >= operand length + 2; 202 "
+                          "for tests up to 100 digits)")
 CAUSAL_TEXT = {"data": {"causal": True, "min_length": 1}, "test_data": {"min_length": None},
                "model_opts": {"causal": True}, "protocol": KAZEMNEJAD_PROTOCOL, "bar": COPY_BAR,
                "order_blind": ORDER_BLIND_TAGS, "kind_options": {"fire": FIRE_L, "cope": COPE_MAX}}
@@ -179,6 +191,13 @@ TASKS = {t.name: t for t in [
     Task("text/reverse", "reverse", "text", 1, "length", 8, (8, 12, 16), "seq_acc", True, unit="L", **CAUSAL_TEXT),
     Task("text/addition", "addition", "text", 1, "length", 8, (8, 12, 16), "seq_acc", True, unit="L",
          **{**CAUSAL_TEXT, "order_blind": "not computed (no closed form for addition)"}),
+    Task("text/addition-place", "addition", "text", 1, "length", 8, (8, 12, 16), "seq_acc", True, unit="L",
+         **{**CAUSAL_TEXT, "data": {**CAUSAL_TEXT["data"], "place": True},
+            "protocol": KAZEMNEJAD_PROTOCOL + "; every token's position is its place id (the digit of 10**i: i + 1, "
+                        "other tokens 0), as Abacus and position coupling assign them (McLeish et al. 2024, Cho et al. "
+                        "2024 train on up to L digits and test beyond)",
+            "order_blind": "not computed (no closed form for addition)",
+            "kind_options": {**CAUSAL_TEXT["kind_options"], "abacus": ABACUS_K, "coupling": COUPLING_MAX}}),
     Task("text/stdlib_lm", "stdlib_lm", "text", 1, "context", 64, (64, 128, 256, 512), "ppl", False,
          Bar("perplexity below the trigram's on the same test characters", floor="trigram"), "C",
          test_data={"score_last": 32, "align": 512}, model_opts={"causal": True}, protocol=PRESS_PROTOCOL,

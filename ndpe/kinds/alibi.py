@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import _is_int, _is_number, check_bool, check_choice, check_int
+from ..checks import _is_int, _is_number, check_bool, check_choice, check_int, shown
 from ..contract import PosOut
 from ..pairs import pair_axes, sum_of, token_axes
 from ..registry import register
@@ -92,8 +92,8 @@ def check_slopes(slopes: Sequence[float] | Tensor, n: int) -> tuple[float, ...]:
     values = slopes.tolist() if isinstance(slopes, Tensor) else slopes
     if (not isinstance(values, (list, tuple)) or len(values) != n
             or not all(_is_number(v) and math.isfinite(v) for v in values)):
-        raise ValueError(f"slopes must be a list of {n} finite numbers, one per biased head (alibi_heads), "
-                         f"got {slopes!r}")
+        raise ValueError(f"slopes must be a list of {n} finite numbers, one per biased head (alibi_heads), or a 1-D "
+                         f"tensor of them, got {shown(slopes)}")
     return tuple(float(v) for v in values)
 
 

@@ -58,6 +58,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int
 from ..contract import LogitsTerm, PosOut
+from ..coords import check_increasing
 from ..memory import check_memory, check_tables
 from ..registry import register
 
@@ -146,17 +147,6 @@ class CoPE(Encoding):
         self.table = nn.Parameter(torch.zeros(max_pos, self.head_dim))  # the paper's pos_emb, zero-initialized
         self.head_mix = nn.Parameter(torch.eye(heads)) if talking_heads else None
 
-    def _check_order(self, positions: Tensor, keys: Tensor) -> None:
-        if torch.compiler.is_compiling():
-            return
-        for name, p in (("positions", positions), ("key positions", keys)):
-            steps = p[..., 1:, 0] > p[..., :-1, 0]
-            if not bool(steps.all()):
-                *sample, at = (int(i) for i in (~steps).nonzero()[0])  # the first offending step
-                row = p[tuple(sample)][..., 0]
-                raise ValueError(f"cope counts keys in token order: {name} must increase along the sequence, "
-                                 f"but token {at + 1} is at {float(row[at + 1])} after {float(row[at])}")
-
     def term_bytes(self, num_queries: int, num_keys: int) -> int:
         """Estimated peak bytes of the term for ONE sample of the batch (the budget counts a logits term per sample,
         as a bias shared by the batch): 14 float32 words per pair and head at the peak of :func:`cope_term` (logits,
@@ -176,7 +166,8 @@ class CoPE(Encoding):
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         keys = positions if key_positions is None else key_positions
-        self._check_order(positions, keys)
+        for name, p in (("positions", positions), ("key positions", keys)):
+            check_increasing(p, "cope counts keys in token order", name)
         self._check_visible(positions, keys)
         visible = _visible(positions, keys)  # (..., Nq, Nk)
         table, head_mix = self.table, self.head_mix
@@ -201,7 +192,7 @@ class CoPE(Encoding):
         """
         if q is None or k is None:
             raise ValueError("cope's term depends on the queries and keys: pass q= and k= (B, heads, N, head_dim)")
-        self._check_order(coords, coords)
+        check_increasing(coords, "cope counts keys in token order")
         self._check_visible(coords, coords)
         _check_term(self.heads, self.max_pos, self.talking_heads, q.shape[-2], k.shape[-2])
         visible = _visible(coords, coords)

@@ -16,7 +16,8 @@ The term reads the token states, so it travels as a ``logits`` term with ``uses_
 hands it the tokens it attends over. Differences from the reference: one gate projection per encoding (the paper
 and x-transformers have one per layer: build one encoding per block to get that); the term is materialized
 ``(B, heads, N, N)`` (float32). Decoding with a KV cache is refused (the cached keys' gates would have to be kept
-beside the cache). Positions are the token order only: explicit coordinates are not taken.
+beside the cache). Positions are the token order only: explicit coordinates must increase along the tokens
+(as cope's), and only their order counts.
 
 >>> import ndpe, torch
 >>> pe = ndpe.make(dims=1, kind="dd-alibi", dim=32, heads=4)
@@ -36,6 +37,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_number
 from ..contract import LogitsTerm, PosOut
+from ..coords import check_increasing
 from ..memory import check_memory
 from ..registry import register
 
@@ -104,6 +106,7 @@ class DataDependentAlibi(Encoding):
         if key_positions is not None:
             raise ValueError("dd-alibi cannot decode with a KV cache: its bias needs the forget gates of every cached "
                              "token, which the cache does not keep; run the full sequence (use_cache=False)")
+        check_increasing(positions, "dd-alibi gates the tokens in token order (positions only order them)")
         n = positions.shape[-2]
 
         def term(q: Tensor, k: Tensor, x: Tensor) -> Tensor:

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_number
 from ..contract import LogitsTerm, PosOut
+from ..coords import angle_limit
 from ..memory import check_memory
 from ..registry import register
 
@@ -83,6 +84,10 @@ class PoPE(Encoding):
         if bias_uniform_init:
             with torch.no_grad():
                 self.learned_bias.uniform_(-2 * math.pi, 0.0)
+
+    def position_limit(self) -> tuple[float, str] | None:
+        """Positions whose phases stay within :data:`ndpe.coords.MAX_ANGLE` (the fastest frequency is ``base ** 0``)."""
+        return angle_limit(self.kind, 1.0)
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)  # keep the frequencies in float64 under .half() / .to(bf16)

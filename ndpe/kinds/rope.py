@@ -89,6 +89,7 @@ from torch import Tensor
 from ..base import Encoding
 from ..checks import check_bool, check_choice, check_number, check_pairing, per_axis
 from ..contract import PosOut
+from ..coords import angle_limit
 from ..frequencies import FREQUENCIES, axial_inv_freq, resolve_scheme
 from ..registry import register
 from ..scaling import SCALINGS
@@ -223,6 +224,11 @@ class RoPE(Encoding):
         # single-axis heads: each axis' series over all rot_dim channels, (dims * rot_dim / 2,) float64
         head_freq, self.head_attn_factor = self._build_head_inv_freq(torch.device("cpu"))
         self.register_buffer("head_inv_freq", head_freq, persistent=False)
+        self.fastest = float(torch.cat([inv_freq, head_freq]).abs().max()) if self.rot_dim else 0.0  # rad per unit
+
+    def position_limit(self) -> tuple[float, str] | None:
+        """Positions whose angles stay within :data:`ndpe.coords.MAX_ANGLE` (float64 keeps their precision)."""
+        return angle_limit(self.kind, self.fastest)
 
     def _check_head_axes(self, head_axes) -> tuple[int | str | None, ...] | None:
         """``head_axes`` checked: one axis, None or ``"all"`` per head (see the module doc)."""

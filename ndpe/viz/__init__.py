@@ -28,7 +28,7 @@ as an ``add`` table and its cosine similarity across positions; ``rot_k`` rotate
 queries, so the relation pairs query i's rotation with key j's (xPos: a decay with the offset).
 
 ``--figures`` (``figures=``) picks a subset. A ``PosOut`` with several fields (``ndpe.Combine``) is
-shown through one, the first of ``bias, logits, rot, tokens, add, cat`` (:func:`shown_field`). Every map is drawn in
+shown through one, the first of ``bias, prob_bias, logits, rot, tokens, add, cat`` (:func:`shown_field`). Every map is drawn in
 its quantity's colour map (:mod:`ndpe.viz.style`: a relation or a bias red-blue centred on 0, an encoding's values
 purple-orange; :func:`quantity_of`, :func:`color_scale`), with one scale for the panels of a figure (per-head panels
 included, so heads compare; 2D bias maps outline ``bias = -1``) and a colourbar naming the quantity and its unit; the

@@ -85,14 +85,19 @@ def grid_fields(pos: PosOut) -> PosOut:
     return PosOut(add=None if pos.add is None else _per_head(pos.add)[:, p:],
                   cat=None if pos.cat is None else _per_head(pos.cat)[:, p:],
                   rot=_rot(pos.rot, p), bias=None if pos.bias is None else _per_head(pos.bias)[:, p:, p:],
+                  prob_bias=None if pos.prob_bias is None else _per_head(pos.prob_bias)[:, p:, p:],
                   pairing=pos.pairing, rot_k=_rot(pos.rot_k, p),
                   logits=None if pos.logits is None else replace(pos.logits, q_prefix=0, k_prefix=0),
-                  tokens=None if pos.tokens is None else replace(pos.tokens, num_prefix=0))
+                  tokens=None if pos.tokens is None else replace(pos.tokens, num_prefix=0),
+                  frame=None if pos.frame is None else (_per_head(pos.frame[0])[:, p:], _per_head(pos.frame[1])[:, p:]))
 
 
-FIELD_ORDER = ("bias", "logits", "rot", "tokens", "add", "cat")
+FIELD_ORDER = ("bias", "prob_bias", "logits", "frame", "rot", "tokens", "add", "cat")
 """The ``PosOut`` fields in the order a figure looks for the one it draws (:func:`shown_field`)."""
-CONTENT_FIELDS = ("logits", "tokens")
+PAIR_FIELDS = ("bias", "prob_bias", "logits", "frame")
+"""The fields :func:`table` draws query x key (``prob_bias``: the term eRPE adds after the softmax; ``frame``:
+the logits of a constant q and k)."""
+CONTENT_FIELDS = ("logits", "frame", "tokens")
 """The fields that need content to draw: drawn for the fixed content of :class:`Content`."""
 
 
@@ -120,7 +125,8 @@ def content_term(pos: PosOut, content: Content | None) -> Tensor:
     ``logits``: the term for constant ``q``, ``k`` (:class:`Content`; rotated first by ``pos.rot`` / ``rot_k``
     when the PosOut also rotates, as attention does), ``(H, N, N)`` query x key; a term defined for causal
     attention only (``causal_only``) is NaN on keys after the query (row-major order). ``tokens``: the
-    constant token after the kind's function, ``(1, N, C)``.
+    constant token after the kind's function, ``(1, N, C)``. ``frame`` (GTA, PRoPE): the logits ``q_i . k_j / sqrt(d)``
+    of the constant ``q``, ``k`` after the frame (and any rotation), ``(H, N, N)``.
 
     >>> from ndpe.contract import LogitsTerm
     >>> pos = PosOut(logits=LogitsTerm(lambda q, k: q @ k.transpose(-1, -2), causal_only=True))
@@ -133,8 +139,12 @@ def content_term(pos: PosOut, content: Content | None) -> Tensor:
     content = _need_content(content, field)
     if field == "tokens":
         return cast(TokenTerm, pos.tokens)(content.tokens()).float().reshape(-1, *content.tokens().shape[-2:])
+    if field == "frame":  # the logits of constant q, k mapped by each token's frame
+        q, k = content.qk()
+        q, k = apply_qk(q.contiguous(), k.contiguous(), pos)
+        return (q @ k.transpose(-1, -2)).float().reshape(-1, q.shape[-2], k.shape[-2]) / math.sqrt(q.shape[-1])
     if field != "logits":
-        raise ValueError(f"content_term draws the logits or tokens field; this PosOut shows its {field}")
+        raise ValueError(f"content_term draws the logits, frame or tokens field; this PosOut shows its {field}")
     term_fn = cast(LogitsTerm, pos.logits)
     q, k = content.qk()
     if pos.rot is not None:  # what attention hands the term: q, k after the rotation
@@ -193,6 +203,7 @@ def relation(pos: PosOut, query: int, *, head: int | None = None, content: Conte
     unbatched. The field used (:func:`shown_field`, first present in this order):
 
     - ``bias`` ``(heads, N, N)``: the bias row ``bias[h, query, :]``.
+    - ``prob_bias`` ``(heads, N, N)``: the row of the term added to the attention probabilities after the softmax.
     - ``logits`` (content-dependent): the term's row for constant ``q``, ``k`` (:func:`content_term`;
       ``content`` required); NaN on keys after the query for a term defined for causal attention only.
     - ``rot``: the attention score of content-free queries and keys, every rotary pair ``(1, 0)``:
@@ -212,7 +223,7 @@ def relation(pos: PosOut, query: int, *, head: int | None = None, content: Conte
     (torch.Size([20]), 1.0)
     """
     field = shown_field(pos)
-    if field in ("bias", "logits"):
+    if field in PAIR_FIELDS:
         rows = _shown(pos, content)[:, query]  # (H, N)
     elif field == "rot":
         grid = grid_fields(pos)
@@ -248,7 +259,7 @@ def table(pos: PosOut, *, head: int = 0, content: Content | None = None) -> Tens
 def is_pairwise(pos: PosOut) -> bool:
     """Whether :func:`table` is query x key (bias, logits, rot with rot_k) rather than tokens x channels."""
     field = shown_field(pos)
-    return field in ("bias", "logits") or (field == "rot" and pos.rot_k is not None)
+    return field in PAIR_FIELDS or (field == "rot" and pos.rot_k is not None)
 
 
 def centre_index(grid: tuple[int, ...]) -> int:

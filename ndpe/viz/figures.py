@@ -66,7 +66,8 @@ def _table_figure(pos: PosOut, name: str, grid: tuple[int, ...], content: Conten
                           **color_scale(values, quantity=quantity))
         ax.set(xlabel="frequency pair" if field == "rot" else "channel", ylabel="grid token (row-major)")
     what = {"rot": "rot, cos(angle)", "tokens": "a constant token after the tokens term",
-            "logits": "logits term for constant q, k"}.get(field, field)
+            "logits": "logits term for constant q, k", "frame": "q.k for constant q, k in each token's frame"}.get(
+        field, field)
     if field == "rot" and pos.rot_k is not None:
         what = "q_i.k_j of content-free q, k (keys rotated by rot_k)"
     what += (f", head 0 of {heads}" if heads > 1 else "") + _causal_note(pos)
@@ -81,7 +82,8 @@ def _table_label(pos: PosOut) -> str:
     field = shown_field(pos)
     if field == "rot":
         return "q.k (1 at i = j)" if pos.rot_k is not None else "cos(angle)"
-    return {"bias": "attention bias", "logits": "logits term", "tokens": "transformed token"}.get(field, field)
+    return {"bias": "attention bias", "prob_bias": "term after softmax", "logits": "logits term",
+            "tokens": "transformed token", "frame": "logit q.k / sqrt(d)"}.get(field, field)
 
 
 def _causal_note(pos: PosOut) -> str:
@@ -214,7 +216,9 @@ def _what(pos: PosOut) -> str:
     if field == "rot" and pos.rot_k is not None:
         return "q.k of content-free q, k; keys by rot_k"
     return {"bias": "attention bias", "rot": "q.k of content-free q, k", "logits": "logits term for constant q, k",
-            "tokens": "cosine sim. of a constant token"}.get(field, "cosine similarity")
+            "frame": "logits for constant q, k (frames)", "tokens": "cosine sim. of a constant token",
+            "prob_bias": "term added after the softmax"}.get(
+        field, "cosine similarity")
 
 
 FIGURES = ("table", "similarity", "offset", "grow", "heads")

@@ -133,12 +133,39 @@ class ReverseTask(CopyTask):
 class AdditionTask(TagTask):
     """Add two ``L``-digit numbers (least significant digit first); ``L + 1`` output slots. Length ``3L + 3``.
 
+    ``place=True`` gives each token its place id beside its token id (items ``(T, 2)``: ``[..., 0]`` the token,
+    ``[..., 1]`` the place): ``i + 1`` for the digit of ``10**i`` of an operand or of the result (an output slot, blank
+    or written), 0 for ``+``, ``=`` and the padding. The text model hands them to its encoding as ``positions`` (every
+    kind reads them; ``abacus`` and ``coupling`` are built for them). The tokens and targets are those of
+    ``place=False``.
+
     >>> tokens, targets = AdditionTask("train", length=3)[0]
     >>> tokens.shape, (targets >= 0).sum().item()
     (torch.Size([12]), 4)
+    >>> AdditionTask("train", length=3, causal=True, place=True)[0][0][:, 1].tolist()   # 3 + 1 + 3 + 1 + 3 tokens
+    [1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]
     """
 
     name = "addition"
+
+    def __init__(self, split: str, *, seed: int = 0, length: int = 8, size: int | None = None, causal: bool = False,
+                 min_length: int | None = None, place: bool = False):
+        if not isinstance(place, bool):
+            raise TypeError(f"place must be a bool, got {place!r}")
+        self.place = place
+        super().__init__(split, seed=seed, length=length, size=size, causal=causal, min_length=min_length)
+
+    def make(self, rng):
+        tokens, targets = super().make(rng)
+        if not self.place:
+            return tokens, targets
+        n = int((tokens == PLUS).nonzero()[0])  # digits per operand (this item's length)
+        digits = np.arange(1, n + 1)
+        full = np.concatenate([digits, [0], digits, [0], digits, [n + 1]])  # a + b = s (s has n + 1 digits)
+        full = full[: len(full) - int(self.causal)]  # causal: the result's last digit is only predicted
+        place = np.zeros(len(tokens), dtype=np.int64)  # the padding after a shorter item: 0
+        place[: len(full)] = full
+        return torch.stack([tokens, torch.from_numpy(place)], -1), targets  # (T, 2)
 
     def example(self, rng, n: int):
         a, b = rng.integers(0, 10, (2, n))  # digits, least significant first
