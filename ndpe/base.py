@@ -229,13 +229,7 @@ class Encoding(nn.Module):
                 num_prefix: int = 0, dtype: torch.dtype | None = None, past: int = 0) -> PosOut:
         """The :class:`~ndpe.PosOut` of ``num_prefix`` unencoded tokens then a grid of ``grid_shape`` (or of
         ``positions``); the arguments are described in the class docstring ("Args of ``forward``")."""
-        check_int(num_prefix, "num_prefix", low=0)
-        check_int(past, "past", low=0)
-        check_float_dtype(dtype)
-        if grid_shape is None and positions is None:
-            raise ValueError("pass grid_shape, positions, or both")
-        if grid_shape is not None:
-            grid_shape = check_grid_shape(grid_shape, self.dims)
+        grid_shape = self.check_call(grid_shape, positions, num_prefix, dtype, past)
         if past:
             return self._decode(cast(tuple, grid_shape), positions, num_prefix, dtype, past)
         augmenting = self.augment is not None and self.training
@@ -263,6 +257,16 @@ class Encoding(nn.Module):
             # also the parameters and buffers: a frozen one changed in place (an EMA copy) must not serve a stale output
             self._cache.put(key, out, tensors(out) + tuple(self.parameters()) + tuple(self.buffers()))
         return out
+
+    def check_call(self, grid_shape: Sequence[int] | None, positions: Tensor | None, num_prefix: int,
+                   dtype: torch.dtype | None, past: int) -> tuple[int, ...] | None:
+        """Check ``forward``'s arguments but the positions themselves (one line each); the checked grid shape."""
+        check_int(num_prefix, "num_prefix", low=0)
+        check_int(past, "past", low=0)
+        check_float_dtype(dtype)
+        if grid_shape is None and positions is None:
+            raise ValueError("pass grid_shape, positions, or both")
+        return None if grid_shape is None else check_grid_shape(grid_shape, self.dims)
 
     def packed(self, grid_shapes: Sequence[Sequence[int]], *, num_prefix: int = 0,
                dtype: torch.dtype | None = None) -> PosOut:

@@ -39,9 +39,9 @@ from einops import rearrange, repeat
 from torch import Tensor
 
 from ..base import Encoding, pad_prefix
-from ..checks import check_float_dtype, check_int, check_number
+from ..checks import check_number
 from ..contract import PosOut
-from ..coords import check_grid_shape, check_positions, num_grid_tokens
+from ..coords import check_positions, num_grid_tokens
 from ..registry import register
 
 
@@ -125,17 +125,14 @@ class GTA(Encoding):
         if extrinsics is None or (self.takes_intrinsics and intrinsics is None):
             raise ValueError(f"{self.kind} takes its cameras as extrinsics=" + (" and intrinsics=" if
                              self.takes_intrinsics else "") + ", one per grid token")
-        check_int(num_prefix, "num_prefix", low=0)
-        check_float_dtype(dtype)
+        shape = self.check_call(grid_shape, positions, num_prefix, dtype, past)
         if past:
             raise ValueError(f"past= (KV-cache decoding) needs a token order, dims=1; got dims={self.dims}")
-        if grid_shape is None and positions is None:
-            raise ValueError("pass grid_shape, positions, or both")
-        shape = None if grid_shape is None else check_grid_shape(grid_shape, self.dims)
         if positions is None:
             positions = self.coords(cast(tuple, shape))
         else:
-            positions = check_positions(positions, self.dims, None if shape is None else num_grid_tokens(shape))
+            positions = check_positions(positions, self.dims, None if shape is None else num_grid_tokens(shape),
+                                        self.position_limit())
         frames = self.projections(check_extrinsics(extrinsics, positions.shape[-2]), intrinsics)
         out = pad_prefix(self.encode_frames(positions, *frames), num_prefix)
         return out if dtype is None else out.to(dtype)
