@@ -103,16 +103,16 @@ def built_bytes(pos, pe, grid, q, k) -> int:
     return total
 
 
-def layer(pe, grid, x, q, k, v, attention: bool = True, **call) -> None:
+def layer(pe, grid, x, q, k, v, attention: bool = True, **call) -> tuple[torch.Tensor, torch.Tensor]:
     """One call: encode, then one attention layer with the encoding (without the attention itself when not
-    ``attention``: the encoding's part alone)."""
+    ``attention``: the encoding's part alone); the tokens with the encoding applied, and the attention's output."""
     with torch.no_grad():
         pos = pe(grid, **call)
-        ndpe.apply_tokens(x, pos)
+        tokens = ndpe.apply_tokens(x, pos)
         rq, rk = ndpe.apply_qk(q, k, pos)
         rv, mask = ndpe.apply_v(v, pos), ndpe.attn_bias(pos, q=rq, k=rk)
         out = attend(rq, rk, rv, pos, attn_mask=mask) if attention else rv
-        ndpe.apply_out(out, pos)
+        return tokens, ndpe.apply_out(out, pos)
 
 
 def main(args) -> dict:
