@@ -13,9 +13,9 @@ attention, the layer's ratio is its cost). ``abacus`` and ``coupling`` take plac
 least significant digit first, tiled to the length), ``spherical-harmonics`` its grid of the globe (degree 4, its
 features concatenated). Memory: the bytes of the tensors each kind builds, read off them (LieRE's and ComRoPE's
 rotations ``R`` and term; rope's cos/sin; the frames; the tables added or concatenated; eRPE's term). A kind that does
-not take a grid's dims (``comrope`` AP needs ``dims * block_size`` to divide head_dim 64; ``vrope`` is 3D; the
-additive kinds are 1D but for ``sinusoidal``, ``learned``, ``spherical-harmonics``) is left out of that grid. Run
-from the repository root:
+not take a grid's dims (``comrope`` AP needs ``dims * block_size`` to divide head_dim 64; ``vrope`` is 3D; the camera
+kinds 2D or 3D; ``spherical-harmonics`` 2D; ``tape``, ``erpe``, ``abacus``, ``coupling`` 1D) is left out of that
+grid. Run from the repository root:
 
     python benchmarks/bench_rotations.py --threads 1 --repeats 5 --json rotations.json
     python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope gta prope --cases "vit-s 14x14" "video 8x14x14"

@@ -14,7 +14,7 @@ import bench_rotations  # noqa: E402
 
 def test_bias_bench_times_erpe_through_its_explicit_softmax_beside_sdpa():
     run = lambda *argv: bench_bias.main(bench_bias.get_args_parser().parse_args(  # noqa: E731
-        ["--sizes", "16", "--repeats", "1", "--threads", "1", *argv]))
+        ["--sizes", "16", "--repeats", "1", "--threads", "1", "--clock", "cpu", *argv]))
     (erpe,) = run("--kinds", "erpe")  # flex on: refused without compiling
     assert erpe["N"] == 16 and erpe["bias MB"] == 6 * 16 * 16 * 4 / 2**20  # a series of 16 tokens, its (heads, N, N)
     for column in ("build ms", "fwd ms", "sdpa ms", "sdpa+bias ms", "attend ms"):
