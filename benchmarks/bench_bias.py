@@ -206,8 +206,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sdpa", dest="sdpa", action="store_false", help="skip the SDPA columns")
     p.add_argument("--no-eager-flex", dest="eager_flex", action="store_false", help="skip flex without compile")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="cpu: this process's CPU time, which leaves out the time other jobs on a shared machine hold the "
-                        "core (honest with --threads 1)")
+                   help="cpu: this process's CPU time, which leaves out the time other jobs on a shared machine "
+                        "hold the core (honest with --threads 1)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--json", default=None, help="write the rows to this file")

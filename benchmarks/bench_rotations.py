@@ -5,22 +5,23 @@ layer at ViT-S width (dim 384, 6 heads) on 14 x 14 patches, on video (8 x 14 x 1
 views) and on 1D sequences of 196 and 1024 tokens, side by side in the same rounds.
 
 One call = ``pe(grid)`` (LieRE's and ComRoPE's matrix exponentials are built there, once per forward) then one attention
-layer: ``apply_tokens`` (the additive kinds' table, added to the tokens ``(B, N, 384)``) + ``apply_qk`` +
-``attn_bias`` (their ``(B, heads, N, N)`` term) + ``apply_v`` + attention (``ndpe.attention.attend``: fused SDPA, or
-the explicit softmax for a term after it, ``erpe``) + ``apply_out`` (the camera kinds' frame), forward only. "encoding"
-times the same call without the attention: what the kind adds to a layer (for ``erpe``, whose term acts inside the
-attention, the layer's ratio is its cost). ``abacus`` and ``coupling`` take place ids (additions of 9-digit numbers,
-least significant digit first, tiled to the length), ``spherical-harmonics`` its grid of the globe (degree 4, its
-features concatenated). Memory: the bytes of the tensors each kind builds, read off them (LieRE's and ComRoPE's
+layer: ``apply_tokens`` (the additive kinds' table, added to or concatenated with the tokens ``(B, N, 384)``) +
+``apply_qk`` + ``attn_bias`` (their ``(B, heads, N, N)`` term) + ``apply_v`` + attention (``ndpe.attention.attend``:
+fused SDPA, or the explicit softmax for a term after it, ``erpe``) + ``apply_out`` (the camera kinds' frame), forward
+only. "encoding" times the same call without the attention: what the kind adds to a layer (for ``erpe``, whose term acts
+inside the attention, the layer's ratio is its cost). ``abacus`` and ``coupling`` take place ids (additions of 9-digit
+numbers, least significant digit first, tiled to the length), ``spherical-harmonics`` its grid of the globe (degree 4,
+its features concatenated). Memory: the bytes of the tensors each kind builds, read off them (LieRE's and ComRoPE's
 rotations ``R`` and term; rope's cos/sin; the frames; the tables added or concatenated; eRPE's term). A kind that does
 not take a grid's dims (``comrope`` AP needs ``dims * block_size`` to divide head_dim 64; ``vrope`` is 3D; the camera
-kinds 2D or 3D; ``spherical-harmonics`` 2D; ``tape``, ``erpe``, ``abacus``, ``coupling`` 1D) is left out of that
-grid. Run from the repository root:
+kinds 2D or 3D; ``spherical-harmonics`` 2D; ``tape``, ``erpe``, ``abacus``, ``coupling`` 1D) is left out of that grid.
+Run from the repository root:
 
     python benchmarks/bench_rotations.py --threads 1 --repeats 5 --json rotations.json
-    python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope gta prope --cases "vit-s 14x14" "video 8x14x14"
-    python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope sinusoidal learned tape spherical-harmonics \
-        abacus coupling erpe --cases "vit-s 14x14" "1D 196" "1D 1024"
+    python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope gta prope \
+        --cases "vit-s 14x14" "video 8x14x14"                                   # the camera kinds
+    python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope sinusoidal learned tape \
+        spherical-harmonics abacus coupling erpe --cases "vit-s 14x14" "1D 196" "1D 1024"   # additive; erpe
 """
 from __future__ import annotations
 
