@@ -6,8 +6,9 @@ views) and on 1D sequences of 196 and 1024 tokens, side by side in the same roun
 
 One call = ``pe(grid)`` (LieRE's and ComRoPE's matrix exponentials are built there, once per forward) then one attention
 layer: ``apply_tokens`` (the additive kinds' table, added to or concatenated with the tokens ``(B, N, 384)``) +
-``apply_qk`` + the attention term (``ndpe.contract.attn_term``, as ``ndpe.Attention`` builds it: ``(B, heads, N, N)`` term) + ``apply_v`` + attention (``ndpe.attention.attend_probs``:
-fused SDPA, or the explicit softmax for a term after it, ``erpe``) + ``apply_out`` (the camera kinds' frame), forward
+``apply_qk`` + their ``(B, heads, N, N)`` term (``ndpe.contract.attn_term``, built apart as ``ndpe.Attention`` does) +
+``apply_v`` + attention (``ndpe.attention.attend_probs``: fused SDPA, or the explicit softmax for a term after it,
+``erpe``) + ``apply_out`` (the camera kinds' frame), forward
 only. "encoding" times the same call without the attention: what the kind adds to a layer (for ``erpe``, whose term acts
 inside the attention, the layer's ratio is its cost). ``abacus`` and ``coupling`` take place ids (additions of 9-digit
 numbers, least significant digit first, tiled to the length), ``spherical-harmonics`` its grid of the globe (degree 4,
