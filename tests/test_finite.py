@@ -95,3 +95,21 @@ def test_position_limits_are_where_outputs_stay_finite(kind, dims, options):
             if limit[0] * 1.001 < torch.finfo(torch.float32).max:
                 with pytest.raises(ValueError, match="past"):
                     pe(positions=positions(dims, limit[0] * 1.001, "signed"), dtype=dtype)
+
+
+@pytest.mark.parametrize("kind,dims", KIND_DIMS, ids=[f"{k}-{d}d" for k, d in KIND_DIMS])
+def test_a_grid_call_reads_no_limit(kind, dims, monkeypatch):
+    """A default grid's coordinates are known from its shape: its call never asks for the limit (which may read a
+    parameter, a host sync on an accelerator), nor does decoding."""
+    pe = build(kind, dims).eval()
+
+    def refuse(self, dtype=torch.float32):
+        raise AssertionError("position_limit called on a grid call")
+
+    monkeypatch.setattr(type(pe), "position_limit", refuse)
+    pe((6,) * dims, dtype=torch.float16)  # 6: the small examples' table size (learned resamples others)
+    if dims == 1:
+        try:
+            pe((2,), past=3, dtype=torch.float16)
+        except ValueError:
+            pass  # a kind that cannot decode (or not with these options) refuses it, for reasons of its own

@@ -105,8 +105,8 @@ class FIRE(Encoding):
 
     def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
         """Coordinates whose float32 offsets (and, N-D, their squares) stay finite, and ``|c| d`` in ``psi``: a distance
-        ``d`` (or range ``r``) is at most ``2 sqrt(dims) |coordinate|``. The MLP then sees inputs in ``[0, 1]`` (reads
-        ``c``: explicit positions only, which are read anyway)."""
+        ``d`` (or range ``r``) is at most ``2 sqrt(dims) |coordinate|``; the MLP then sees finite ratios of logarithms
+        (reads ``c``: explicit positions only, which are read anyway)."""
         c = float(self.c.detach().abs())
         psi = None if not c else (FLOAT32_MAX / (2 * math.sqrt(self.dims) * c), "where fire's float32 c * distance "
                                                                                 "overflows")
