@@ -330,12 +330,13 @@ class Encoding(nn.Module):
         return out if dtype is None else out.to(dtype)
 
     def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
-        """The largest ``|coordinate|`` that explicit ``positions=`` may hold for an output returned in ``dtype``, and why
-        (a clause of the error), checked with their finiteness in one pass (:func:`ndpe.coords.check_positions`); None:
-        any finite coordinate. A kind whose arithmetic cannot represent larger ones overrides it, from its formula
+        """The largest ``|coordinate|`` that explicit ``positions=`` may hold for an output returned in ``dtype``, and
+        why (a clause of the error), checked with their finiteness in one pass (:func:`ndpe.coords.check_positions`);
+        None: any finite coordinate. A kind whose arithmetic cannot represent larger ones overrides it, from its formula
         (rotary angles: :func:`ndpe.coords.angle_limit`; offsets: :func:`ndpe.coords.pair_limit`; values that grow with
         the position: :func:`ndpe.coords.output_max`), so that every output is finite or refused
-        (``tests/test_finite.py``). Not called under ``torch.compile``, where positions go unchecked."""
+        (``tests/test_finite.py``). Not called on a grid call or in decoding (no coordinate is read there: it may read
+        a parameter), nor under ``torch.compile``, where positions go unchecked."""
         return None
 
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:

@@ -54,7 +54,7 @@ def field_tensors(out: ndpe.PosOut, pe: ndpe.Encoding, t: int = 6) -> dict[str, 
 
 
 def finite_or_refused(pe: ndpe.Encoding, p: torch.Tensor, dtype: torch.dtype) -> str | None:
-    """Call ``pe`` on positions ``p``: the refusal's message (one line), or None after checking every field is finite."""
+    """Call ``pe`` on positions ``p``: the refusal's message (one line), or None once every field is checked finite."""
     try:
         out = pe(positions=p, dtype=dtype)
     except ValueError as err:

@@ -140,8 +140,9 @@ class ALiBi(Encoding):
         squared = self.distance == "euclidean" and self.dims > 1
         per_unit = 2 * (math.sqrt(self.dims) if squared else self.dims)  # the longest length per unit of |coordinate|
         name = str(dtype).removeprefix("torch.")
-        bias = None if not self.steepest else (output_max(dtype) / (self.steepest * per_unit),
-                                               f"where alibi's bias (steepest slope {self.steepest:.3g}) overflows {name}")
+        bias = None if not self.steepest else (
+            output_max(dtype) / (self.steepest * per_unit),
+            f"where alibi's bias (steepest slope {self.steepest:.3g}) overflows {name}")
         return tightest(pair_limit(self.kind, self.dims, squared), (FLOAT32_MAX / per_unit, "where alibi's float32 "
                         "distances overflow"), bias)
 

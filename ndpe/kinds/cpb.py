@@ -147,8 +147,9 @@ class ContinuousBias(Encoding):
         self.mlp = nn.Sequential(*layers)
 
     def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
-        """Coordinates whose float32 offsets stay finite, and for ``swin`` their coordinates ``offset / max(R - 1, 1) * 8``
-        (at most ``16 |coordinate|``); the log-spaced features then keep the MLP finite, and ``16 sigmoid`` the bias."""
+        """Coordinates whose float32 offsets stay finite, and for ``swin`` their coordinates
+        ``offset / max(R - 1, 1) * 8`` (at most ``16 |coordinate|``); the log-spaced features then keep the MLP finite,
+        and ``16 sigmoid`` the bias."""
         offsets = pair_limit(self.kind, self.dims, False)
         if self.style != "swin":
             return offsets
