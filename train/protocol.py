@@ -136,10 +136,10 @@ COPE_MAX = KindOption(lambda train, largest: {"max_pos": int(largest[0])},
 ABACUS_K = KindOption(lambda train, largest: {"max_k": addition_digits(largest)},
                       "max_k at the largest test length in digits, so training offsets cover every place tested (McLeish "
                       "et al. 2024: max_k 100 for tests up to 100 digits)")
-COUPLING_MAX = KindOption(lambda train, largest: {"max_position": int(largest[0]) + 2},
-                          "max_position at the largest test sequence plus 2, above every id a test sequence uses, so "
-                          "random starts train each of them (Cho et al. 2024: max_position >= operand length + 2; 202 "
-                          "for tests up to 100 digits)")
+COUPLING_MAX = KindOption(lambda train, largest: {"max_position": 2 * addition_digits(largest) + 2},
+                          "max_position at twice the largest test length in digits plus 2, as Cho et al. 2024's addition "
+                          "runs (202 for tests up to 100 digits; their smallest, 17 for 15, is the length plus 2), so "
+                          "random starts train the rows longer numbers use")
 CAUSAL_TEXT = {"data": {"causal": True, "min_length": 1}, "test_data": {"min_length": None},
                "model_opts": {"causal": True}, "protocol": KAZEMNEJAD_PROTOCOL, "bar": COPY_BAR,
                "order_blind": ORDER_BLIND_TAGS, "kind_options": {"fire": FIRE_L, "cope": COPE_MAX}}
