@@ -1,6 +1,7 @@
 """Cost of attention-bias kinds on this machine: bias memory, bias build time, SDPA with the mask, flex.
 
-Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 64) it prints
+Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 64; ``erpe``, 1D only, a series of N
+tokens with ``length=N``) it prints
     bias MB       heads * N * N * 4 bytes of the float32 bias
     build ms      the first call on a grid: alibi the bias, relative index build + table gather
     fwd ms        every later call: alibi a cache hit, relative the table gather (the index is cached)
@@ -8,7 +9,10 @@ Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 
                   ``ndpe.attn_bias`` hands it over as (1, heads, N, N), which SDPA's fused CPU kernel
                   takes; "3-D" is the raw (heads, N, N) PosOut.bias, which sends SDPA to its math path
                   (CPU only); "sdpa+build" builds the bias afresh per call (cache cleared), as a forward
-                  of a kind whose bias is not cached pays it
+                  of a kind whose bias is not cached pays it; ``erpe`` acts after the softmax, so its "sdpa+bias"
+                  is its ``(1, heads, N, N)`` term handed to SDPA as a mask (the fused cost of a term that size)
+    attend ms     a kind acting after the softmax (``erpe``'s ``prob_bias``), as ``ndpe.Attention`` runs it:
+                  ``ndpe.attend``, the explicit softmax with the term added to the probabilities
     flex ms       the same attention through torch.compile(flex_attention) with a score_mod
                   (no N x N tensor), after one compile per shape (compile time printed apart)
     peak MiB      on CUDA: the memory one call allocates above what was there before it (sdpa+build, flex);
@@ -17,6 +21,7 @@ Per token count N (a square 2D grid: 196 = 14 x 14, 1024 = 32 x 32, 4096 = 64 x 
     python benchmarks/bench_bias.py                  # all threads, N = 196 1024 4096
     python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --no-flex
     python benchmarks/bench_bias.py --threads 1 --sizes 196 1024 --kinds alibi great-circle   # the sphere beside alibi
+    python benchmarks/bench_bias.py --threads 1 --clock cpu --kinds alibi relative erpe --no-flex   # after the softmax
     python benchmarks/bench_bias.py --kinds alibi relative fire cpb --sizes 196 1024 --no-sdpa   # bias kinds' paths
     python benchmarks/bench_bias.py --device cuda --dtype bfloat16 --kinds alibi relative fire cpb --sizes 1024 4096 16384
 
@@ -33,6 +38,7 @@ import torch.nn.functional as F
 
 import ndpe
 from ndpe import flex
+from ndpe.attention import attend
 
 
 def sync(device: torch.device) -> None:
@@ -41,9 +47,9 @@ def sync(device: torch.device) -> None:
 
 
 def timed(fn, repeats: int, device: torch.device = torch.device("cpu"), peaks: dict | None = None,
-          name: str = "") -> float:
-    """Median wall time of ``fn()`` in ms, after one warm-up call; on CUDA ``peaks[name]`` gets the peak memory
-    (MiB) one call allocates above what was allocated before it."""
+          name: str = "", timer=time.perf_counter) -> float:
+    """Median time of ``fn()`` in ms by ``timer`` (wall time), after one warm-up call; on CUDA ``peaks[name]`` gets the
+    peak memory (MiB) one call allocates above what was allocated before it."""
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -55,26 +61,35 @@ def timed(fn, repeats: int, device: torch.device = torch.device("cpu"), peaks: d
     times = []
     for _ in range(repeats):
         sync(device)
-        t0 = time.perf_counter()
+        t0 = timer()
         fn()
         sync(device)
-        times.append(time.perf_counter() - t0)
+        times.append(timer() - t0)
     return sorted(times)[len(times) // 2] * 1e3
 
 
-def bench(kind: str, n: int, args) -> dict:
+def grid_of(kind: str, n: int) -> tuple[int, ...]:
+    """The positions of ``n`` tokens: a series for a kind that is 1D only (erpe), else a square 2D grid."""
+    if ndpe.available()[kind] == (1,):
+        return (n,)
     side = math.isqrt(n)
-    grid = (side, side) if side * side == n else None
-    if grid is None:
+    if side * side != n:
         raise SystemExit(f"--sizes must be square numbers (a 2D grid), got {n}")
-    opts = {"max_distance": side - 1} if kind == "relative" else {}
+    return side, side
+
+
+def bench(kind: str, n: int, args) -> dict:
+    grid = grid_of(kind, n)
+    opts = {"relative": {"max_distance": grid[0] - 1}, "erpe": {"length": n}}.get(kind, {})
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
-    pe = ndpe.make(dims=2, kind=kind, dim=args.heads * args.head_dim, heads=args.heads, **opts).eval().to(device)
+    pe = ndpe.make(dims=len(grid), kind=kind, dim=args.heads * args.head_dim, heads=args.heads, **opts)
+    pe = pe.eval().to(device)
     q, k, v = (torch.randn(args.batch, args.heads, n, args.head_dim, device=device, dtype=dtype) for _ in range(3))
     row = {"kind": kind, "N": n, "bias MB": args.heads * n * n * 4 / 2**20}
     peaks: dict[str, float] = {}
-    timed_ = lambda fn, name="": timed(fn, args.repeats, device, peaks, name)  # noqa: E731
+    timer = time.process_time if args.clock == "cpu" else time.perf_counter
+    timed_ = lambda fn, name="": timed(fn, args.repeats, device, peaks, name, timer)  # noqa: E731
     previous = ndpe.set_memory_budget(None)  # the materialized bias is what this measures: no guard
     with torch.no_grad():
         try:
@@ -82,7 +97,9 @@ def bench(kind: str, n: int, args) -> dict:
         except torch.OutOfMemoryError as err:  # the crossover: the N x N bias no longer fits; flex still runs
             row["error"] = f"materialized: OutOfMemoryError: {str(err)[:120]}"
             torch.cuda.empty_cache()
-        if args.flex:
+        if args.flex and after_softmax(pe, grid):
+            row["flex ms"] = "refused: a score_mod acts before the softmax"
+        elif args.flex:
             torch._dynamo.reset()  # a fresh graph per row: past 8 recompiles flex falls back to its unfused eager path
             t0 = time.perf_counter()
             try:
@@ -112,19 +129,29 @@ def materialized(pe, grid, q, k, v, row, timed_, args):
 
     row["build ms"] = timed_(build)
     row["fwd ms"] = timed_(lambda: pe(grid))
-    if args.flex and args.eager_flex:
+    if args.flex and args.eager_flex and not after_softmax(pe, grid):
         row["eager flex ms"] = timed_(lambda: flex.attention(q, k, v, pe, grid, compiled=False))
     if args.sdpa:
         row["sdpa ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v), "sdpa")
-        mask = ndpe.attn_bias(pe(grid)).to(dtype)
+        pos = pe(grid)
+        probs = after_softmax(pe, grid)
+        mask = (pos.prob_bias.unsqueeze(0) if probs else ndpe.attn_bias(pos)).to(dtype)  # (1, heads, N, N)
         row["sdpa+bias ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         del mask
+        if probs:  # its attention is the explicit softmax, with the term added after it
+            row["attend ms"] = timed_(lambda: attend(q, k, v, pos))
+            return
         # the whole cost of a materialized bias: built (cache cleared) and handed to SDPA, per call
         row["sdpa+build ms"] = timed_(lambda: F.scaled_dot_product_attention(
             q, k, v, attn_mask=ndpe.attn_bias(build_pos(pe, grid)).to(dtype)), "sdpa+build")
         if args.device == "cpu":
             mask3 = pe(grid).bias
             row["3-D bias ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask3))
+
+
+def after_softmax(pe, grid) -> bool:
+    """Whether the kind's term acts on the attention probabilities (erpe's ``prob_bias``), not on the logits."""
+    return pe(grid).prob_bias is not None
 
 
 def build_pos(pe, grid):
@@ -137,9 +164,10 @@ def main(args) -> list[dict]:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, device {args.device}, {args.dtype}, {torch.get_num_threads()} threads, batch "
-          f"{args.batch}, heads {args.heads}, head_dim {args.head_dim}, median of {args.repeats}")
+          f"{args.batch}, heads {args.heads}, head_dim {args.head_dim}, median of {args.repeats}, {args.clock} clock")
     cols = (["kind", "N", "bias MB", "build ms", "fwd ms"]
             + (["sdpa ms", "sdpa+bias ms", "sdpa+build ms", "3-D bias ms"] if args.sdpa else [])
+            + (["attend ms"] if args.sdpa and "erpe" in args.kinds else [])
             + (["eager flex ms", "flex ms", "compile s", "flex err"] if args.flex else [])
             + (["sdpa+build peak MiB", "flex peak MiB"] if args.device != "cpu" else []))
     print(" | ".join(f"{c:>12}" for c in cols))
@@ -168,7 +196,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[196, 1024, 4096], help="token counts (square grids)")
     p.add_argument("--kinds", nargs="+", default=["alibi", "relative"],
-                   choices=["alibi", "relative", "fire", "cpb", "great-circle"])
+                   choices=["alibi", "relative", "fire", "cpb", "great-circle", "erpe"])
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
@@ -177,6 +205,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-flex", dest="flex", action="store_false", help="skip the flex_attention columns")
     p.add_argument("--no-sdpa", dest="sdpa", action="store_false", help="skip the SDPA columns")
     p.add_argument("--no-eager-flex", dest="eager_flex", action="store_false", help="skip flex without compile")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="cpu: this process's CPU time, which leaves out the time other jobs on a shared machine "
+                        "hold the core (honest with --threads 1)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--json", default=None, help="write the rows to this file")

@@ -1,15 +1,28 @@
-"""Time and memory of the learned rotations (``string``, ``liere``, ``comrope``), ``vrope`` and the camera kinds
-(``gta``, ``prope``, their default ring of cameras) beside ``rope``: one attention layer at ViT-S (14 x 14 patches) and
-on video (8 x 14 x 14 tubelets; for the camera kinds, 8 views), side by side in the same rounds.
+"""Time and memory of the learned rotations (``string``, ``liere``, ``comrope``), ``vrope``, the camera kinds
+(``gta``, ``prope``, their default ring of cameras) and the additive and after-softmax kinds (``sinusoidal``,
+``learned``, ``tape``, ``spherical-harmonics``, ``abacus``, ``coupling``, ``erpe``) beside ``rope``: one attention
+layer at ViT-S width (dim 384, 6 heads) on 14 x 14 patches, on video (8 x 14 x 14 tubelets; for the camera kinds, 8
+views) and on 1D sequences of 196 and 1024 tokens, side by side in the same rounds.
 
 One call = ``pe(grid)`` (LieRE's and ComRoPE's matrix exponentials are built there, once per forward) then one attention
-layer: ``apply_qk`` + ``attn_bias`` (their ``(B, heads, N, N)`` term) + ``apply_v`` + SDPA + ``apply_out`` (the camera
-kinds' frame), forward only. Memory: the bytes of the tensors each kind builds, read off them (LieRE's and ComRoPE's
-rotations ``R`` and term; rope's cos/sin; the frames). A kind
-that does not take a grid's dims (``comrope`` AP needs ``dims * block_size`` to divide head_dim 64; ``vrope`` is 3D)
-is left out of that grid. Run from the repository root:
+layer: ``apply_tokens`` (the additive kinds' table, added to or concatenated with the tokens ``(B, N, 384)``) +
+``apply_qk`` + their ``(B, heads, N, N)`` term (``ndpe.contract.attn_term``, built apart as ``ndpe.Attention`` does) +
+``apply_v`` + attention (``ndpe.attention.attend_probs``: fused SDPA, or the explicit softmax for a term after it,
+``erpe``) + ``apply_out`` (the camera kinds' frame), forward
+only. "encoding" times the same call without the attention: what the kind adds to a layer (for ``erpe``, whose term acts
+inside the attention, the layer's ratio is its cost). ``abacus`` and ``coupling`` take place ids (additions of 9-digit
+numbers, least significant digit first, tiled to the length), ``spherical-harmonics`` its grid of the globe (degree 4,
+its features concatenated). Memory: the bytes of the tensors each kind builds, read off them (LieRE's and ComRoPE's
+rotations ``R`` and term; rope's cos/sin; the frames; the tables added or concatenated; eRPE's term). A kind that does
+not take a grid's dims (``comrope`` AP needs ``dims * block_size`` to divide head_dim 64; ``vrope`` is 3D; the camera
+kinds 2D or 3D; ``spherical-harmonics`` 2D; ``tape``, ``erpe``, ``abacus``, ``coupling`` 1D) is left out of that grid.
+Run from the repository root:
 
     python benchmarks/bench_rotations.py --threads 1 --repeats 5 --json rotations.json
+    python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope gta prope \
+        --cases "vit-s 14x14" "video 8x14x14"                                   # the camera kinds
+    python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope sinusoidal learned tape \
+        spherical-harmonics abacus coupling erpe --cases "vit-s 14x14" "1D 196" "1D 1024"   # additive; erpe
 """
 from __future__ import annotations
 
@@ -18,19 +31,25 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rope import clock, save_json, time_interleaved  # noqa: E402  (same folder)
 
 import ndpe  # noqa: E402
+from ndpe.attention import attend_probs  # noqa: E402
+from ndpe.contract import attn_term  # noqa: E402
+from ndpe.registry import kind_class  # noqa: E402
 
-CASES = {"vit-s 14x14": ((14, 14), 384, 6), "video 8x14x14": ((8, 14, 14), 384, 6)}
+CASES = {"vit-s 14x14": ((14, 14), 384, 6), "video 8x14x14": ((8, 14, 14), 384, 6),
+         "1D 196": ((196,), 384, 6), "1D 1024": ((1024,), 384, 6)}
 KINDS = {"rope": {}, "string (cayley)": {"init_std": 0.1}, "string (circulant)": {"orthogonal": "circulant", "init_std": 0.1},
          "liere (blocks of 8)": {"block_size": 8}, "liere (dense)": {},
          "comrope (ld, blocks of 8)": {"block_size": 8}, "comrope (ap, blocks of 8)": {"variant": "ap", "block_size": 8},
-         "vrope": {}, "gta": {}, "prope": {}}
-ONLY = {"comrope (ap, blocks of 8)": (2,), "vrope": (3,)}  # the grids' dims a kind takes (default: every one)
+         "vrope": {}, "gta": {}, "prope": {},
+         "sinusoidal (add)": {"combine": "add"}, "learned": {}, "tape": {}, "spherical-harmonics": {},
+         "abacus": {}, "coupling": {}, "erpe": {}}
+ONLY = {"comrope (ap, blocks of 8)": (2,)}  # the grids' dims a kind takes, where its options narrow its kind's own
+PLACE_IDS = ("abacus", "coupling")  # kinds called with place ids as positions (see place_ids)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -39,15 +58,44 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--clock", choices=["wall", "cpu"], default=None)
+    p.add_argument("--kinds", nargs="+", default=None,
+                   help="rows to time, by name or by kind (liere: both of its rows); rope first, the ratios are to it "
+                        "(default: every row)")
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     p.add_argument("--json", default=None)
     return p
 
 
-def built_bytes(pe, grid, q, k) -> int:
+def selected(kinds: list[str] | None) -> list[str]:
+    """The rows of :data:`KINDS` that ``kinds`` names (a row's name or its kind), in their order; all when None."""
+    if kinds is None:
+        return list(KINDS)
+    if kinds[0] != "rope":
+        raise SystemExit(f"--kinds must start with rope (the ratios are to it), got {kinds}")
+    unknown = [k for k in kinds if not any(k in (name, name.split()[0]) for name in KINDS)]
+    if unknown:
+        raise SystemExit(f"--kinds: unknown {unknown}; expected names or kinds of {list(KINDS)}")
+    return [name for name in KINDS if name in kinds or name.split()[0] in kinds]
+
+
+def takes(name: str, grid: tuple[int, ...]) -> bool:
+    """Whether the row ``name`` runs on ``grid``: its kind supports the grid's dims (and its options do)."""
+    dims = len(grid)
+    return dims in ndpe.available()[name.split()[0]] and dims in ONLY.get(name, (dims,))
+
+
+def place_ids(n: int, digits: int = 9) -> torch.Tensor:
+    """``(n, 1)`` place ids of additions ``a + b = c`` of ``digits``-digit numbers, least significant digit first
+    (``i + 1`` for the digit of ``10**i``, 0 for ``+`` and ``=``), tiled to ``n`` tokens: abacus's and coupling's
+    positions."""
+    item = [*range(1, digits + 1), 0, *range(1, digits + 1), 0, *range(1, digits + 2), 0]
+    return torch.tensor(item * (n // len(item) + 1), dtype=torch.float32)[:n, None]
+
+
+def built_bytes(pos, pe, grid, q, k) -> int:
     """Bytes of what the kind builds for one layer: its PosOut tensors and, for a logits kind, its term."""
-    pos = pe(grid)
     tensors = [t for pair in (pos.rot or ()) for t in (pair if isinstance(pair, tuple) else (pair,))]
-    tensors += [pos.basis] if pos.basis is not None else []
+    tensors += [t for t in (pos.basis, pos.add, pos.cat, pos.bias, pos.prob_bias) if t is not None]
     tensors += list(pos.frame) if pos.frame is not None else []
     total = sum(t.numel() * t.element_size() for t in tensors)
     if pos.logits is not None:
@@ -58,36 +106,50 @@ def built_bytes(pe, grid, q, k) -> int:
     return total
 
 
+def layer(pe, grid, x, q, k, v, attention: bool = True, **call) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call: encode, then one attention layer with the encoding (without the attention itself when not
+    ``attention``: the encoding's part alone); the tokens with the encoding applied, and the attention's output."""
+    with torch.no_grad():
+        pos = pe(grid, **call)
+        tokens = ndpe.apply_tokens(x, pos)
+        rq, rk = ndpe.apply_qk(q, k, pos)
+        rv, mask = ndpe.apply_v(v, pos), attn_term(pos, q=rq, k=rk)  # the term built apart, as ndpe.Attention does
+        out = attend_probs(rq, rk, rv, pos, attn_mask=mask) if attention else rv
+        return tokens, ndpe.apply_out(out, pos)
+
+
 def main(args) -> dict:
     torch.set_num_threads(args.threads)
+    names = selected(args.kinds)
     results: dict = {}
-    for case, (grid, dim, heads) in CASES.items():
+    for case in args.cases:
+        grid, dim, heads = CASES[case]
         n = 1
         for s in grid:
             n *= s
+        x = torch.randn(args.batch, n, dim)
         q, k, v = (torch.randn(args.batch, heads, n, dim // heads) for _ in range(3))
         steps, sizes = {}, {}
-        names = [name for name in KINDS if len(grid) in ONLY.get(name, (len(grid),))]
-        for name in names:
-            opts, kind = KINDS[name], name.split()[0]
+        here = [name for name in names if takes(name, grid)]
+        for name in here:
+            kind = name.split()[0]
+            opts = {**kind_class(kind).task_options(dims=len(grid), causal=False, train_grid=grid, max_grid=grid),
+                    **KINDS[name]}
+            call = {"positions": place_ids(n)} if kind in PLACE_IDS else {}
             torch.manual_seed(0)
             pe = ndpe.make(dims=len(grid), kind=kind, dim=dim, heads=heads, **opts).eval()
-
-            def step(pe=pe):
-                with torch.no_grad():
-                    pos = pe(grid)
-                    rq, rk = ndpe.apply_qk(q, k, pos)
-                    out = F.scaled_dot_product_attention(rq, rk, ndpe.apply_v(v, pos),
-                                                         attn_mask=ndpe.attn_bias(pos, q=rq, k=rk))
-                    ndpe.apply_out(out, pos)
-            steps[name] = step
+            steps[name] = lambda pe=pe, call=call: layer(pe, grid, x, q, k, v, **call)
+            steps[f"{name} [encoding]"] = lambda pe=pe, call=call: layer(pe, grid, x, q, k, v, attention=False, **call)
             with torch.no_grad():
-                sizes[name] = built_bytes(pe, grid, q, k)
+                sizes[name] = built_bytes(pe(grid, **call), pe, grid, q, k)
         times = time_interleaved(steps, args.repeats, torch.device("cpu"), clock(args.clock), warmup=1)
-        results[case] = {name: {"seconds": times[name], "bytes": sizes[name], "x rope": times[name] / times["rope"]}
-                         for name in names}
+        results[case] = {name: {"seconds": times[name], "bytes": sizes[name], "x rope": times[name] / times["rope"],
+                                "encoding seconds": times[f"{name} [encoding]"],
+                                "encoding x rope": times[f"{name} [encoding]"] / times["rope [encoding]"]}
+                         for name in here}
         for name, r in results[case].items():
             print(f"{case:14s} {name:26s} {r['seconds'] * 1e3:9.1f} ms  x{r['x rope']:7.1f}  "
+                  f"encoding {r['encoding seconds'] * 1e3:9.2f} ms  x{r['encoding x rope']:7.1f}  "
                   f"{r['bytes'] / 2 ** 20:9.2f} MiB", flush=True)
     save_json(args, results)
     return results

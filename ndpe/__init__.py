@@ -7,7 +7,7 @@
 >>> q, k = ndpe.apply_qk(q, k, pos)           # inside attention
 """
 from . import kinds as _kinds  # noqa: F401  (registers every kind)
-from .attention import Attention, KVCache, causal_mask
+from .attention import Attention, KVCache, attend, causal_mask
 from .base import Encoding, bias_budget, set_bias_budget
 from .combine import Combine
 from .contract import LogitsTerm, PosOut, TokenTerm, apply_tokens, attn_bias, merge
@@ -23,7 +23,7 @@ from .registry import available, make, options, register
 from .scaling_config import RopeScaling
 
 __all__ = [
-    "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PerAxis", "PosOut", "RopeScaling", "apply_out", "apply_qk", "apply_tokens", "apply_v", "attn_bias", "available",
+    "AddCoords", "Attention", "Combine", "KVCache", "LogitsTerm", "TokenTerm", "Encoding", "PerAxis", "PosOut", "RopeScaling", "apply_out", "apply_qk", "apply_tokens", "apply_v", "attend", "attn_bias", "available",
     "bias_budget", "causal_mask", "from_hf_rope", "hf_cos_sin", "grid_coords", "make", "memory_budget", "merge", "mrope_positions", "pack", "options", "register",
     "set_bias_budget", "set_memory_budget", "stack",
 ]

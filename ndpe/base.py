@@ -243,8 +243,7 @@ class Encoding(nn.Module):
             self._check_bias_size(None, num_grid_tokens(cast(Sequence[int], grid_shape)), grid_shape, num_prefix)
             positions = self.coords(cast(Sequence[int], grid_shape))
         else:
-            positions = check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape),
-                                        self.position_limit())
+            positions = self.explicit_positions(positions, grid_shape, dtype)
         if augmenting:
             positions = cast(nn.Module, self.augment)(positions, grid_shape)
         self._check_bias_size(positions.shape[0] if positions.ndim == 3 else None, positions.shape[-2], grid_shape,
@@ -267,6 +266,13 @@ class Encoding(nn.Module):
         if grid_shape is None and positions is None:
             raise ValueError("pass grid_shape, positions, or both")
         return None if grid_shape is None else check_grid_shape(grid_shape, self.dims)
+
+    def explicit_positions(self, positions: Tensor, grid_shape: tuple[int, ...] | None,
+                           dtype: torch.dtype | None) -> Tensor:
+        """Explicit ``positions`` checked (:func:`ndpe.coords.check_positions`: their shape, the grid's token count,
+        finite and within :meth:`position_limit` of the output ``dtype``), as float32 (float64 kept)."""
+        limit = None if torch.compiler.is_compiling() else self.position_limit(dtype or torch.float32)
+        return check_positions(positions, self.dims, None if grid_shape is None else num_grid_tokens(grid_shape), limit)
 
     def packed(self, grid_shapes: Sequence[Sequence[int]], *, num_prefix: int = 0,
                dtype: torch.dtype | None = None) -> PosOut:
@@ -323,10 +329,14 @@ class Encoding(nn.Module):
         out = dataclasses.replace(pad_prefix(out, 0, k_prefix=num_prefix), past=num_prefix + past)
         return out if dtype is None else out.to(dtype)
 
-    def position_limit(self) -> tuple[float, str] | None:
-        """The largest ``|coordinate|`` that explicit ``positions=`` may hold, and why (a clause of the error), checked
-        with their finiteness in one pass (:func:`ndpe.coords.check_positions`); None: any finite coordinate. A kind
-        whose arithmetic cannot represent larger ones overrides it (rotary angles: :func:`ndpe.coords.angle_limit`)."""
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """The largest ``|coordinate|`` that explicit ``positions=`` may hold for an output returned in ``dtype``, and
+        why (a clause of the error), checked with their finiteness in one pass (:func:`ndpe.coords.check_positions`);
+        None: any finite coordinate. A kind whose arithmetic cannot represent larger ones overrides it, from its formula
+        (rotary angles: :func:`ndpe.coords.angle_limit`; offsets: :func:`ndpe.coords.pair_limit`; values that grow with
+        the position: :func:`ndpe.coords.output_max`), so that every output is finite or refused
+        (``tests/test_finite.py``). Not called on a grid call or in decoding (no coordinate is read there: it may read
+        a parameter), nor under ``torch.compile``, where positions go unchecked."""
         return None
 
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:

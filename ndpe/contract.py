@@ -74,7 +74,7 @@ class PosOut:
             only in a learned basis (STRING: RoPE composed with a learned orthogonal matrix). Orthogonal, so it
             leaves ``q . k`` of unrotated (prefix) tokens unchanged.
         prob_bias: ``(*, T, T)`` added to the attention probabilities after the softmax (eRPE); ``*`` broadcasts to
-            ``(B, heads)``. Attention with it takes the explicit softmax path (:func:`ndpe.attention.attend`).
+            ``(B, heads)``. Attention with it takes the explicit softmax path (:func:`ndpe.attend`).
         frame: ``(D - I, D^-1 - I)``, each ``(*, T, 16 n)``: a per-token linear map ``D`` of each head's first ``4 n``
             channels in ``n`` 4 x 4 blocks (GTA, PRoPE: a camera's SE(3) or projective matrix, two 2D rotations),
             stored minus the identity so that 0 leaves a token alone. q becomes ``D^T q`` and k ``D^-1 k``
@@ -208,6 +208,13 @@ def logit_fields(out: PosOut) -> list[str]:
     after the softmax). :func:`attn_term` sums them; :mod:`ndpe.flex` reads them."""
     return [name for name, spec, value in _items(out) if value is not None and not spec.stage
             and (spec.role == "pair" or (spec.role == "term" and spec.lead == QK))]
+
+
+def prob_fields(out: PosOut) -> list[str]:
+    """The fields of ``out`` set that act on the attention probabilities after the softmax (declared with
+    ``stage="probs"``: ``prob_bias``, eRPE), which SDPA's ``attn_mask`` cannot carry: :func:`ndpe.attend` applies them,
+    :func:`attn_bias` and :mod:`ndpe.flex` refuse them."""
+    return [name for name, _ in acting(type(out), "probs") if getattr(out, name) is not None]
 
 
 def attention_fields(out: PosOut, tokens_too: bool = False) -> list[str]:
@@ -394,11 +401,18 @@ def attn_bias(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
     kernel takes 2-D and 4-D masks only and falls back to the unfused math path (2-3x slower at
     T = 1024, with an extra ``B x heads x T x T`` buffer) for a 3-D one.
 
+    A ``pos`` with a field that acts after the softmax (``prob_bias``, eRPE), which ``attn_mask`` cannot carry, is
+    refused: :func:`ndpe.attend` ``(q, k, v, pos)`` applies every field.
+
     >>> attn_bias(PosOut(bias=torch.zeros(4, 9, 9))).shape
     torch.Size([1, 4, 9, 9])
     """
     if pos is not None:
         check_pos(pos)
+        if after := prob_fields(pos):
+            raise ValueError(f"this encoding's {', '.join(after)} acts on the attention probabilities after the softmax, "
+                             "which SDPA's attn_mask cannot carry: call ndpe.attend(q, k, v, pos, attn_mask=...) "
+                             "instead of SDPA with attn_bias")
     return attn_term(pos, dtype, q=q, k=k, causal=causal, x=x)
 
 

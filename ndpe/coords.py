@@ -23,6 +23,8 @@ COORD_MODES = ("index", "pixel", "centered")
 MAX_ANGLE = 2.0 ** 46
 """Rotary angles (radians) past which float64 keeps no 1e-2 rad precision (its spacing there is 2**-6 rad): a rotation
 by a larger angle no longer depends on the position offset alone (:func:`angle_limit`)."""
+FLOAT32_MAX = torch.finfo(torch.float32).max
+"""The largest finite float32, the dtype kinds compute in: the ceiling of every limit that :func:`tightest` picks."""
 
 
 def check_grid_shape(grid_shape: Sequence[int], dims: int) -> tuple[int, ...]:
@@ -124,6 +126,37 @@ def angle_limit(kind: str, fastest: float) -> tuple[float, str] | None:
         return None
     return MAX_ANGLE / fastest, (f"where {kind}'s fastest frequency ({fastest:.3g} rad per unit) turns float64 angles "
                                  "by 2**46 rad, past which they keep no 1e-2 rad precision")
+
+
+def output_max(dtype: torch.dtype) -> float:
+    """The largest finite value of an output returned in ``dtype``: ``dtype``'s own, or float32's for a wider dtype
+    (the math runs in float32 first).
+
+    >>> output_max(torch.float16), output_max(torch.float64) == FLOAT32_MAX
+    (65504.0, True)
+    """
+    return min(torch.finfo(dtype).max, FLOAT32_MAX)
+
+
+def pair_limit(kind: str, dims: int, squared: bool) -> tuple[float, str]:
+    """The largest ``|coordinate|`` whose pairwise offsets ``p_i - p_j`` (up to twice it per axis) stay finite in
+    float32, and with ``squared`` their squared Euclidean length ``sum_a o_a ** 2`` over ``dims`` axes too; and why.
+
+    >>> pair_limit("alibi", 1, False)[0] == FLOAT32_MAX / 2
+    True
+    """
+    if squared:
+        return math.sqrt(FLOAT32_MAX / dims) / 2, f"where {kind}'s squared float32 offsets overflow"
+    return FLOAT32_MAX / 2, f"where {kind}'s float32 offsets p_i - p_j overflow"
+
+
+def tightest(*limits: tuple[float, str] | None) -> tuple[float, str] | None:
+    """The smallest of several position limits ``(|coordinate|, why)`` (None ones skipped); None if all are.
+
+    >>> tightest((4.0, "a"), None, (2.0, "b"))
+    (2.0, 'b')
+    """
+    return min((limit for limit in limits if limit is not None), key=lambda limit: limit[0], default=None)
 
 
 def check_increasing(positions: Tensor, why: str, name: str = "positions") -> None:

@@ -61,7 +61,7 @@ class Field:
         ``act(x, value) -> x`` in :func:`ndpe.apply_tokens` (after ``add`` and ``cat``), ``stage="qk"`` calls
         ``act(q, k, value) -> (q, k)`` in :func:`ndpe.apply_qk` (after the rotation), ``stage="probs"`` calls
         ``act(probs, value) -> probs`` on the attention probabilities ``(B, heads, Tq, Tk)`` after the softmax, before
-        they weigh v (:func:`ndpe.attention.attend`: attention with such a field leaves fused SDPA for the explicit
+        they weigh v (:func:`ndpe.attend`: attention with such a field leaves fused SDPA for the explicit
         softmax; ``prob_bias``, eRPE). ``stage="qkvo"``: a per-token map of every head's channels, as GTA and PRoPE
         apply one: ``act(t, value, which) -> t`` is called on q and k in :func:`ndpe.apply_qk` (``which`` ``"q"`` /
         ``"k"``, after the rotation), on the values before attention (``"v"``, :func:`ndpe.apply_v`) and on

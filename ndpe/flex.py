@@ -33,8 +33,7 @@ from torch import Tensor
 
 from .base import Encoding
 from .checks import check_bool, check_devices, check_float_tensor, check_int
-from .contract import attn_term, logit_fields
-from .fields import acting
+from .contract import attn_term, logit_fields, prob_fields
 from .memory import check_memory
 
 __all__ = ["attention", "flex_available", "packed_attention", "score_mod"]
@@ -68,15 +67,14 @@ def grid_term(pe: Encoding, grid_shape: Sequence[int], *, q: Tensor | None = Non
     if type(pe).has_score_bias():
         return pe.score_bias(pe.coords(grid_shape), q=q, k=k)
     out = pe(grid_shape)
-    after = [name for name, _ in acting(type(out), "probs") if getattr(out, name) is not None]
-    if after:
+    if after := prob_fields(out):
         raise ValueError(f"kind {pe.kind!r} acts on the attention probabilities after the softmax ({after[0]}), which a "
-                         "flex score_mod cannot: use ndpe.Attention (or ndpe.attention.attend)")
+                         "flex score_mod cannot: use ndpe.attend (or ndpe.Attention)")
     if not logit_fields(out):
         return None
     if out.logits is not None and out.logits.uses_states:
         raise ValueError(f"kind {pe.kind!r} computes its logits term from the token states x, which flex attention "
-                         "does not take: use SDPA with ndpe.attn_bias(pos, q=q, k=k, x=x) (ndpe.Attention does)")
+                         "does not take: use ndpe.attend(q, k, v, pos, x=x) (ndpe.Attention does)")
     if out.logits is not None and (q is None or k is None):
         raise ValueError(f"kind {pe.kind!r}'s logits term depends on the queries and keys: pass q= and k= "
                          "(B, heads, N, head_dim)")

@@ -329,8 +329,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
-    from .attention import attend
-    from .contract import apply_tokens, attn_bias
+    from .attention import attend_probs
+    from .contract import apply_tokens, attn_term
     from .functional import apply_qk
 
     inner = getattr(model, "model", None)
@@ -409,14 +409,14 @@ def use(model: Any, kind: str, **options: Any) -> Any:
                              pairing=full.pairing, basis=full.basis)  # the new queries, every key
                 query, key = apply_qk(query, key, pos)
             pos = encode(n, total - n)
-            bias = attn_bias(pos, query.dtype, q=query, k=key, causal=True)
+            bias = attn_term(pos, query.dtype, q=query, k=key, causal=True)
             mask = attention_mask
             if mask is not None and mask.dtype == torch.bool:
                 mask = torch.zeros_like(mask, dtype=query.dtype).masked_fill(~mask, float("-inf"))
             if bias is not None:
                 mask = bias if mask is None else mask + bias
-            out = attend(query, key, value, pos, attn_mask=mask, dropout_p=dropout, scale=scaling,
-                         is_causal=mask is None and n == total)
+            out = attend_probs(query, key, value, pos, attn_mask=mask, dropout_p=dropout, scale=scaling,
+                               is_causal=mask is None and n == total)
             return out.transpose(1, 2).contiguous(), None
 
         AttentionInterface.register(name, attention)

@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import attend
-from .contract import PosOut, apply_tokens, attention_fields, attn_bias
+from .attention import attend_probs
+from .contract import PosOut, apply_tokens, attention_fields, attn_term
 from .functional import apply_out, apply_qk, apply_v
 from .kinds.learned import Learned
 from .packing import stack
@@ -109,13 +109,14 @@ class NdpeAttention(nn.Module):
         q, k, v = self._qkv(x)  # (B, heads, N, head_dim)
         pos = self._holder.pos
         q, k = apply_qk(q, k, pos)
-        bias = attn_bias(pos, q.dtype, q=q, k=k, causal=is_causal, x=x)
+        bias = attn_term(pos, q.dtype, q=q, k=k, causal=is_causal, x=x)
         if attn_mask is not None:
             extra = attn_mask if attn_mask.dtype != torch.bool else \
                 torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
             bias = extra if bias is None else bias + extra
         drop = a.attn_drop.p if self.training else 0.0
-        out = attend(q, k, apply_v(v, pos), pos, attn_mask=bias, dropout_p=drop, is_causal=is_causal and bias is None)
+        out = attend_probs(q, k, apply_v(v, pos), pos, attn_mask=bias, dropout_p=drop,
+                           is_causal=is_causal and bias is None)
         out = apply_out(out, pos)
         out = a.norm(out.transpose(1, 2).reshape(B, N, -1))
         if gate is not None:

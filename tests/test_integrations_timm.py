@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import ndpe
 from tests.conftest import assert_tells_apart, sharpen_attention
+from tests.test_attend import DIM, HEADS, WAYS, encoding
 
 timm = pytest.importorskip("timm")
 from timm.layers import Attention  # noqa: E402
@@ -190,9 +190,10 @@ class NdpeAttention(Attention):
     def forward(self, x, attn_mask=None, is_causal=False):
         B, N, _ = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = ndpe.apply_qk(self.q_norm(q), self.k_norm(k), self.pos)
-        x = F.scaled_dot_product_attention(q, k, v, attn_mask=ndpe.attn_bias(self.pos, q.dtype))
-        return self.proj(x.transpose(1, 2).reshape(B, N, -1))
+        q, k = ndpe.apply_qk(self.q_norm(q), self.k_norm(k), self.pos)  # rotations (and cameras' maps)
+        out = ndpe.attend(q, k, ndpe.apply_v(v, self.pos), self.pos, attn_mask=attn_mask, is_causal=is_causal, x=x)
+        out = ndpe.apply_out(out, self.pos)  # cameras (gta, prope): undo the values' map per query
+        return self.proj(out.transpose(1, 2).reshape(B, N, -1))
 
 
 class NdpeViT(VisionTransformer):
@@ -206,6 +207,23 @@ class NdpeViT(VisionTransformer):
         for block in self.blocks:
             block.attn.pos = pos
         return super()._pos_embed(x)
+
+
+@pytest.mark.parametrize("kind, dims, grid, causal", [w for w in WAYS if w[0] != "rope"])
+def test_recipe_attention_equals_ndpe_attention(kind, dims, grid, causal):
+    """The recipe's attention is right for every way of acting: a bias (alibi), a logits term (cope, causal), a term
+    after the softmax (erpe, which SDPA with attn_bias refuses) and a map of q, k, v and the output (gta, which
+    apply_qk alone gets silently wrong) equal ``ndpe.Attention`` with the same weights."""
+    pe, pos = encoding(kind, dims, grid)
+    recipe, attn = NdpeAttention(DIM, num_heads=HEADS), ndpe.Attention(DIM, HEADS, qkv_bias=False, causal=causal)
+    attn.load_state_dict(recipe.state_dict())
+    x = torch.randn(2, math.prod(grid), DIM)
+    with torch.no_grad():
+        expected = attn(x, pos)
+        recipe.pos = pos
+        got = recipe(x, is_causal=causal)
+        recipe.pos = None
+        assert_tells_apart(got, recipe(x, is_causal=causal), expected, rtol=1e-5, atol=1e-5)
 
 
 def shuffle_patches(img: torch.Tensor, patch: int, perm: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ from torch import Tensor
 from ..base import Encoding
 from ..checks import _is_int, _is_number, check_bool, check_choice, check_int, shown
 from ..contract import PosOut
+from ..coords import FLOAT32_MAX, output_max, pair_limit, tightest
 from ..pairs import pair_axes, sum_of, token_axes
 from ..registry import register
 
@@ -131,6 +132,19 @@ class ALiBi(Encoding):
         every = torch.zeros(heads, dtype=torch.float32)  # unbiased heads: slope 0
         every[list(self.alibi_heads)] = torch.tensor(chosen, dtype=torch.float32)
         self.register_buffer("slopes", every, persistent=False)
+        self.steepest = max(abs(s) for s in chosen)  # the largest |slope|, for position_limit without reading a buffer
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates whose offsets and lengths stay finite in float32 and whose bias ``slope * length`` in ``dtype``:
+        a length is at most ``2 |coordinate|`` per axis, times ``sqrt(dims)`` (euclidean) or ``dims`` (manhattan)."""
+        squared = self.distance == "euclidean" and self.dims > 1
+        per_unit = 2 * (math.sqrt(self.dims) if squared else self.dims)  # the longest length per unit of |coordinate|
+        name = str(dtype).removeprefix("torch.")
+        bias = None if not self.steepest else (
+            output_max(dtype) / (self.steepest * per_unit),
+            f"where alibi's bias (steepest slope {self.steepest:.3g}) overflows {name}")
+        return tightest(pair_limit(self.kind, self.dims, squared), (FLOAT32_MAX / per_unit, "where alibi's float32 "
+                        "distances overflow"), bias)
 
     def pair_words(self) -> int:
         """Float32 words per pair at the peak: the offsets and their squares per axis and the length, then the

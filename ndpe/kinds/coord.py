@@ -14,13 +14,15 @@ radius is centred at (0.5, 0.5), not at the centre of the image; here ``r`` is c
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
 from ..base import Encoding
 from ..checks import check_bool, check_float_tensor
 from ..contract import PosOut
-from ..coords import axis_coords
+from ..coords import FLOAT32_MAX, axis_coords, output_max, tightest
 from ..registry import register
 
 
@@ -55,6 +57,17 @@ class Coord(Encoding):
         if dim <= self.cat_dim:
             raise ValueError(f"coord appends {self.cat_dim} channels, leaving dim - {self.cat_dim} for the tokens; "
                              f"dim={dim} leaves none, use dim > {self.cat_dim}")
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates the ``cat`` channels (the coordinates themselves) hold in ``dtype``; with ``with_r``, also its
+        radius (at most ``sqrt(dims) |coordinate|``) and the radius' float32 squares."""
+        name = str(dtype).removeprefix("torch.")
+        values = (output_max(dtype), f"the largest {name}, which coord's channels (the coordinates) hold")
+        if not self.with_r:
+            return values
+        root = math.sqrt(self.dims)
+        return tightest(values, (output_max(dtype) / root, f"where coord's radius overflows {name}"),
+                        (math.sqrt(FLOAT32_MAX / self.dims), "where coord's squared float32 coordinates overflow"))
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         return PosOut(cat=with_radius(positions) if self.with_r else positions)

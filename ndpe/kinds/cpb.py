@@ -56,6 +56,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_choice, check_int, per_axis
 from ..contract import PosOut
+from ..coords import FLOAT32_MAX, pair_limit, tightest
 from ..memory import check_memory
 from ..pairs import pair_axes
 from ..registry import register
@@ -144,6 +145,15 @@ class ContinuousBias(Encoding):
             layers.append(nn.ReLU() if swin else nn.SiLU())
         layers.append(nn.Linear(h, heads, bias=not swin))
         self.mlp = nn.Sequential(*layers)
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates whose float32 offsets stay finite, and for ``swin`` their coordinates
+        ``offset / max(R - 1, 1) * 8`` (at most ``16 |coordinate|``); the log-spaced features then keep the MLP finite,
+        and ``16 sigmoid`` the bias."""
+        offsets = pair_limit(self.kind, self.dims, False)
+        if self.style != "swin":
+            return offsets
+        return tightest(offsets, (FLOAT32_MAX / 16, "where cpb's float32 Swin coordinates 8 * offset overflow"))
 
     # -- the function of an offset ---------------------------------------------------------------
     def _features(self, offsets: Tensor, divisor: Tensor | None) -> Tensor:

@@ -10,7 +10,7 @@ Conventions (ConvTran's ``Models/Attention.py``, class ``Attention_Rel_Scl``, po
   series, offsets beyond ``L - 1`` share the edge rows (``relative``'s clipping, ``max_distance = L - 1``), where
   ConvTran is built for one length.
 - After the softmax: the ``PosOut`` field ``prob_bias`` (declared with ``stage="probs"``), which attention adds to
-  the probabilities (:func:`ndpe.attention.attend`); ``ndpe.Attention`` then leaves fused SDPA for the explicit
+  the probabilities (:func:`ndpe.attend`); ``ndpe.Attention`` then leaves fused SDPA for the explicit
   softmax. The rows no longer sum to 1, as in ConvTran. Keys the mask hides (causal, packed samples) stay at 0.
 - Init zeros, as ConvTran (the term's gradient does not pass through the softmax, so it trains from the first step).
 - Integer positions (offsets index the table); decodes with a KV cache. Flex attention refuses it (a score_mod acts

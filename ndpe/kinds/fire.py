@@ -42,6 +42,7 @@ torch.Size([4, 6, 6])
 """
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import torch
@@ -51,6 +52,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int, check_number
 from ..contract import PosOut
+from ..coords import FLOAT32_MAX, pair_limit, tightest
 from ..memory import check_tables
 from ..pairs import euclidean, pair_axes, token_axes
 from ..registry import register
@@ -100,6 +102,15 @@ class FIRE(Encoding):
     def threshold(self) -> Tensor:
         """The learned threshold ``L = |L_multiplier * init_L|`` (0-d)."""
         return (self.L_multiplier.float() * self.init_L).abs()
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates whose float32 offsets (and, N-D, their squares) stay finite, and ``|c| d`` in ``psi``: a distance
+        ``d`` (or range ``r``) is at most ``2 sqrt(dims) |coordinate|``; the MLP then sees finite ratios of logarithms
+        (reads ``c``: explicit positions only, which are read anyway)."""
+        c = float(self.c.detach().abs())
+        psi = None if not c else (FLOAT32_MAX / (2 * math.sqrt(self.dims) * c), "where fire's float32 c * distance "
+                                                                                "overflows")
+        return tightest(pair_limit(self.kind, self.dims, self.dims > 1), psi)
 
     def _psi(self, x: Tensor) -> Tensor:
         return torch.log((self.c.float() * x).abs() + 1)

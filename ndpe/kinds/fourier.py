@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int, check_number
 from ..contract import PosOut
+from ..coords import FLOAT32_MAX
 from ..registry import register
 
 
@@ -63,6 +64,12 @@ class Fourier(Encoding):
         else:
             self.register_buffer("B", freqs)
         self.sigma, self.learnable, self.seed, self.coords_mode = float(sigma), bool(learnable), seed, coords
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates whose float32 angles ``2 pi v`` and ``2 pi B v`` stay finite: ``|2 pi B_k v|`` is at most
+        ``2 pi |coordinate| sum_a |B_ka|`` (reads ``B``: explicit positions only, which are read anyway)."""
+        widest = max(float(self.B.detach().abs().sum(-1).amax()), 1.0)  # the largest row sum of |B|, and 2 pi v itself
+        return FLOAT32_MAX / (2 * math.pi * widest), "where fourier's float32 angles 2 pi B v overflow"
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         angles = 2 * math.pi * positions @ self.B.to(positions.dtype).t()  # (*, N, dim / 2)

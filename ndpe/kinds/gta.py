@@ -41,7 +41,6 @@ from torch import Tensor
 from ..base import Encoding, pad_prefix
 from ..checks import check_number
 from ..contract import PosOut
-from ..coords import check_positions, num_grid_tokens
 from ..registry import register
 
 
@@ -131,8 +130,7 @@ class GTA(Encoding):
         if positions is None:
             positions = self.coords(cast(tuple, shape))
         else:
-            positions = check_positions(positions, self.dims, None if shape is None else num_grid_tokens(shape),
-                                        self.position_limit())
+            positions = self.explicit_positions(positions, shape, dtype)
         frames = self.projections(check_extrinsics(extrinsics, positions.shape[-2]), intrinsics)
         out = pad_prefix(self.encode_frames(positions, *frames), num_prefix)
         return out if dtype is None else out.to(dtype)

@@ -85,7 +85,7 @@ class PoPE(Encoding):
             with torch.no_grad():
                 self.learned_bias.uniform_(-2 * math.pi, 0.0)
 
-    def position_limit(self) -> tuple[float, str] | None:
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
         """Positions whose phases stay within :data:`ndpe.coords.MAX_ANGLE` (the fastest frequency is ``base ** 0``)."""
         return angle_limit(self.kind, 1.0)
 

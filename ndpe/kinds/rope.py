@@ -226,7 +226,7 @@ class RoPE(Encoding):
         self.register_buffer("head_inv_freq", head_freq, persistent=False)
         self.fastest = float(torch.cat([inv_freq, head_freq]).abs().max()) if self.rot_dim else 0.0  # rad per unit
 
-    def position_limit(self) -> tuple[float, str] | None:
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
         """Positions whose angles stay within :data:`ndpe.coords.MAX_ANGLE` (float64 keeps their precision)."""
         return angle_limit(self.kind, self.fastest)
 

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from ..base import Encoding
 from ..contract import PosOut
+from ..coords import FLOAT32_MAX
 from ..registry import register
 from ..scaling import axial_inv_freq
 from ..checks import check_bool, check_pairing, per_axis
@@ -98,6 +99,13 @@ class RoPEMixed(Encoding):
         self.coords_mode, self.pairing = coords, pairing
         freqs = init_mixed_freqs(heads, self.axis_dims, self.theta, rotate=rotate)
         self.freqs = nn.Parameter(freqs)  # (heads, dims, rot_dim / 2)
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates whose float32 angles ``sum_a p_a freqs[h, a, j]`` stay finite: each partial sum is at most
+        ``|coordinate| sum_a |freqs[h, a, j]|`` (reads the learned frequencies: explicit positions only, which are read
+        anyway)."""
+        fastest = float(self.freqs.detach().abs().sum(1).amax())  # rad per unit of |coordinate|
+        return (FLOAT32_MAX / fastest, "where rope-mixed's float32 angles overflow") if fastest > 0 else None
 
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         pos = positions.float()  # (..., N, dims)

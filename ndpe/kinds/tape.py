@@ -30,6 +30,7 @@ from torch import Tensor
 from ..base import Encoding
 from ..checks import check_int, check_number
 from ..contract import PosOut
+from ..coords import FLOAT32_MAX
 from ..registry import register
 
 
@@ -66,6 +67,12 @@ class TimeAPE(Encoding):
             check_int(length, "length", low=1)
         check_number(temperature, "temperature", low=0.0, inclusive=False)
         self.length, self.temperature = length, float(temperature)
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates whose float32 angles ``p * w_i * dim / L`` stay finite: the fastest ``w_i`` is ``w_0 = 1`` (or
+        ``w_{d/2-1}`` for a temperature below 1), and ``L >= 1`` (``length=None``: each call's length)."""
+        fastest = max(1.0, self.temperature ** (-(self.dim - 2) / self.dim)) * self.dim / (self.length or 1)
+        return FLOAT32_MAX / fastest, "where tape's float32 angles p * w * dim / L overflow"
 
     def encode(self, positions: Tensor, grid_shape, key_positions: Tensor | None = None) -> PosOut:
         if key_positions is not None and self.length is None:

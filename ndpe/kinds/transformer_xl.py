@@ -61,6 +61,7 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_bool, check_int
 from ..contract import LogitsTerm, PosOut
+from ..coords import pair_limit
 from ..memory import check_memory, check_tables
 from ..registry import register
 from .rope import angle_dtype
@@ -171,6 +172,11 @@ class TransformerXL(Encoding):
         self.v = nn.Parameter(torch.empty(heads, self.head_dim))  # r_r_bias: with the relative encodings
         for p in (self.w_r, self.u, self.v):
             nn.init.normal_(p, std=INIT_STD)
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """Coordinates whose float32 offsets ``p_i - p_j`` stay finite (the sinusoid of an infinite offset is NaN); any
+        with ``clamp_len``, which clamps an infinite offset too (the original's ``pos_seq.clamp_``)."""
+        return None if self.clamp_len is not None else pair_limit(self.kind, 1, False)
 
     def projected(self, table: Tensor) -> Tensor:
         """``W_R R(o)`` per head, ``(..., heads, head_dim, S)``, for offsets ``(..., S)``."""

@@ -60,9 +60,9 @@ class VRoPE(RoPE):
         section = (head_dim // 2, 0, 0) if head_dim >= 2 and head_dim % 2 == 0 else None  # else rope's own error
         super().__init__(dims=dims, dim=dim, heads=heads, theta=theta, pairing=pairing, mrope_section=section)
 
-    def position_limit(self) -> tuple[float, str] | None:
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
         """Half of rope's: each id ``u + a``, ``u + b``, ... adds two coordinates."""
-        limit = super().position_limit()
+        limit = super().position_limit(dtype)
         return None if limit is None else (limit[0] / 2, f"{limit[1]} (each id adds two coordinates)")
 
     def _mrope_freq_axis(self) -> Tensor:
