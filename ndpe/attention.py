@@ -123,9 +123,13 @@ def add_masks(mask: Tensor | None, term: Tensor | None, dtype: torch.dtype) -> T
     other as it is; both: one additive mask of ``dtype`` (a boolean one as 0 / -inf), broadcast to both shapes."""
     if mask is None or term is None:
         return term if mask is None else mask
-    masks = [m if m.dtype != torch.bool else torch.zeros_like(m, dtype=dtype).masked_fill(~m, float("-inf"))
-             for m in (mask, term)]
-    return masks[0] + masks[1]
+    return additive_mask(mask, dtype) + additive_mask(term, dtype)
+
+
+def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """An attention mask as SDPA takes it, made additive: a boolean one (True: attend) as 0 / -inf of ``dtype``, a
+    float one as it is."""
+    return mask if mask.dtype != torch.bool else torch.zeros_like(mask, dtype=dtype).masked_fill(~mask, float("-inf"))
 
 
 def attend_probs(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_mask: Tensor | None = None,

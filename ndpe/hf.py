@@ -329,7 +329,7 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
-    from .attention import attend_probs
+    from .attention import additive_mask, attend_probs
     from .contract import apply_tokens, attn_term
     from .functional import apply_qk
 
@@ -410,9 +410,7 @@ def use(model: Any, kind: str, **options: Any) -> Any:
                 query, key = apply_qk(query, key, pos)
             pos = encode(n, total - n)
             bias = attn_term(pos, query.dtype, q=query, k=key, causal=True)
-            mask = attention_mask
-            if mask is not None and mask.dtype == torch.bool:
-                mask = torch.zeros_like(mask, dtype=query.dtype).masked_fill(~mask, float("-inf"))
+            mask = None if attention_mask is None else additive_mask(attention_mask, query.dtype)
             if bias is not None:
                 mask = bias if mask is None else mask + bias
             out = attend_probs(query, key, value, pos, attn_mask=mask, dropout_p=dropout, scale=scaling,

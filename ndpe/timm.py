@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import attend_probs
+from .attention import additive_mask, attend_probs
 from .contract import PosOut, apply_tokens, attention_fields, attn_term
 from .functional import apply_out, apply_qk, apply_v
 from .kinds.learned import Learned
@@ -111,8 +111,7 @@ class NdpeAttention(nn.Module):
         q, k = apply_qk(q, k, pos)
         bias = attn_term(pos, q.dtype, q=q, k=k, causal=is_causal, x=x)
         if attn_mask is not None:
-            extra = attn_mask if attn_mask.dtype != torch.bool else \
-                torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
+            extra = additive_mask(attn_mask, q.dtype)
             bias = extra if bias is None else bias + extra
         drop = a.attn_drop.p if self.training else 0.0
         out = attend_probs(q, k, apply_v(v, pos), pos, attn_mask=bias, dropout_p=drop,
