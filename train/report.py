@@ -18,6 +18,7 @@ from .claims import LOG_METRICS, Verdict, check_claim, claim_line, measured_valu
 from .competence import (NOPE, Competence, KindStatus, beats, beats_welch, competence, good,  # noqa: F401 (re-exported)
                          in_distribution, margins, passes_bar, retention, strongest_floor, train_ratio)
 from .protocol import CLAIMS, TASKS
+from .regime import regimes
 from .results import FLOOR_PREFIX, SEARCH, Cell, Row, aggregate, is_floor, kind_of, read_rows, size_label, split_floors
 
 def task_info(rows: list[Row]) -> dict[str, Row]:
@@ -264,8 +265,10 @@ def write_report(run_dir: Path, header: str, select=None) -> Path:
         plot = plot_task(task, agg[task], sizes, row.metric, run_dir / f"{task.replace('/', '_')}.png",
                          higher=row.higher_is_better)
         n = max((c.n for label, by in agg[task].items() if not is_floor(label) for c in by.values()), default=0)
+        labels = sorted(label for label in agg[task] if not is_floor(label))
         parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}, {n} runs", "",
-                  *competence_lines(task, checks[task], row.metric, train_agg.get(task, {})), "",
+                  *competence_lines(task, checks[task], row.metric, train_agg.get(task, {})),
+                  *(regimes(TASKS[task], labels, sizes) if task in TASKS else []), "",
                   markdown_table(agg[task], sizes, checks[task], times.get(task, {}), row.metric), "",
                   f"![{task}]({plot.name})", ""]
     parts += lr_section(rows)
