@@ -197,7 +197,7 @@ def test_write_page_refuses_over_budget(tmp_path, monkeypatch, small):
     assert not (tmp_path / "index.html").exists()
 
 
-@pytest.mark.parametrize("run", ["quick", "standard-v1"])
+@pytest.mark.parametrize("run", ["quick", "standard-v1", "standard"])
 def test_committed_runs_carry_the_tab_of_their_results(run):
     """The explore.json committed beside a run's results.csv is train/explore.py's reading of that file."""
     import hashlib
