@@ -385,3 +385,28 @@ def test_the_search_winners_are_compared_with_the_reported_runs(tmp_path):
     text = write_report(tmp_path, "# test").read_text()
     assert "in 6 of 6 (task, kind) pairs (ties left out) the search's winning run scores above" in text
     assert "sign test p = 0.031" in text
+
+
+def test_runs_above_the_order_blind_ceiling_by_an_exact_binomial_test(tmp_path):
+    """video: the bar is the order-blind ceiling (no per-run value); a run succeeds when its accuracy on the test
+    set's items beats the ceiling of its own data seed by a one-sided exact binomial test (5 %)."""
+    task, acc = "video/trajectory", {"metric": "acc"}
+    rows = [row("floor", d, r, f, task=task, variant="order-blind", data_seed=d, **acc)
+            for d, f in ((0, 0.5), (1, 0.7)) for r in (1.0, 2.0)]
+    # seed: (data seed, accuracy at x1, at x2); 0.52 on 512 items is chance (p = 0.19), 0.65 beats 0.5, not 0.7
+    runs = {0: (0, 1.0, 0.6), 1: (1, 1.0, 0.65), 2: (0, 0.52, 0.52), 3: (1, 0.9, 0.9), 4: (0, 0.65, 0.5)}
+    rows += [row("rope", s, r, v, task=task, data_seed=d, **acc) for s, (d, *vs) in runs.items()
+             for r, v in zip((1.0, 2.0), vs)]
+    append_rows(tmp_path / "results.csv", rows)
+    text = write_report(tmp_path, "# t", test_items=512).read_text()
+    assert "runs above the ceiling ×1 → ×2" in text and "on the 512 items of a test set" in text
+    line = [x for x in text.splitlines() if x.startswith("| rope |")][-1]  # the task's table (after the summary)
+    assert "| 4/5 [0.28, 0.99] → 2/5 [0.05, 0.85] |" in line
+    assert "runs above the ceiling" not in write_report(tmp_path, "# t").read_text()  # items unknown: not said
+
+
+def test_above_rate_refuses_what_is_not_an_accuracy():
+    from train.stats import above_rate
+
+    with pytest.raises(ValueError, match="an accuracy and a rate in \\[0, 1\\]"):
+        above_rate(1.5, 0.5, 512)

@@ -189,7 +189,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     head = header(cfg, info)
     if failures:
         head += "\n- **failed cells** (rerun the same command to retry them):\n" + "\n".join(f"  - {f}" for f in failures)
-    report = write_report(run_dir, head, select=lambda rows: selected_rows(cfg, rows))
+    report = write_report(run_dir, head, select=lambda rows: selected_rows(cfg, rows), test_items=cfg.test_items)
     write_explorer_tab(run_dir)
     print(f"wrote {results} and {report} in {fmt_time(wall)}" + (f"; {len(failures)} cell(s) FAILED" if failures else ""),
           flush=True)
@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> Path:
         if not info_path.exists() and not provenance.read_invocations(run_dir):
             parser.error(f"{run_dir} holds no run (run_info.json, {provenance.INVOCATIONS}): run the benchmark first")
         info = json.loads(info_path.read_text()) if info_path.exists() else None
-        report = write_report(run_dir, header(cfg, info), select=lambda rows: selected_rows(cfg, rows))
+        report = write_report(run_dir, header(cfg, info), select=lambda rows: selected_rows(cfg, rows),
+                              test_items=cfg.test_items)
         write_explorer_tab(run_dir)
         return report
     try:

@@ -206,6 +206,22 @@ def success_rate(values: Sequence[float], bar: float, higher: bool) -> Rate:
     return Rate(k, n, k / n if n else math.nan, *clopper_pearson(k, n))
 
 
+def above_rate(accuracy: float, rate: float, n: int, alpha: float = ALPHA) -> bool:
+    """Whether an accuracy measured on ``n`` items is above a guessing ``rate`` (an order-blind ceiling) by a
+    one-sided exact binomial test at ``alpha`` (scipy.stats.binomtest): the run learned what the rate cannot.
+
+    >>> above_rate(0.5, 0.498, 512), above_rate(0.6, 0.498, 512), above_rate(0.535, 0.498, 512)
+    (False, True, False)
+    """
+    from scipy.stats import binomtest
+
+    n = _count("n", n)
+    if n < 1 or not 0.0 <= accuracy <= 1.0 or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"above_rate takes an accuracy and a rate in [0, 1] and n >= 1 items, got {accuracy!r}, "
+                         f"{rate!r}, {n!r}")
+    return bool(binomtest(round(accuracy * n), n, rate, alternative="greater").pvalue < alpha)
+
+
 def fisher(k_a: int, n_a: int, k_b: int, n_b: int, alternative: str = "two-sided") -> float:
     """Fisher's exact p-value that kinds a (``k_a`` successes of ``n_a`` runs) and b succeed equally often, against
     ``alternative``: ``"two-sided"``, ``"greater"`` (a succeeds more often) or ``"less"``; nan when a side has
