@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,10 @@ RECORDS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
 def invocations(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text().splitlines()]
+    """The invocations as the report reads them: each one's start line and end line merged by their id."""
+    lines = [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * len({line["id"] for line in lines})  # a start and an end line per invocation
+    return provenance.read_invocations(run_dir)
 
 
 def test_rows_carry_the_code_they_come_from_and_each_invocation_appends_a_line(tmp_path, monkeypatch):
@@ -141,6 +147,38 @@ def test_an_interrupted_run_records_its_invocation(tmp_path, monkeypatch):
     rows = read_rows(tmp_path / "quick" / "results.csv")
     (line,) = invocations(tmp_path / "quick")
     assert (line["status"], line["cells_trained"], line["rows_written"]) == ("interrupted", 2, len(rows))
+
+
+KILLED_RUN = """
+import os, signal, sys
+from train import bench
+from tests.test_bench import tiny
+real = bench.run_cell
+def killed(args):  # the driver killed outright, as when its session ends: no finally, no end line
+    if args[1].kind == "rope":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(args)
+bench.run_cell = killed
+bench.run(tiny(__import__("pathlib").Path(sys.argv[1])), "killed command")
+"""
+
+
+def test_an_invocation_killed_outright_is_listed_with_its_start(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path)], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    run_dir = tmp_path / "quick"
+    (killed,) = provenance.read_invocations(run_dir)
+    assert (killed["command"], killed["status"]) == ("killed command", provenance.KILLED) and "end" not in killed
+    assert killed["protocol"] == provenance.protocol_fingerprint() and killed["start"]
+    rows = read_rows(run_dir / "results.csv")
+    assert rows and all(r.kind != "rope" for r in rows)  # what it wrote before the kill stays
+    report = bench.run(tiny(tmp_path), "resumed")
+    text = report.read_text()
+    assert f"1. `killed command`: started {killed['start']}, **{provenance.KILLED}**" in text
+    assert "2. `resumed`: ended " in text
+    assert [i["status"] for i in provenance.read_invocations(run_dir)] == [provenance.KILLED, "finished"]
 
 
 def test_a_cut_invocation_line_is_skipped_and_the_next_starts_on_its_own_line(tmp_path):

@@ -23,7 +23,8 @@ see train/executors.py); either way workers return rows and only this driver wri
 ``report.md``, the plots and ``explore.json`` (the numbers of ``ndpe explore --results``, train/explore.py) are
 rewritten from the CSV at the end (``--report-only`` redoes them).
 Every row carries the ndpe version, the git commit and the protocol fingerprint of the driver's code, and every
-invocation appends a line to ``invocations.jsonl`` (train/provenance.py); the report's header lists them.
+invocation appends a line to ``invocations.jsonl`` when it starts and one when it ends (train/provenance.py); the
+report's header lists them, one killed before its end line as "no end recorded".
 """
 from __future__ import annotations
 
@@ -120,6 +121,10 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     start, started = time.perf_counter(), provenance.utc_now()
     finished, failures, written, status = 0, [], [], "interrupted"
     stamp = provenance.stamp()  # where every row of this invocation comes from (train/provenance.py)
+    run_id = f"{started}-{os.getpid()}"  # its start line and its end line share it
+    provenance.append_invocation(run_dir, {  # first: a process killed outright (SIGKILL) still leaves this line
+        "id": run_id, "command": command, "start": started, "status": provenance.STARTED, **stamp,
+        "settings": fingerprint(cfg), "executor": workers_text, "machine": provenance.machine(cfg.device)})
 
     def longest_first(cells):  # so the last minutes are not one worker finishing a slow cell alone
         return sorted(cells, key=lambda c: -int(cfg.steps.get(c.task, cfg.default_steps)) * (1 + len(TASKS[c.task].test_sizes)))
@@ -175,7 +180,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     finally:
         executor.close()
         provenance.append_invocation(run_dir, {  # also when interrupted: what it wrote stays traceable
-            "command": command, "start": started, "end": provenance.utc_now(), "status": status,
+            "id": run_id, "command": command, "start": started, "end": provenance.utc_now(), "status": status,
             "wall_s": round(time.perf_counter() - start, 1), **stamp, "settings": fingerprint(cfg),
             "cells_trained": len(written), "rows_written": sum(written), "cells_failed": len(failures),
             "executor": workers_text, "machine": provenance.machine(cfg.device)})

@@ -178,9 +178,20 @@ def _ends_with_newline(path: Path) -> bool:
         return f.read(1) == b"\n"
 
 
+STARTED = "started"
+KILLED = "no end recorded (killed, or still running)"
+
+
 def read_invocations(run_dir: Path) -> list[dict]:
-    """The invocations of ``run_dir``, oldest first ([] without invocations.jsonl); damaged lines are skipped."""
-    return [r for r in _read_lines(Path(run_dir) / INVOCATIONS) if "command" in r]
+    """The invocations of ``run_dir``, oldest first ([] without invocations.jsonl); damaged lines are skipped.
+
+    An invocation writes a line when it starts and one when it ends (finished, failed or interrupted), with the same
+    ``id``: the end line stands for it. A start line without its end is an invocation killed outright (its process
+    got no chance to write): it is listed with status :data:`KILLED`, its cells and rows uncounted."""
+    records = [r for r in _read_lines(Path(run_dir) / INVOCATIONS) if "command" in r]
+    ended = {r["id"] for r in records if "id" in r and r.get("status") != STARTED}
+    return [{**r, "status": KILLED} if r.get("status") == STARTED else r for r in records
+            if not (r.get("status") == STARTED and r.get("id") in ended)]
 
 
 def _commits(check: dict) -> str:
@@ -200,6 +211,10 @@ def invocation_line(i: int, inv: dict) -> str:
     commit = inv.get("commit", UNKNOWN)
     short = commit if commit == UNKNOWN else commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
     status = "" if inv.get("status") == "finished" else f", **{inv.get('status', '?')}**"
+    if inv.get("status") == KILLED:  # no end, wall time or counts: what it wrote is told by its rows' provenance
+        return (f"  {i}. `{inv['command']}`: started {inv.get('start', '?')}, **{KILLED}**, commit {short}, ndpe "
+                f"{inv.get('ndpe_version', '?')}, protocol {inv.get('protocol', '?')} ({m.get('platform', '?')}, "
+                f"{m.get('cpu_count', '?')} CPUs, torch {m.get('torch', '?')}, device {m.get('device', '?')})")
     return (f"  {i}. `{inv['command']}`: ended {inv.get('end', '?')}, wall time {_minutes(inv.get('wall_s', 0))}, "
             f"commit {short}, ndpe {inv.get('ndpe_version', '?')}, protocol {inv.get('protocol', '?')}; "
             f"{inv.get('cells_trained', 0)} cells trained, {inv.get('rows_written', 0)} rows written"
