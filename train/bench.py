@@ -121,10 +121,10 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     start, started = time.perf_counter(), provenance.utc_now()
     finished, failures, written, status = 0, [], [], "interrupted"
     stamp = provenance.stamp()  # where every row of this invocation comes from (train/provenance.py)
-    run_id = f"{started}-{os.getpid()}"  # its start line and its end line share it
-    provenance.append_invocation(run_dir, {  # first: a process killed outright (SIGKILL) still leaves this line
-        "id": run_id, "command": command, "start": started, "status": provenance.STARTED, **stamp,
-        "settings": fingerprint(cfg), "executor": workers_text, "machine": provenance.machine(cfg.device)})
+    invocation = {"id": f"{started}-{os.getpid()}", "command": command, "start": started, **stamp,  # its start
+                  "settings": fingerprint(cfg), "executor": workers_text, "machine": provenance.machine(cfg.device)}
+    # first: a process killed outright (SIGKILL) still leaves this line; the end line (same id) stands for it after
+    provenance.append_invocation(run_dir, {**invocation, "status": provenance.STARTED})
 
     def longest_first(cells):  # so the last minutes are not one worker finishing a slow cell alone
         return sorted(cells, key=lambda c: -int(cfg.steps.get(c.task, cfg.default_steps)) * (1 + len(TASKS[c.task].test_sizes)))
@@ -180,10 +180,9 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     finally:
         executor.close()
         provenance.append_invocation(run_dir, {  # also when interrupted: what it wrote stays traceable
-            "id": run_id, "command": command, "start": started, "end": provenance.utc_now(), "status": status,
-            "wall_s": round(time.perf_counter() - start, 1), **stamp, "settings": fingerprint(cfg),
-            "cells_trained": len(written), "rows_written": sum(written), "cells_failed": len(failures),
-            "executor": workers_text, "machine": provenance.machine(cfg.device)})
+            **invocation, "end": provenance.utc_now(), "status": status,
+            "wall_s": round(time.perf_counter() - start, 1), "cells_trained": len(written),
+            "rows_written": sum(written), "cells_failed": len(failures)})
     wall = time.perf_counter() - start
     info_path = run_dir / "run_info.json"
     if todo or not info_path.exists():  # an invocation that trained nothing keeps the last one's record

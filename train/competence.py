@@ -33,10 +33,15 @@ def good(value: float, higher: bool) -> float:
     return value if higher else -value
 
 
+def with_floor(cell: Cell, floor: Cell) -> list[tuple[float, float]]:
+    """Per run: ``(its value, the floor of its own data seed)``; runs whose data seed has no floor are left out."""
+    by_seed = {data_seed: v for (_, data_seed), v in floor.runs.items()}
+    return [(v, by_seed[d]) for (_, d), v in sorted(cell.runs.items()) if d in by_seed]
+
+
 def margins(cell: Cell, floor: Cell, higher: bool) -> list[float]:
     """Per run: how far it clears the floor of its own data seed (positive: better than the floor)."""
-    by_seed = {data_seed: v for (_, data_seed), v in floor.runs.items()}
-    return [good(v - by_seed[d], higher) for (_, d), v in sorted(cell.runs.items()) if d in by_seed]
+    return [good(v - f, higher) for v, f in with_floor(cell, floor)]
 
 
 def beats(values: list[float]) -> bool:

@@ -211,15 +211,14 @@ def invocation_line(i: int, inv: dict) -> str:
     commit = inv.get("commit", UNKNOWN)
     short = commit if commit == UNKNOWN else commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
     status = "" if inv.get("status") == "finished" else f", **{inv.get('status', '?')}**"
+    code = f"commit {short}, ndpe {inv.get('ndpe_version', '?')}, protocol {inv.get('protocol', '?')}"
+    where = (f"({m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs, torch {m.get('torch', '?')}, "
+             f"device {m.get('device', '?')})")
     if inv.get("status") == KILLED:  # no end, wall time or counts: what it wrote is told by its rows' provenance
-        return (f"  {i}. `{inv['command']}`: started {inv.get('start', '?')}, **{KILLED}**, commit {short}, ndpe "
-                f"{inv.get('ndpe_version', '?')}, protocol {inv.get('protocol', '?')} ({m.get('platform', '?')}, "
-                f"{m.get('cpu_count', '?')} CPUs, torch {m.get('torch', '?')}, device {m.get('device', '?')})")
+        return f"  {i}. `{inv['command']}`: started {inv.get('start', '?')}, **{KILLED}**, {code} {where}"
     return (f"  {i}. `{inv['command']}`: ended {inv.get('end', '?')}, wall time {_minutes(inv.get('wall_s', 0))}, "
-            f"commit {short}, ndpe {inv.get('ndpe_version', '?')}, protocol {inv.get('protocol', '?')}; "
-            f"{inv.get('cells_trained', 0)} cells trained, {inv.get('rows_written', 0)} rows written"
-            f"{status} ({m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs, torch {m.get('torch', '?')}, "
-            f"device {m.get('device', '?')})")
+            f"{code}; {inv.get('cells_trained', 0)} cells trained, {inv.get('rows_written', 0)} rows written"
+            f"{status} {where}")
 
 
 def header_lines(run_dir: Path, rows: list, info: dict | None, workers: str) -> list[str]:

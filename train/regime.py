@@ -4,10 +4,10 @@ A model trained on one grid meets, at a larger size, positions it never saw. The
 (**interpolates**: centred coordinates under a zoom, position interpolation, a resized table) or beyond them
 (**extrapolates**: index coordinates on any larger grid). The report says which, per kind and test size
 (:func:`regimes`), for the tasks whose grid is 2D or 3D (image, audio, video). It builds each encoding as the
-benchmark does (:func:`train.evaluate.pe_config`, the test-time scaling of :func:`train.evaluate.scaled_rope`), asks it
-for the coordinates it encodes on the training grid and on the grown one (``Encoding.coords``: the kind's own
-convention), and compares their ranges axis by axis: a coordinate more than half a training step beyond the trained
-range extrapolates. Half a step admits the zoom's new outermost patch centres (``centered``: 0.9375 against 0.875 on
+benchmark does (:func:`train.evaluate.pe_config`), asks it for the coordinates it encodes on the training grid and on
+the grown one (``Encoding.coords``: the kind's own convention; position interpolation divides them by each axis's
+growth, as :func:`train.evaluate.scaled_rope`'s linear scaling does), and compares their ranges axis by axis: a
+coordinate more than half a training step beyond the trained range extrapolates. Half a step admits the zoom's new outermost patch centres (``centered``: 0.9375 against 0.875 on
 8 -> 16 patches) and position interpolation's last index (7.5 against 7); nothing that extrapolates comes that close.
 
 A learned table has no coordinates: resized to the new grid it interpolates (``resize``), else the new positions
@@ -24,7 +24,7 @@ from __future__ import annotations
 import ndpe
 
 from .bench_config import BenchConfig, split_label
-from .evaluate import pe_config, scaled_rope
+from .evaluate import pe_config
 from .protocol import Task
 from .results import size_label
 
@@ -38,7 +38,8 @@ FREQUENCIES = {"ntk": "extrapolates (NTK: slow frequencies interpolated)",
 def grown_grid(task: Task, ratio: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(training grid, grid at size ratio)``: :data:`NOMINAL` points per axis, the axes that grow times ``ratio``."""
     if task.size_key not in GROWS:
-        raise ValueError(f"{task.name}: no known growing axes for size {task.size_key!r} (expected one of {sorted(GROWS)})")
+        raise ValueError(f"{task.name}: no known growing axes for size {task.size_key!r} "
+                         f"(expected one of {sorted(GROWS)})")
     axes = GROWS[task.size_key]
     axes = range(task.dims) if axes is None else [a % task.dims for a in axes]
     train = (NOMINAL,) * task.dims

@@ -16,7 +16,8 @@ from pathlib import Path
 from . import stats
 from .claims import LOG_METRICS, Verdict, check_claim, claim_line, measured_values, zoom_and_canvas  # noqa: F401
 from .competence import (NOPE, Competence, KindStatus, beats, beats_welch, competence, good,  # noqa: F401 (re-exported)
-                         in_distribution, margins, passes_bar, retention, strongest_floor, train_ratio)
+                         in_distribution, margins, passes_bar, retention, strongest_floor, train_ratio,
+                         with_floor)
 from .protocol import CLAIMS, TASKS
 from .regime import regimes
 from .results import FLOOR_PREFIX, SEARCH, Cell, Row, aggregate, is_floor, kind_of, read_rows, size_label, split_floors
@@ -72,10 +73,8 @@ def ceiling_rate(cell: Cell, floor: Cell | None, test_items: int) -> stats.Rate 
     one-sided exact binomial test on ``test_items`` items, with the exact 95 % interval; None without the floor."""
     if floor is None:
         return None
-    by_seed = {data_seed: v for (_, data_seed), v in floor.runs.items()}
-    runs = [(v, by_seed[d]) for (_, d), v in sorted(cell.runs.items()) if d in by_seed]
-    k = sum(stats.above_rate(v, f, test_items) for v, f in runs)
-    return stats.Rate(k, len(runs), k / len(runs) if runs else math.nan, *stats.clopper_pearson(k, len(runs)))
+    runs = with_floor(cell, floor)
+    return stats.rate_of(sum(stats.above_rate(v, f, test_items) for v, f in runs), len(runs))
 
 
 def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, times: dict[str, float],

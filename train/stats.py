@@ -202,7 +202,11 @@ def success_rate(values: Sequence[float], bar: float, higher: bool) -> Rate:
     (2, 3, 0.6666666666666666)
     """
     bar = _check_bar(bar)
-    k, n = sum(passes(v, bar, higher) for v in values), len(values)
+    return rate_of(sum(passes(v, bar, higher) for v in values), len(values))
+
+
+def rate_of(k: int, n: int) -> Rate:
+    """``k`` successes of ``n`` runs as a :class:`Rate`, with the Clopper-Pearson interval."""
     return Rate(k, n, k / n if n else math.nan, *clopper_pearson(k, n))
 
 
