@@ -30,6 +30,8 @@ def invocations(run_dir: Path) -> list[dict]:
 
 def test_rows_carry_the_code_they_come_from_and_each_invocation_appends_a_line(tmp_path, monkeypatch):
     """A tiny run stamps every row; a resumed run appends a second line; the header lists both invocations."""
+    # both start in the same second, as on a fast machine: their ids must still differ
+    monkeypatch.setattr(provenance, "utc_now", lambda: "2026-01-01T00:00:00Z")
     run_dir = tmp_path / "quick"
     bench.run(tiny(tmp_path, "kinds=[none]"), "first command")
     commit, dirty = provenance.git_commit()

@@ -35,6 +35,7 @@ import os
 import platform
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import torch
@@ -121,7 +122,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     start, started = time.perf_counter(), provenance.utc_now()
     finished, failures, written, status = 0, [], [], "interrupted"
     stamp = provenance.stamp()  # where every row of this invocation comes from (train/provenance.py)
-    invocation = {"id": f"{started}-{os.getpid()}", "command": command, "start": started, **stamp,  # its start
+    invocation = {"id": f"{started}-{uuid.uuid4().hex[:8]}", "command": command, "start": started, **stamp,  # its start
                   "settings": fingerprint(cfg), "executor": workers_text, "machine": provenance.machine(cfg.device)}
     # first: a process killed outright (SIGKILL) still leaves this line; the end line (same id) stands for it after
     provenance.append_invocation(run_dir, {**invocation, "status": provenance.STARTED})
