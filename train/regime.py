@@ -7,8 +7,9 @@ A model trained on one grid meets, at a larger size, positions it never saw. The
 benchmark does (:func:`train.evaluate.pe_config`), asks it for the coordinates it encodes on the training grid and on
 the grown one (``Encoding.coords``: the kind's own convention; position interpolation divides them by each axis's
 growth, as :func:`train.evaluate.scaled_rope`'s linear scaling does), and compares their ranges axis by axis: a
-coordinate more than half a training step beyond the trained range extrapolates. Half a step admits the zoom's new outermost patch centres (``centered``: 0.9375 against 0.875 on
-8 -> 16 patches) and position interpolation's last index (7.5 against 7); nothing that extrapolates comes that close.
+coordinate more than half a training step beyond the trained range extrapolates. Half a step admits the zoom's new
+outermost patch centres (``centered``: 0.9375 against 0.875 on 8 -> 16 patches) and position interpolation's last
+index (7.5 against 7); nothing that extrapolates comes that close.
 
 A learned table has no coordinates: resized to the new grid it interpolates (``resize``), else the new positions
 look up rows no training position reached. NTK and YaRN keep the coordinates and rescale rotary frequencies instead
