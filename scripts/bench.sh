@@ -3,5 +3,5 @@
 # Extra arguments go to `python -m train.bench`, e.g. `bash scripts/bench.sh seeds=[0]`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh train
 exec .venv/bin/python -m train.bench --quick "$@"
