@@ -120,6 +120,28 @@ def test_cells_skip_kinds_that_do_not_apply():
     assert [c.kind for c in cells if c.task == "coord/uniform"] == [bench.FLOOR, "conv", "conv+coord"]
 
 
+def test_other_runs_cut_only_the_kinds_no_judged_claim_compares():
+    cfg = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml",
+                                  ["tasks=[text/copy,text/stdlib_lm]", "task_kinds={}", "kinds=[rope,xpos,cope]",
+                                   "seeds=[0,1,2]", "data_seeds=[0,1]", "other_runs=1"])
+    runs = {(t, k): [(c.seed, c.data_seed) for c in bench.cells_for(cfg) if (c.task, c.kind) == (t, k)]
+            for t in cfg.tasks for k in ("rope", "xpos", "cope", bench.FLOOR)}
+    assert runs["text/copy", "rope"] == runs["text/stdlib_lm", "rope"] == [(0, 0), (1, 1), (2, 0)]  # claims compare rope
+    assert runs["text/copy", "xpos"] == [(0, 0)]  # no claim on copy names xpos
+    assert runs["text/copy", "cope"] == [(0, 0)]  # Golovneva et al.'s claim is `not tested`: it compares nothing
+    assert runs["text/stdlib_lm", "xpos"] == [(0, 0)]  # Sun et al.'s too
+    assert runs["text/copy", bench.FLOOR] == [(0, 0), (1, 1)]  # the floors of every data seed the runs use
+    full = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml", ["tasks=[text/copy]", "task_kinds={}",
+                                                                        "kinds=[xpos]", "seeds=[0,1,2]", "data_seeds=[0,1]"])
+    assert len(bench.cells_for(full)) == 2 + 3 and bench.fingerprint(full) == bench.fingerprint(cfg)  # a selection
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "five"])
+def test_other_runs_must_be_a_positive_int(value):
+    with pytest.raises(ConfigError, match="other_runs (must be null or an int >= 1|expects int)"):
+        bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", [f"other_runs={value}"])
+
+
 def test_causal_only_kinds_run_on_causal_tasks_only(monkeypatch):
     import ndpe
 

@@ -230,7 +230,8 @@ def header(cfg: BenchConfig, info: dict | None) -> str:
                                  f"{cfg.workers} worker process(es)"),
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
-        f"- runs per (task, kind): {len(cfg.seeds)} (model seeds {cfg.seeds}, data seeds {cfg.data_seeds} in turn); "
+        f"- runs per (task, kind): {len(cfg.seeds)} (model seeds {cfg.seeds}, data seeds {cfg.data_seeds} in turn"
+        + (f"; the first {cfg.other_runs} for the kinds no claim on the task compares" if cfg.other_runs else "") + "); "
         f"model: dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads} (per task: {cfg.models or 'none'}; the task's "
         "own options win); batch "
         f"{cfg.batch_size}; {search}; weight decay {cfg.weight_decay}; steps: {cfg.default_steps} (per task: "

@@ -41,6 +41,7 @@ class BenchConfig:
     why: dict = field(default_factory=dict)  # task -> why these kinds (printed in the report)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # model seeds (initialization, batch order): one run each
     data_seeds: list[int] = field(default_factory=lambda: [0])  # run i uses data_seeds[i % len]: its dataset and floors
+    other_runs: int | None = None  # kinds no claim on the task compares run only the first N runs (null: every run)
     workers: int = 2  # processes training cells in parallel (one thread each on CPU); executor=ray: the CPUs of a
     # local Ray instance the benchmark starts itself (ray_address null); a cluster's own resources otherwise
     executor: str = "local"  # local: a process pool on this machine | ray: one Ray task per cell (train/executors.py)
@@ -156,6 +157,9 @@ def check_per_task(cfg: BenchConfig) -> None:
     if not cfg.data_seeds or any(s < 0 for s in [*cfg.seeds, *cfg.data_seeds]):
         raise ConfigError(f"seeds and data_seeds must be >= 0 (data_seeds not empty), got seeds={cfg.seeds}, "
                           f"data_seeds={cfg.data_seeds}")
+    if cfg.other_runs is not None and not (type(cfg.other_runs) is int and 1 <= cfg.other_runs):
+        raise ConfigError(f"other_runs must be null or an int >= 1 (the runs of kinds no claim compares), got "
+                          f"{cfg.other_runs!r}")
     if any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in cfg.lr_search):
         raise ConfigError(f"lr_search must hold finite numbers > 0, got {cfg.lr_search}")
     if cfg.search_seed in cfg.seeds:

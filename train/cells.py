@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from .bench_config import CONFIG_DIR, BenchConfig, kinds_for
+from .claims import compared_kinds
 from .config import ConfigError
 from .results import FLOOR, SEARCH, Row, cell_key
 
@@ -48,9 +49,13 @@ class CellSpec:
         return f"{self.task} {self.kind} {what}" + (f" lr {self.lr:g} wd {self.weight_decay:g}" if self.search else "")
 
 
-def runs(cfg: BenchConfig) -> list[tuple[int, int]]:
-    """The (model seed, data seed) of every run: seed ``i`` with ``data_seeds[i % len(data_seeds)]``."""
-    return [(s, cfg.data_seeds[i % len(cfg.data_seeds)]) for i, s in enumerate(cfg.seeds)]
+def runs(cfg: BenchConfig, task: str | None = None, kind: str | None = None) -> list[tuple[int, int]]:
+    """The (model seed, data seed) of every run: seed ``i`` with ``data_seeds[i % len(data_seeds)]``; of ``kind`` on
+    ``task``, where no claim on the task compares it and ``other_runs`` is set, only the first ``other_runs``."""
+    every = [(s, cfg.data_seeds[i % len(cfg.data_seeds)]) for i, s in enumerate(cfg.seeds)]
+    if cfg.other_runs is None or task is None or kind in compared_kinds(task):
+        return every
+    return every[:cfg.other_runs]
 
 
 def cells_for(cfg: BenchConfig) -> list[CellSpec]:
@@ -58,7 +63,7 @@ def cells_for(cfg: BenchConfig) -> list[CellSpec]:
     cells = []
     for task_name in cfg.tasks:
         cells += [CellSpec(task_name, FLOOR, d, d) for d in sorted({d for _, d in runs(cfg)})]
-        cells += [CellSpec(task_name, k, s, d) for k in kinds_for(cfg, task_name) for s, d in runs(cfg)]
+        cells += [CellSpec(task_name, k, s, d) for k in kinds_for(cfg, task_name) for s, d in runs(cfg, task_name, k)]
     return cells
 
 
@@ -143,7 +148,7 @@ def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, 
 
 
 # what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
-SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "workers", "out_root", "executor", "ray_address",
+SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "other_runs", "workers", "out_root", "executor", "ray_address",
              "gpus_per_cell", "task_kinds", "why", "download")
 
 

@@ -28,9 +28,16 @@ from dataclasses import dataclass
 
 from . import stats
 from .competence import competence, good, retention
-from .protocol import TASKS, Claim
+from .protocol import CLAIMS, TASKS, Claim
 
 LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
+
+
+def compared_kinds(task: str) -> set[str]:
+    """The kinds the claims on ``task`` compare: a ``not_tested`` claim compares none. A preset with ``other_runs``
+    runs these in full (train/cells.py), as the claims' statistics need."""
+    return {kind for c in CLAIMS if c.task == task and not c.not_tested
+            for kind in (*(k for tier in c.tiers for k in tier), *c.meets, *c.misses, *c.keeps)}
 
 
 @dataclass

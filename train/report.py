@@ -291,9 +291,12 @@ def write_report(run_dir: Path, header: str, select=None, test_items: int | None
         arrow = "higher is better" if row.higher_is_better else "lower is better"
         plot = plot_task(task, agg[task], sizes, row.metric, run_dir / f"{task.replace('/', '_')}.png",
                          higher=row.higher_is_better)
-        n = max((c.n for label, by in agg[task].items() if not is_floor(label) for c in by.values()), default=0)
         labels = sorted(label for label in agg[task] if not is_floor(label))
-        parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}, {n} runs", "",
+        ns = {label: max((c.n for c in agg[task][label].values()), default=0) for label in labels}
+        n = max(ns.values(), default=0)
+        fewer = ", ".join(f"{label} {k}" for label, k in ns.items() if k < n)  # kinds no claim compares (other_runs)
+        parts += [f"### {task} — {row.metric} ({arrow}), trained at {row.train_size}, {n} runs"
+                  + (f" (fewer: {fewer})" if fewer else ""), "",
                   *competence_lines(task, checks[task], row.metric, train_agg.get(task, {})),
                   *(regimes(TASKS[task], labels, sizes) if task in TASKS else []), "",
                   markdown_table(agg[task], sizes, checks[task], times.get(task, {}), row.metric, test_items), "",
