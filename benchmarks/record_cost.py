@@ -1,0 +1,108 @@
+"""What a preset costs to run, from a record's own cell times: the budget check behind a preset's wall-time claim.
+
+    python benchmarks/record_cost.py --record benchmarks/results/standard [--config configs/bench/standard.yaml]
+        [--scale image/mnist-pair=0.36] [key=value ...]
+
+For every cell the preset asks for (``train.cells.cells_for``: each kind's runs, ``other_runs`` applied) and every
+point of its learning-rate search's first grid (``search_cells``), the time is the median training time of the
+record's reported cells of that (task, kind): its search cells too, whose own times were taken with other jobs on the
+machine at times. Floors cost nothing. Hours are the summed cell times divided by ``workers`` (the record's cells
+keep both cores busy); evaluation, data and start-up are not in a cell's training time (the quick preset measured
+them at about 10 % of its invocation). Points past an edge choice (the search's extension) depend on what the search
+finds: the record's own are counted apart. ``--scale TASK=FACTOR`` multiplies a task's cell times (a redesign's
+measured per-step ratio). A (task, kind) the record has no cell of is named, not estimated. ``key=value``
+overrides the preset as ``train.bench`` does.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train/ of this checkout
+from train.bench import CONFIG_DIR, load_bench_config  # noqa: E402
+from train.cells import cells_for, search_cells  # noqa: E402
+from train.results import FLOOR, SEARCH, read_rows  # noqa: E402
+
+
+def cell_times(rows) -> tuple[dict, dict]:
+    """(task, kind) -> median training seconds of its reported cells; (task, kind) -> its search points."""
+    times: dict = defaultdict(dict)
+    points: dict = defaultdict(set)
+    for r in rows:
+        if r.variant == SEARCH:
+            points[(r.task, r.kind)].add((r.lr, r.weight_decay))
+        elif r.kind != FLOOR and r.train_time_s:
+            times[(r.task, r.kind)][r.run] = r.train_time_s  # one time per cell (its rows repeat it)
+    return {k: statistics.median(v.values()) for k, v in times.items()}, points
+
+
+def estimate(cfg, rows, scale: dict[str, float]) -> tuple[list[dict], list[str]]:
+    """Per task: its reported cells, search cells, the record's extension points and their hours."""
+    median, points = cell_times(rows)
+    grid: dict = defaultdict(set)
+    for c in search_cells(cfg):
+        grid[(c.task, c.kind)].add((c.lr, c.weight_decay))
+    per_task: dict = {t: {"task": t, "runs": 0, "search": 0, "extension": 0, "run_s": 0.0, "search_s": 0.0,
+                          "extension_s": 0.0} for t in cfg.tasks}
+    missing = []
+    for c in cells_for(cfg):
+        if c.kind == FLOOR:
+            continue
+        if (c.task, c.kind) not in median:
+            missing.append(f"{c.task} {c.kind}")
+            continue
+        seconds = median[(c.task, c.kind)] * scale.get(c.task, 1.0)
+        per_task[c.task]["runs"] += 1
+        per_task[c.task]["run_s"] += seconds
+    for (task, kind), first in grid.items():
+        if (task, kind) not in median:
+            continue
+        seconds = median[(task, kind)] * scale.get(task, 1.0)
+        per_task[task]["search"] += len(first)
+        per_task[task]["search_s"] += seconds * len(first)
+        extra = len(points.get((task, kind), set()) - first)
+        per_task[task]["extension"] += extra
+        per_task[task]["extension_s"] += seconds * extra
+    return list(per_task.values()), sorted(set(missing))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--record", required=True, type=Path, help="a run directory with results.csv")
+    parser.add_argument("--config", type=Path, default=CONFIG_DIR / "standard.yaml")
+    parser.add_argument("--scale", action="append", default=[], metavar="TASK=FACTOR", help="repeatable")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_args(argv)
+    cfg = load_bench_config(args.config, args.overrides)
+    scale = {}
+    for item in args.scale:
+        task, _, factor = item.partition("=")
+        try:
+            scale[task] = float(factor)
+        except ValueError:
+            parser.error(f"--scale takes TASK=FACTOR (a number), got {item!r}")
+        if task not in cfg.tasks or not scale[task] > 0:
+            parser.error(f"--scale {item!r}: expected a task of the preset {cfg.tasks} and a factor > 0")
+    tasks, missing = estimate(cfg, read_rows(args.record / "results.csv"), scale)
+    hours = 3600.0 * cfg.workers
+    print(f"{args.config.name} with {cfg.workers} workers, cell times from {args.record / 'results.csv'}"
+          + (f", scaled: {scale}" if scale else ""))
+    print("| task | reported cells | search cells (first grid) | hours | the record's extension points (hours) |")
+    print("|---|---|---|---|---|")
+    total = extension = 0.0
+    for t in sorted(tasks, key=lambda t: -(t["run_s"] + t["search_s"])):
+        h = (t["run_s"] + t["search_s"]) / hours
+        total += h
+        extension += t["extension_s"] / hours
+        print(f"| {t['task']} | {t['runs']} | {t['search']} | {h:.2f} | {t['extension']} ({t['extension_s'] / hours:.2f}) |")
+    print(f"| all | {sum(t['runs'] for t in tasks)} | {sum(t['search'] for t in tasks)} | {total:.2f} | "
+          f"{sum(t['extension'] for t in tasks)} ({extension:.2f}) |")
+    if missing:
+        print(f"not estimated (no cell of theirs in the record): {', '.join(missing)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""benchmarks/record_cost.py: a preset's cost from a record's cell times, checked against sums worked out by hand on
+a two-kind record (copy: rope in Kazemnejad et al.'s claim, xpos in no judged claim)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import record_cost  # noqa: E402
+
+from train.bench import CONFIG_DIR, load_bench_config  # noqa: E402
+from train.results import SEARCH, Row, append_rows, read_rows  # noqa: E402
+
+TASK = "text/copy"
+
+
+def row(kind: str, seed: int, data_seed: int, seconds: float, *, variant: str = "-", lr: float = 0.0,
+        ratio: float = 1.0) -> Row:
+    return Row("text", TASK, kind, variant, seed, "8L", "8L", ratio, "seq_acc", 0.5, True, seconds,
+               data_seed=data_seed, split="val" if variant == SEARCH else "test", lr=lr,
+               weight_decay=0.05 if variant == SEARCH else 0.0)
+
+
+@pytest.fixture
+def record(tmp_path):
+    rows = [row("rope", s, s % 2, t) for s, t in ((0, 10.0), (1, 30.0), (2, 20.0))]  # median 20
+    rows += [row("rope", s, s % 2, t, ratio=2.0) for s, t in ((0, 10.0), (1, 30.0), (2, 20.0))]  # the same cells
+    rows += [row("xpos", s, s % 2, 40.0) for s in (0, 1, 2)]
+    rows += [row("floor", d, d, 0.0, variant="chance") for d in (0, 1)]
+    rows += [row(k, 1000, 0, 99.0, variant=SEARCH, lr=lr) for k in ("rope", "xpos") for lr in (1e-3, 2e-3, 4e-3)]
+    rows.append(row("rope", 1000, 0, 99.0, variant=SEARCH, lr=8e-3))  # an extension point past 4e-3
+    append_rows(tmp_path / "results.csv", rows)
+    return read_rows(tmp_path / "results.csv")
+
+
+def preset(*overrides: str):
+    return load_bench_config(CONFIG_DIR / "standard.yaml", [f"tasks=[{TASK}]", "task_kinds={}", "kinds=[rope,xpos]",
+                                                           "seeds=[0,1,2]", "data_seeds=[0,1]", *overrides])
+
+
+def test_cells_cost_their_kinds_median_search_included(record):
+    (task,), missing = record_cost.estimate(preset(), record, {})
+    assert missing == [] and (task["runs"], task["search"], task["extension"]) == (6, 6, 1)
+    assert task["run_s"] == 3 * 20.0 + 3 * 40.0  # medians, not the search cells' own 99 s
+    assert task["search_s"] == 3 * 20.0 + 3 * 40.0 and task["extension_s"] == 20.0
+
+
+def test_other_runs_and_scale_change_the_estimate(record):
+    (task,), _ = record_cost.estimate(preset("other_runs=1"), record, {TASK: 0.5})
+    assert task["runs"] == 3 + 1  # rope in full (a claim compares it), xpos its first run
+    assert task["run_s"] == 0.5 * (3 * 20.0 + 40.0)
+
+
+def test_a_kind_the_record_lacks_is_named_not_estimated(record):
+    (task,), missing = record_cost.estimate(preset("kinds=[rope,alibi]"), record, {})
+    assert missing == [f"{TASK} alibi"] and task["runs"] == 3
+
+
+def test_the_command_prints_the_table(record, tmp_path, capsys):
+    record_cost.main(["--record", str(tmp_path), f"tasks=[{TASK}]", "task_kinds={}", "kinds=[rope,xpos]",
+                      "seeds=[0,1,2]", "data_seeds=[0,1]"])
+    out = capsys.readouterr().out
+    assert f"| {TASK} | 6 | 6 | {(180 + 180) / 7200:.2f} | 1 ({20 / 7200:.2f}) |" in out
+    with pytest.raises(SystemExit):
+        record_cost.main(["--record", str(tmp_path), "--scale", "text/copy=fast"])
