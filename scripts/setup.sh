@@ -18,7 +18,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 case "$have" in
-  "$want test"|"$want $extra") exit 0 ;;  # test's extra includes train's
+  "$want"|"$want test"|"$want $extra") exit 0 ;;  # test's extra includes train's ("$want": a stamp of before extras, always test)
 esac
 # pip byte-compiles what it installs on one core; compileall does it on every core (about 20 s less of a 90-s
 # set-up on 2 cores). A file that does not compile is skipped, as pip skips it.
