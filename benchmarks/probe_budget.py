@@ -9,12 +9,18 @@ draws lengths 1..L), also ``val_as_bar``: the validation split drawn as the bar'
     python benchmarks/probe_budget.py text/copy --kinds none rope --steps 400 1000 --lr 3e-3
     python benchmarks/probe_budget.py text/stdlib_lm --kinds rope --steps 2000 --set dim=64 depth=3
 
-``--set key=value`` overrides the quick preset's keys (``dim``, ``depth``, ``batch_size``, ...).
+``--set key=value`` overrides the quick preset's keys (``dim``, ``depth``, ``batch_size``, ...). ``--task-set
+key=value`` probes a variant of the task before the protocol is changed to it: ``train_size``, ``test_sizes`` or one
+option of its ``data`` / ``model_opts`` (``model_opts.patch_size=7``), values read as YAML.
+
+    python benchmarks/probe_budget.py image/mnist-pair --kinds rope --steps 2400 --task-set train_size=70 \
+        test_sizes=[70,105,140] model_opts.patch_size=7
 Run with ``OMP_NUM_THREADS=1`` to time a cell as a benchmark worker runs it (one thread each).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -24,16 +30,39 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
-from train.bench import CONFIG_DIR, TASKS, CellSpec, cell_grids, load_bench_config, test_options, train_config  # noqa: E402
+from train.bench import (CONFIG_DIR, TASKS, CellSpec, Task, cell_grids, load_bench_config, test_options,  # noqa: E402
+                         train_config)
 from train.bench_data import cell_data  # noqa: E402
 from train.main import evaluate_model, fit  # noqa: E402
 
 
-def probe(task_name: str, kind: str, steps: int, lr: float, overrides: list[str], seed: int, out: Path) -> dict:
+def task_variant(task: Task, settings: list[str]) -> Task:
+    """``task`` with ``key=value`` settings: ``train_size``, ``test_sizes``, ``data.<option>``, ``model_opts.<option>``."""
+    for item in settings:
+        key, eq, text = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--task-set takes key=value, got {item!r}")
+        value = yaml.safe_load(text)
+        field, _, option = key.partition(".")
+        if field in ("data", "model_opts") and option:
+            task = dataclasses.replace(task, **{field: {**getattr(task, field), option: value}})
+        elif key == "train_size" and isinstance(value, (int, float)):
+            task = dataclasses.replace(task, train_size=value)
+        elif key == "test_sizes" and isinstance(value, list) and value:
+            task = dataclasses.replace(task, test_sizes=tuple(value))
+        else:
+            raise SystemExit(f"--task-set {item!r}: expected train_size=<number>, test_sizes=[...], "
+                             "data.<option>=<value> or model_opts.<option>=<value>")
+    return task
+
+
+def probe(task_name: str, kind: str, steps: int, lr: float, overrides: list[str], seed: int, out: Path,
+          task_settings: list[str] = ()) -> dict:
     cfg = load_bench_config(CONFIG_DIR / "quick.yaml", [*overrides, f"steps={{{task_name}: {steps}}}",
                                                         f"lrs={{{task_name}: {lr}}}"])
-    task = TASKS[task_name]
+    task = task_variant(TASKS[task_name], list(task_settings))
     grids = cell_grids(cfg, task, out)
     tcfg = train_config(cfg, task, CellSpec(task_name, kind, seed, cfg.data_seeds[0], lr, cfg.weight_decay), out,
                         *grids)
@@ -57,6 +86,7 @@ def main() -> None:
     parser.add_argument("--lr", nargs="+", type=float, default=[2e-3])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--set", nargs="*", default=[], help="quick-preset overrides, key=value")
+    parser.add_argument("--task-set", nargs="*", default=[], help="a variant of the task, key=value")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,7 +94,8 @@ def main() -> None:
             for steps in args.steps:
                 for lr in args.lr:
                     for seed in args.seeds:
-                        print(json.dumps(probe(args.task, kind, steps, lr, args.set, seed, Path(tmp))), flush=True)
+                        print(json.dumps(probe(args.task, kind, steps, lr, args.set, seed, Path(tmp),
+                                               args.task_set)), flush=True)
 
 
 if __name__ == "__main__":

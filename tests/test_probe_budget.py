@@ -1,0 +1,28 @@
+"""benchmarks/probe_budget.py's task variants (--task-set): a probe of a redesign changes only what it names, and a
+setting it cannot apply is refused with what it expects."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import probe_budget  # noqa: E402
+
+
+def test_a_variant_changes_only_what_it_names():
+    task = probe_budget.TASKS["image/mnist-pair"]
+    variant = probe_budget.task_variant(task, ["train_size=70", "test_sizes=[70, 105, 140]",
+                                               "model_opts.patch_size=7", "data.target=larger"])
+    assert (variant.train_size, variant.test_sizes) == (70, (70, 105, 140))
+    assert variant.model_opts == {**task.model_opts, "patch_size": 7} and variant.data == {**task.data, "target": "larger"}
+    assert task.model_opts["patch_size"] == 4 and task.data["target"] == "left"  # the protocol's task is untouched
+    assert {f: getattr(variant, f) for f in ("name", "bar", "metric", "order_blind")} == \
+        {f: getattr(task, f) for f in ("name", "bar", "metric", "order_blind")}
+
+
+@pytest.mark.parametrize("setting", ["patch_size=7", "train_size=wide", "test_sizes=[]", "bar=0.5", "model_opts"])
+def test_a_setting_it_cannot_apply_is_refused(setting):
+    with pytest.raises(SystemExit, match="--task-set"):
+        probe_budget.task_variant(probe_budget.TASKS["image/mnist-pair"], [setting])
