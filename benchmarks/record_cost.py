@@ -10,8 +10,9 @@ machine at times. Floors cost nothing. Hours are the summed cell times divided b
 keep both cores busy); evaluation, data and start-up are not in a cell's training time (the quick preset measured
 them at about 10 % of its invocation). Points past an edge choice (the search's extension) depend on what the search
 finds: the record's own are counted apart. ``--scale TASK=FACTOR`` multiplies a task's cell times (a redesign's
-measured per-step ratio). A (task, kind) the record has no cell of is named, not estimated. ``key=value``
-overrides the preset as ``train.bench`` does.
+measured per-cell ratio). ``--claim-kinds-only`` prices the preset cut to the kinds a judged claim compares and NoPE
+(a task no claim is on, and a coord task, whole). A (task, kind) the record has no cell of is named, not estimated.
+``key=value`` overrides the preset as ``train.bench`` does.
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train/ of this checkout
 from train.bench import CONFIG_DIR, load_bench_config  # noqa: E402
+from train.bench_config import kinds_for  # noqa: E402
 from train.cells import cells_for, search_cells  # noqa: E402
+from train.claims import compared_kinds  # noqa: E402
 from train.results import FLOOR, SEARCH, read_rows  # noqa: E402
 
 
@@ -69,14 +72,28 @@ def estimate(cfg, rows, scale: dict[str, float]) -> tuple[list[dict], list[str]]
     return list(per_task.values()), sorted(set(missing))
 
 
+def claim_kinds_only(cfg) -> None:
+    """Cut ``cfg``'s kinds to those a judged claim on each task compares, and NoPE; a task with no such claim, and a
+    coord task (its two nets), keeps its kinds."""
+    for task in cfg.tasks:
+        compared = compared_kinds(task)
+        kinds = kinds_for(cfg, task)
+        if compared and not task.startswith("coord/"):
+            kinds = [k for k in kinds if k in compared or k == "none"]
+        cfg.task_kinds[task] = kinds
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", required=True, type=Path, help="a run directory with results.csv")
     parser.add_argument("--config", type=Path, default=CONFIG_DIR / "standard.yaml")
     parser.add_argument("--scale", action="append", default=[], metavar="TASK=FACTOR", help="repeatable")
+    parser.add_argument("--claim-kinds-only", action="store_true")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
     cfg = load_bench_config(args.config, args.overrides)
+    if args.claim_kinds_only:
+        claim_kinds_only(cfg)
     scale = {}
     for item in args.scale:
         task, _, factor = item.partition("=")
@@ -89,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     tasks, missing = estimate(cfg, read_rows(args.record / "results.csv"), scale)
     hours = 3600.0 * cfg.workers
     print(f"{args.config.name} with {cfg.workers} workers, cell times from {args.record / 'results.csv'}"
-          + (f", scaled: {scale}" if scale else ""))
+          + (f", scaled: {scale}" if scale else "") + (", only the kinds a judged claim compares and NoPE"
+                                                        if args.claim_kinds_only else ""))
     print("| task | reported cells | search cells (first grid) | hours | the record's extension points (hours) |")
     print("|---|---|---|---|---|")
     total = extension = 0.0

@@ -66,3 +66,12 @@ def test_the_command_prints_the_table(record, tmp_path, capsys):
     assert f"| {TASK} | 6 | 6 | {(180 + 180) / 7200:.2f} | 1 ({20 / 7200:.2f}) |" in out
     with pytest.raises(SystemExit):
         record_cost.main(["--record", str(tmp_path), "--scale", "text/copy=fast"])
+
+
+def test_claim_kinds_only_keeps_the_compared_kinds_nope_and_claimless_tasks():
+    cfg = load_bench_config(CONFIG_DIR / "standard.yaml", [])
+    record_cost.claim_kinds_only(cfg)
+    assert cfg.task_kinds[TASK] == ["none", "learned", "sinusoidal", "rope", "alibi", "relative"]  # Kazemnejad et al.
+    assert "xpos" not in cfg.task_kinds["text/stdlib_lm"] and "fire" in cfg.task_kinds["text/stdlib_lm"]
+    assert cfg.task_kinds["audio/tones"] == ["none", "learned", "sinusoidal", "rope"]  # no claim: whole
+    assert cfg.task_kinds["coord/uniform"] == ["conv", "conv+coord"]  # the claim names conv+coord only; conv stays
