@@ -1,7 +1,7 @@
 """What a preset costs to run, from a record's own cell times: the budget check behind a preset's wall-time claim.
 
     python benchmarks/record_cost.py --record benchmarks/results/standard [--config configs/bench/standard.yaml]
-        [--scale image/mnist-pair=0.36] [key=value ...]
+        [--scale image/mnist-pair=0.34] [key=value ...]
 
 For every cell the preset asks for (``train.cells.cells_for``: each kind's runs, ``other_runs`` applied) and every
 point of its learning-rate search's first grid (``search_cells``), the time is the median training time of the
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         if task not in cfg.tasks or not scale[task] > 0:
             parser.error(f"--scale {item!r}: expected a task of the preset {cfg.tasks} and a factor > 0")
     tasks, missing = estimate(cfg, read_rows(args.record / "results.csv"), scale)
-    hours = 3600.0 * cfg.workers
+    per_hour = 3600.0 * cfg.workers  # cell seconds in one hour of the preset's workers
     print(f"{args.config.name} with {cfg.workers} workers, cell times from {args.record / 'results.csv'}"
           + (f", scaled: {scale}" if scale else "") + (", only the kinds a judged claim compares and NoPE"
                                                         if args.claim_kinds_only else ""))
@@ -112,10 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|")
     total = extension = 0.0
     for t in sorted(tasks, key=lambda t: -(t["run_s"] + t["search_s"])):
-        h = (t["run_s"] + t["search_s"]) / hours
+        h = (t["run_s"] + t["search_s"]) / per_hour
         total += h
-        extension += t["extension_s"] / hours
-        print(f"| {t['task']} | {t['runs']} | {t['search']} | {h:.2f} | {t['extension']} ({t['extension_s'] / hours:.2f}) |")
+        ext = t["extension_s"] / per_hour
+        extension += ext
+        print(f"| {t['task']} | {t['runs']} | {t['search']} | {h:.2f} | {t['extension']} ({ext:.2f}) |")
     print(f"| all | {sum(t['runs'] for t in tasks)} | {sum(t['search'] for t in tasks)} | {total:.2f} | "
           f"{sum(t['extension'] for t in tasks)} ({extension:.2f}) |")
     if missing:

@@ -148,8 +148,8 @@ def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, 
 
 
 # what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
-SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "other_runs", "workers", "out_root", "executor", "ray_address",
-             "gpus_per_cell", "task_kinds", "why", "download")
+SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "other_runs", "workers", "out_root", "executor",
+             "ray_address", "gpus_per_cell", "task_kinds", "why", "download")
 
 
 def fingerprint(cfg: BenchConfig) -> str:

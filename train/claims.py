@@ -33,11 +33,15 @@ from .protocol import CLAIMS, TASKS, Claim
 LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
 
 
+def named_kinds(claim: Claim) -> list[str]:
+    """Every kind ``claim`` names: its tiers', then those said to keep their quality, to meet or to miss a threshold."""
+    return [k for tier in claim.tiers for k in tier] + claim.keeps + claim.meets + claim.misses
+
+
 def compared_kinds(task: str) -> set[str]:
     """The kinds the claims on ``task`` compare: a ``not_tested`` claim compares none. A preset with ``other_runs``
     runs these in full (train/cells.py), as the claims' statistics need."""
-    return {kind for c in CLAIMS if c.task == task and not c.not_tested
-            for kind in (*(k for tier in c.tiers for k in tier), *c.meets, *c.misses, *c.keeps)}
+    return {kind for c in CLAIMS if c.task == task and not c.not_tested for kind in named_kinds(c)}
 
 
 @dataclass
@@ -111,7 +115,7 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
         return Verdict("not tested", claim.not_tested)
     agg_task, row = agg[claim.task], info[claim.task]
     higher = row.higher_is_better
-    named = [k for tier in claim.tiers for k in tier] + claim.keeps + claim.meets + claim.misses
+    named = named_kinds(claim)
     missing = sorted({k for k in named if k not in agg_task})
     absent_tiers = ["[" + ", ".join(tier) + "]" for tier in claim.tiers if not any(k in agg_task for k in tier)]
     if absent_tiers or (named and len(missing) == len(set(named))):
