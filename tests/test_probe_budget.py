@@ -13,11 +13,13 @@ import probe_budget  # noqa: E402
 
 def test_a_variant_changes_only_what_it_names():
     task = probe_budget.TASKS["image/mnist-pair"]
-    variant = probe_budget.task_variant(task, ["train_size=70", "test_sizes=[70, 105, 140]",
-                                               "model_opts.patch_size=7", "data.target=larger"])
-    assert (variant.train_size, variant.test_sizes) == (70, (70, 105, 140))
-    assert variant.model_opts == {**task.model_opts, "patch_size": 7} and variant.data == {**task.data, "target": "larger"}
-    assert task.model_opts["patch_size"] == 4 and task.data["target"] == "left"  # the protocol's task is untouched
+    before = (dict(task.model_opts), dict(task.data), task.train_size)
+    variant = probe_budget.task_variant(task, ["train_size=84", "test_sizes=[84, 126, 168]",
+                                               "model_opts.patch_size=14", "data.target=larger"])
+    assert (variant.train_size, variant.test_sizes) == (84, (84, 126, 168))
+    assert variant.model_opts == {**task.model_opts, "patch_size": 14}
+    assert variant.data == {**task.data, "target": "larger"}
+    assert (task.model_opts, task.data, task.train_size) == before  # the protocol's task is untouched
     assert {f: getattr(variant, f) for f in ("name", "bar", "metric", "order_blind")} == \
         {f: getattr(task, f) for f in ("name", "bar", "metric", "order_blind")}
 
