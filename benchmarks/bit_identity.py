@@ -17,6 +17,10 @@ Exit status 0 when every row is identical and both sides have the same rows, 1 o
 fingerprints are recorded as equivalent in ``RUN_DIR/equivalences.jsonl`` (train/provenance.py), so the report
 counts the record's rows written by the old code as the new code's and names this check; nothing is recorded
 when a row differs.
+
+``--skip TASK`` (repeatable) leaves a task out of the sample: a change meant to alter that task's numbers (its
+protocol) and no other's. The equivalence records it as ``skipped``, and the report keeps that task's rows of the
+old code flagged; ``--vouch`` refuses while the run directory still holds them (move them out first).
 """
 from __future__ import annotations
 
@@ -28,8 +32,12 @@ import sys
 import time
 from pathlib import Path
 
+import yaml  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train.provenance of this checkout
 from train import provenance  # noqa: E402
+
+PRESET = Path(__file__).resolve().parents[1] / "configs" / "bench" / "standard.yaml"
 
 # the kinds run per task (standard.yaml's task_kinds replaced): rope where the task has it, beside one other kind;
 # relative on the LM too, whose options there (T5's buckets from the context) are the LM's own
@@ -42,9 +50,12 @@ IGNORED = ("train_time_s", "ndpe_version", "commit", "protocol")  # when and by 
 KEY = ("task", "kind", "variant", "seed", "data_seed", "split", "train_size", "test_size", "lr", "weight_decay")
 
 
-def overrides(out_root: Path, steps: int, items: int, test_items: int) -> list[str]:
-    task_kinds = "{" + ", ".join(f"{t}: [{', '.join(k)}]" for t, k in KINDS.items()) + "}"
-    return [f"out_root={out_root}", "name=bit_identity", f"task_kinds={task_kinds}",
+def overrides(out_root: Path, steps: int, items: int, test_items: int, skip: tuple[str, ...] = ()) -> list[str]:
+    kinds = {t: k for t, k in KINDS.items() if t not in skip}
+    task_kinds = "{" + ", ".join(f"{t}: [{', '.join(k)}]" for t, k in kinds.items()) + "}"
+    tasks = [t for t in yaml.safe_load(PRESET.read_text())["tasks"] if t not in skip]  # the coord tasks too
+    return [f"out_root={out_root}", "name=bit_identity", *([f"tasks=[{', '.join(tasks)}]"] if skip else []),
+            f"task_kinds={task_kinds}",
             "seeds=[0]", "data_seeds=[0]", "workers=1", "steps={}", f"default_steps={steps}", "items={}",
             f"train_items={items}", f"test_items={test_items}", "lr_search=[0.002]", "lr_extend=0"]
 
@@ -59,7 +70,7 @@ def run_checkout(checkout: Path, out_root: Path, args: argparse.Namespace) -> Pa
     if not all(Path(p).resolve().is_relative_to(checkout.resolve()) for p in where):
         raise SystemExit(f"error: {checkout} does not import its own code ({where}): another ndpe is first on the path")
     command = [sys.executable, "-m", "train.bench", "--config", "configs/bench/standard.yaml",
-               *overrides(out_root, args.steps, args.items, args.test_items)]
+               *overrides(out_root, args.steps, args.items, args.test_items, tuple(args.skip))]
     print(f"{checkout}: {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
     with open(out_root.with_suffix(".log"), "w") as log:
@@ -90,6 +101,13 @@ def compare(old: dict[tuple, dict[str, str]], new: dict[tuple, dict[str, str]]) 
     return len(set(old) & set(new)), same, problems
 
 
+def skipped_rows_left(run_dir: Path, skip: list[str], old_fingerprint: str) -> dict[str, int]:
+    """Rows of the skipped tasks that ``run_dir`` holds from the old code: {task: count}."""
+    with open(run_dir / "results.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["task"] in skip and r.get("protocol") == old_fingerprint]
+    return {t: n for t in skip if (n := sum(r["task"] == t for r in rows))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--old", type=Path, required=True, help="the checkout of the old code")
@@ -100,9 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-items", type=int, default=32, help="items of every val / test split")
     parser.add_argument("--vouch", type=Path, metavar="RUN_DIR",
                         help="on identity, record the two protocol fingerprints as equivalent in RUN_DIR")
+    parser.add_argument("--skip", action="append", default=[], metavar="TASK",
+                        help="a task the change alters by design: left out of the sample (repeatable)")
     args = parser.parse_args(argv)
+    if unknown := sorted(set(args.skip) - set(KINDS)):
+        parser.error(f"--skip takes tasks of the sample {sorted(KINDS)}, got {unknown}")
     if args.vouch is not None and not (args.vouch / "results.csv").is_file():
         parser.error(f"--vouch expects a run directory holding results.csv, got {args.vouch}")
+    if args.vouch is not None and args.skip and (left := skipped_rows_left(
+            args.vouch, args.skip, provenance.protocol_fingerprint(args.old.resolve()))):
+        parser.error(f"--vouch with --skip: {args.vouch} still holds the old code's rows of the skipped tasks {left}; "
+                     "move them out of its results.csv first (the check does not vouch for them)")
     if "NDPE_MNIST_FILES" not in os.environ:
         parser.error("the MNIST tasks need NDPE_MNIST_FILES=<folder of the four official files>")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         commits = {f"{side}_commit": provenance.git_commit(checkout.resolve())[0]
                    for side, checkout in (("old", args.old), ("new", args.new))}
         provenance.append_equivalence(args.vouch, {**fingerprints, **commits, "rows": compared, "command": command,
-                                                   "date": provenance.utc_now()})
+                                                   "date": provenance.utc_now(),
+                                                   **({"skipped": sorted(args.skip)} if args.skip else {})})
         print(f"recorded in {args.vouch / provenance.EQUIVALENCES}: {fingerprints['old']} = {fingerprints['new']}")
     return 0 if identical else 1
 

@@ -241,3 +241,25 @@ def test_rows_of_a_vouched_fingerprint_count_as_the_newest(tmp_path, monkeypatch
     assert "(aaaaaaaaaaaa)** than" in text and "(bbbbbbbbbbbb)** than" in text
     with pytest.raises(ValueError, match="'old' and 'new'"):
         provenance.append_equivalence(run_dir, {"old": "aaaaaaaaaaaa"})
+
+
+def test_a_check_that_skipped_a_task_vouches_for_every_task_but_that_one(tmp_path):
+    """A change meant to alter one task (``bit_identity.py --skip``): the old code's rows of the other tasks count
+    as the newest's, the skipped task's stay flagged, also through a chain whose earlier link skipped nothing."""
+    from train.results import Row
+
+    newest = provenance.protocol_fingerprint()
+
+    def rows(protocol):
+        return [Row("text", task, "rope", "-", 0, "8L", "8L", 1.0, "seq_acc", 0.5, True, 1.0, protocol=protocol)
+                for task in ("text/copy", "text/reverse")]
+
+    for link in ({"old": "aaaaaaaaaaaa", "new": newest}, {"old": "bbbbbbbbbbbb", "new": "aaaaaaaaaaaa"}):
+        provenance.append_equivalence(tmp_path, {**link, "rows": 5, "command": "check", "date": "d",
+                                                 **({"skipped": ["text/copy"]} if link["new"] == newest else {})})
+    for protocol in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
+        text = "\n".join(provenance.header_lines(tmp_path, rows(protocol), None, "1 worker"))
+        assert f"1 rows come from code with protocol fingerprint {protocol}" in text
+        assert "of every task but text/copy identical" in text
+        assert f"**1 rows of text/copy come from code with another protocol fingerprint ({protocol})**" in text
+        assert "rows of text/reverse come from code with another" not in text

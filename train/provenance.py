@@ -158,18 +158,26 @@ def append_equivalence(run_dir: Path, record: dict) -> None:
 
 def equivalent_to(run_dir: Path, fingerprint: str) -> dict[str, dict]:
     """The fingerprints vouched identical to ``fingerprint`` (directly or through a chain of checks), each with the
-    record of the check that joined it."""
+    record of the check that joined it; its ``skipped``: the tasks a check of the chain left out (a change meant
+    to alter their numbers), whose rows it does not vouch for."""
     records = [r for r in _read_lines(run_dir / EQUIVALENCES) if "old" in r and "new" in r]
     found: dict[str, dict] = {}
-    frontier = [fingerprint]
+    frontier: list[tuple[str, frozenset]] = [(fingerprint, frozenset())]
     while frontier:
-        current = frontier.pop()
+        current, skipped = frontier.pop()
         for r in records:
             for a, b in ((r["old"], r["new"]), (r["new"], r["old"])):
                 if a == current and b != fingerprint and b not in found:
-                    found[b] = r
-                    frontier.append(b)
+                    chain = skipped | frozenset(r.get("skipped", ()))
+                    found[b] = {**r, "skipped": sorted(chain)}
+                    frontier.append((b, chain))
     return found
+
+
+def vouched_for(row, vouched: dict[str, dict]) -> bool:
+    """Whether a check in ``vouched`` (:func:`equivalent_to`) covers ``row``: its fingerprint, not a skipped task."""
+    check = vouched.get(row.protocol)
+    return check is not None and row.task not in check["skipped"]
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -237,14 +245,16 @@ def header_lines(run_dir: Path, rows: list, info: dict | None, workers: str) -> 
         newest = protocol_fingerprint()
     vouched = equivalent_to(run_dir, newest)
     for protocol, check in sorted(vouched.items()):
-        n = sum(r.protocol == protocol for r in rows)
+        n = sum(r.protocol == protocol and vouched_for(r, vouched) for r in rows)
+        but = f" but {', '.join(check['skipped'])}" if check["skipped"] else ""
         if n:
             lines.append(f"- {n} rows come from code with protocol fingerprint {protocol}, vouched identical to the "
-                         f"newest's ({newest}): {check.get('rows', '?')} rows of a sample of cells of every task "
+                         f"newest's ({newest}): {check.get('rows', '?')} rows of a sample of cells of every task{but} "
                          f"identical, old against new code{_commits(check)} ({EQUIVALENCES}: "
                          f"`{check.get('command', '?')}`, "
                          f"{check.get('date', '?')})")
-    other: Counter = Counter((r.task, r.protocol) for r in rows if r.protocol not in ("", newest, *vouched))
+    other: Counter = Counter((r.task, r.protocol) for r in rows
+                             if r.protocol not in ("", newest) and not vouched_for(r, vouched))
     for (task, protocol), n in sorted(other.items()):
         lines.append(f"- **{n} rows of {task} come from code with another protocol fingerprint ({protocol})** than "
                      f"the newest invocation's ({newest}): train/protocol.py, train/floors.py, train/data/, models/ "
