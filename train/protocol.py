@@ -50,6 +50,15 @@ CHANGES_AFTER_RESULTS = [
     "cells took 150-330 s, about a quarter of the record) and to tokenize the digits as image/mnist-zoom does; the "
     "bar (0.9), floors, steps and kinds unchanged; decided from an in-distribution probe on an unreported seed "
     "(probes/mnist_pair_7px.jsonl)",
+    "quick (2026-11-27): 2 runs (one per data seed) instead of 3 and video/trajectory at 300 steps instead of 600, "
+    "for its 10-minute budget; the steps from an in-distribution probe on unreported seeds "
+    "(probes/video_quick_steps.jsonl)",
+    "standard (2026-11-28, after its record was complete): for the 10-hour budget, only the kinds a judged claim "
+    "compares run, with NoPE as the control (the @index / @centered kinds of no claim on the zoom tasks, copy's "
+    "later 1D kinds, xpos, cpb and rope+nope3 on the LM, learned, sinusoidal and rope@centered on trajectory-long "
+    "left; their rows are in benchmarks/results/standard-breadth), and the kinds no claim compares keep 5 of their "
+    "10 runs (other_runs), one per data seed; priced from the record's cell times (benchmarks/record_cost.py), "
+    "knowing which bar judgments 5 runs change (benchmarks/README.md)",
 ]
 
 
