@@ -46,6 +46,9 @@ KINDS = {"image/shapes-zoom": ["rope", "learned"], "image/digits-zoom": ["rope@c
          "text/copy": ["rope", "alibi"], "text/reverse": ["relative"],
          "text/stdlib_lm": ["rope", "rope+nope3", "relative"],
          "video/trajectory": ["rope", "vrope"], "video/trajectory-long": ["videorope"]}
+# keys a checkout's preset may set that the sample replaces as a whole (a key newer than some checkouts, so it is
+# reset only where the checkout's preset has it): the LM's own grid gives way to the sample's one-point search
+RESET = {"lr_searches": "{}"}
 IGNORED = ("train_time_s", "ndpe_version", "commit", "protocol")  # when and by which code, not what was measured
 KEY = ("task", "kind", "variant", "seed", "data_seed", "split", "train_size", "test_size", "lr", "weight_decay")
 
@@ -60,6 +63,11 @@ def overrides(out_root: Path, steps: int, items: int, test_items: int, skip: tup
             f"train_items={items}", f"test_items={test_items}", "lr_search=[0.002]", "lr_extend=0"]
 
 
+def resets(preset: dict) -> list[str]:
+    """The overrides that reset :data:`RESET`'s keys where a checkout's preset (its standard.yaml) sets them."""
+    return [f"{key}={value}" for key, value in RESET.items() if key in preset]
+
+
 def run_checkout(checkout: Path, out_root: Path, args: argparse.Namespace) -> Path:
     """Run the sample with ``checkout``'s own code (its root first on the path); returns its results.csv."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
@@ -69,8 +77,10 @@ def run_checkout(checkout: Path, out_root: Path, args: argparse.Namespace) -> Pa
                            check=True).stdout.split()
     if not all(Path(p).resolve().is_relative_to(checkout.resolve()) for p in where):
         raise SystemExit(f"error: {checkout} does not import its own code ({where}): another ndpe is first on the path")
+    preset = yaml.safe_load((checkout / "configs" / "bench" / "standard.yaml").read_text())
     command = [sys.executable, "-m", "train.bench", "--config", "configs/bench/standard.yaml",
-               *overrides(out_root, args.steps, args.items, args.test_items, tuple(args.skip))]
+               *overrides(out_root, args.steps, args.items, args.test_items, tuple(args.skip)),
+               *resets(preset)]
     print(f"{checkout}: {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
     with open(out_root.with_suffix(".log"), "w") as log:

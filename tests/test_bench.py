@@ -102,6 +102,8 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch)
     ("data_seeds=[-3]", "data_seeds must be >= 0"),
     ("data_seeds=[]", "data_seeds not empty"),
     ("lr_search=[0.0]", "lr_search must hold finite numbers > 0"),
+    ("lr_searches={text/copy: [0.001, -1]}", r"lr_searches\['text/copy'\] must be a list of numbers > 0"),
+    ("lr_searches={text/copy: [0.001]}", "lr_searches needs lr_search"),
     ("items={text/copy: 0}", r"items\['text/copy'\] must be an int >= 1"),
     ("kinds=[ropee]", "unknown kind"),
     ("rope_variants=[xpos]", "unknown rope_variants"),
@@ -335,6 +337,21 @@ def test_the_search_extends_its_grid_until_the_choice_is_interior(tmp_path):
     assert {r.lr for r in rows if r.variant == "-"} == {0.016}
     search = (tmp_path / "quick" / "report.md").read_text().split("## Learning-rate search")[1]
     assert [line for line in search.splitlines() if line.startswith("| text/copy | rope |") and "⚑" not in line]
+
+
+def test_a_task_can_have_its_own_first_grid(tmp_path):
+    """lr_searches: the task's grid replaces lr_search (here placed round its optimum, 0.016) and is extended as any
+    grid; the settings fingerprint is the one without the key until a task has a grid of its own."""
+    cfg = tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]",
+               "lr_searches={text/copy: [0.008, 0.016]}")
+    assert [c.lr for c in bench.search_cells(cfg)] == [0.008, 0.016]
+    bench.run(cfg, "test", cell_fn=fake_search_cell)
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert sorted(r.lr for r in rows if r.variant == SEARCH) == [0.008, 0.016, 0.032]  # 0.016 made interior
+    assert {r.lr for r in rows if r.variant == "-"} == {0.016}
+    plain = tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]")
+    assert bench.fingerprint(tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]",
+                                  "lr_searches={}")) == bench.fingerprint(plain) != bench.fingerprint(cfg)
 
 
 def test_the_search_stops_at_the_end_of_its_range_and_says_so(tmp_path):

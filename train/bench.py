@@ -221,6 +221,7 @@ def header(cfg: BenchConfig, info: dict | None) -> str:
     cpu = platform.processor() or platform.machine()
     gpu = torch.cuda.get_device_name() if cfg.device != "cpu" and torch.cuda.is_available() else "none"
     search = (f"learning rate searched per (task, kind) over {cfg.lr_search}" + (
+        f" (per task: {cfg.lr_searches})" if cfg.lr_searches else "") + (
         f" (weight decay per task: {cfg.wd_search})" if cfg.wd_search else "") if cfg.lr_search else
               f"learning rates from {cfg.lr_file}" if cfg.lr_file else f"lr {cfg.lr} (per task: {cfg.lrs or 'none'})")
     run_dir = Path(cfg.out_root) / cfg.name

@@ -70,8 +70,11 @@ def cells_for(cfg: BenchConfig) -> list[CellSpec]:
 def search_cells(cfg: BenchConfig) -> list[CellSpec]:
     """The learning-rate search's first grid: one run (model seed ``search_seed``, never reported; the first data
     seed) per (task, kind, lr, weight decay) candidate. :func:`extension_cells` adds points past an edge choice."""
+    if not cfg.lr_search:
+        return []
     return [CellSpec(t, k, cfg.search_seed, cfg.data_seeds[0], lr, wd, search=True) for t in cfg.tasks
-            for k in kinds_for(cfg, t) for lr in cfg.lr_search for wd in cfg.wd_search.get(t, [cfg.weight_decay])]
+            for k in kinds_for(cfg, t) for lr in cfg.lr_searches.get(t, cfg.lr_search)
+            for wd in cfg.wd_search.get(t, [cfg.weight_decay])]
 
 
 def search_points(rows: list[Row]) -> dict[tuple[str, str], dict[tuple[float, float], float]]:
@@ -154,8 +157,9 @@ SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "other_runs", "wor
 
 def fingerprint(cfg: BenchConfig) -> str:
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
-    if not fields["data_workers"]:  # the key is newer than the committed runs: its default leaves them as they were
-        del fields["data_workers"]
+    for key in ("data_workers", "lr_searches"):  # keys newer than the committed runs: their defaults leave them as
+        if not fields[key]:  # they were
+            del fields[key]
     if cfg.lr_file:  # the choices it holds, not only its path: a rewritten file is other settings
         fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items() if t in cfg.tasks)
     return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
