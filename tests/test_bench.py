@@ -103,7 +103,6 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path, monkeypatch)
     ("data_seeds=[]", "data_seeds not empty"),
     ("lr_search=[0.0]", "lr_search must hold finite numbers > 0"),
     ("lr_searches={text/copy: [0.001, -1]}", r"lr_searches\['text/copy'\] must be a list of numbers > 0"),
-    ("lr_searches={text/copy: [0.001]}", "lr_searches needs lr_search"),
     ("items={text/copy: 0}", r"items\['text/copy'\] must be an int >= 1"),
     ("kinds=[ropee]", "unknown kind"),
     ("rope_variants=[xpos]", "unknown rope_variants"),
@@ -352,6 +351,8 @@ def test_a_task_can_have_its_own_first_grid(tmp_path):
     plain = tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]")
     assert bench.fingerprint(tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]",
                                   "lr_searches={}")) == bench.fingerprint(plain) != bench.fingerprint(cfg)
+    # lr_search=[] turns the search off (a choice file or lr gives the rates): a preset's per-task grids go with it
+    assert bench.search_cells(tiny(tmp_path, "lr_search=[]", "lr_searches={text/copy: [0.008]}")) == []
 
 
 def test_the_search_stops_at_the_end_of_its_range_and_says_so(tmp_path):

@@ -61,7 +61,7 @@ class BenchConfig:
     lrs: dict = field(default_factory=dict)  # task -> peak learning rate (lr otherwise)
     weight_decay: float = 0.05
     lr_search: list[float] = field(default_factory=list)  # candidate peak learning rates, searched per (task, kind)
-    lr_searches: dict = field(default_factory=dict)  # task -> its own first grid (lr_search otherwise)
+    lr_searches: dict = field(default_factory=dict)  # task -> its own first grid, when lr_search turns the search on
     lr_extend: int = 3  # rounds that extend the grid by lr_step past an edge choice, until it is interior
     lr_step: float = 2.0  # factor between an edge learning rate and the one added beyond it
     lr_range: list[float] = field(default_factory=lambda: [1e-4, 0.05])  # the extension stays in this range
@@ -163,9 +163,6 @@ def check_per_task(cfg: BenchConfig) -> None:
     if cfg.other_runs is not None and not (type(cfg.other_runs) is int and 1 <= cfg.other_runs):
         raise ConfigError(f"other_runs must be null or an int >= 1 (the runs of kinds no claim compares), got "
                           f"{cfg.other_runs!r}")
-    if cfg.lr_searches and not cfg.lr_search:
-        raise ConfigError(f"lr_searches needs lr_search (the grid of the other tasks; a search runs only with it), got "
-                          f"lr_searches={cfg.lr_searches} and lr_search=[]")
     if any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in cfg.lr_search):
         raise ConfigError(f"lr_search must hold finite numbers > 0, got {cfg.lr_search}")
     if cfg.search_seed in cfg.seeds:
