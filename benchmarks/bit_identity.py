@@ -89,9 +89,10 @@ def run_checkout(checkout: Path, out_root: Path, args: argparse.Namespace) -> Pa
     return out_root / "bit_identity" / "results.csv"
 
 
-def read(path: Path) -> dict[tuple, dict[str, str]]:
+def read(path: Path, tasks: set[str] | None = None) -> dict[tuple, dict[str, str]]:
+    """The rows of a results.csv (of ``tasks`` only, when given), keyed by :data:`KEY`."""
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if tasks is None or r["task"] in tasks]
     keyed = {tuple(r[k] for k in KEY): r for r in rows}
     if len(keyed) != len(rows):
         raise SystemExit(f"error: {path} holds two rows with the same key {KEY}")

@@ -14,7 +14,6 @@ extension points apart). Exit status 0 when every row is identical and none is m
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -24,21 +23,14 @@ import record_cost  # noqa: E402
 
 from train.bench import load_bench_config  # noqa: E402
 from train.provenance import read_invocations  # noqa: E402
-from train.results import FLOOR, SEARCH, read_rows  # noqa: E402
-
-
-def rows_of(path: Path, tasks: set[str] | None = None) -> dict[tuple, dict[str, str]]:
-    """The rows of ``tasks`` (every task: None) in a results.csv, keyed as bit_identity keys them."""
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if tasks is None or r["task"] in tasks]
-    return {tuple(r[k] for k in bit_identity.KEY): r for r in rows}
+from train.results import FLOOR, read_rows  # noqa: E402
 
 
 def compare(record: Path, rerun: Path) -> tuple[int, int, list[str], set[str]]:
     """(rows compared, identical, what differs or is missing, the rerun's tasks)."""
-    new = rows_of(rerun / "results.csv")
+    new = bit_identity.read(rerun / "results.csv")
     tasks = {key[0] for key in new}
-    compared, same, problems = bit_identity.compare(rows_of(record / "results.csv", tasks), new)
+    compared, same, problems = bit_identity.compare(bit_identity.read(record / "results.csv", tasks), new)
     return compared, same, [p.replace("only in old", "only in the record").replace("only in new", "only in the rerun")
                             .replace("(old)", "(record)").replace("(new)", "(rerun)") for p in problems], tasks
 
@@ -51,7 +43,7 @@ def timing(record: Path, rerun: Path) -> dict[str, float]:
     cells: dict = {}
     for r in read_rows(rerun / "results.csv"):
         if r.kind != FLOOR and r.train_time_s:
-            cells[(r.task, r.kind, r.variant == SEARCH, r.run, r.lr, r.weight_decay)] = r.train_time_s
+            cells[r.cell] = r.train_time_s  # one time per cell (its rows repeat it)
     tasks, _ = record_cost.estimate(cfg, read_rows(record / "results.csv"), {})
     per_hour = 3600.0 * cfg.workers
     return {"wall_h": wall / 3600.0, "train_h": sum(cells.values()) / per_hour, "cells": len(cells),
