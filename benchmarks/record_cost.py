@@ -47,7 +47,7 @@ def estimate(cfg, rows, scale: dict[str, float]) -> tuple[list[dict], list[str]]
     median, points = cell_times(rows)
     grid: dict = defaultdict(set)
     for c in search_cells(cfg):
-        grid[(c.task, c.kind)].add((c.lr, c.weight_decay))
+        grid[(c.task, c.kind)].add((c.lr, c.weight_decay, c.seed))  # each search run of a candidate is a cell
     per_task: dict = {t: {"task": t, "runs": 0, "search": 0, "extension": 0, "run_s": 0.0, "search_s": 0.0,
                           "extension_s": 0.0} for t in cfg.tasks}
     missing = []
@@ -66,7 +66,7 @@ def estimate(cfg, rows, scale: dict[str, float]) -> tuple[list[dict], list[str]]
         seconds = median[(task, kind)] * scale.get(task, 1.0)
         per_task[task]["search"] += len(first)
         per_task[task]["search_s"] += seconds * len(first)
-        extra = len(points.get((task, kind), set()) - first)
+        extra = len(points.get((task, kind), set()) - {(lr, wd) for lr, wd, _ in first}) * cfg.search_runs
         per_task[task]["extension"] += extra
         per_task[task]["extension_s"] += seconds * extra
     return list(per_task.values()), sorted(set(missing))

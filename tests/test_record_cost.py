@@ -38,7 +38,8 @@ def record(tmp_path):
 
 def preset(*overrides: str):
     return load_bench_config(CONFIG_DIR / "standard.yaml", [f"tasks=[{TASK}]", "task_kinds={}", "kinds=[rope,xpos]",
-                                                           "seeds=[0,1,2]", "data_seeds=[0,1]", *overrides])
+                                                           "seeds=[0,1,2]", "data_seeds=[0,1]", "search_runs=1",
+                                                           "search_data_seeds=[]", *overrides])
 
 
 def test_cells_cost_their_kinds_median_search_included(record):
@@ -46,6 +47,13 @@ def test_cells_cost_their_kinds_median_search_included(record):
     assert missing == [] and (task["runs"], task["search"], task["extension"]) == (6, 6, 1)
     assert task["run_s"] == 3 * 20.0 + 3 * 40.0  # medians, not the search cells' own 99 s
     assert task["search_s"] == 3 * 20.0 + 3 * 40.0 and task["extension_s"] == 20.0
+
+
+def test_each_search_run_of_a_candidate_is_a_cell(record):
+    """With 3 search runs per candidate the first grid and the extension points cost three times as much."""
+    (task,), _ = record_cost.estimate(preset("search_runs=3", "search_data_seeds=[10,11,12]"), record, {})
+    assert (task["search"], task["extension"]) == (18, 3)
+    assert task["search_s"] == 3 * (3 * 20.0 + 3 * 40.0) and task["extension_s"] == 3 * 20.0
 
 
 def test_other_runs_and_scale_change_the_estimate(record):
@@ -61,7 +69,7 @@ def test_a_kind_the_record_lacks_is_named_not_estimated(record):
 
 def test_the_command_prints_the_table(record, tmp_path, capsys):
     record_cost.main(["--record", str(tmp_path), f"tasks=[{TASK}]", "task_kinds={}", "kinds=[rope,xpos]",
-                      "seeds=[0,1,2]", "data_seeds=[0,1]"])
+                      "seeds=[0,1,2]", "data_seeds=[0,1]", "search_runs=1", "search_data_seeds=[]"])
     out = capsys.readouterr().out
     assert f"| {TASK} | 6 | 6 | {(180 + 180) / 7200:.2f} | 1 ({20 / 7200:.2f}) |" in out
     with pytest.raises(SystemExit):

@@ -31,7 +31,7 @@ def run_dir(path: Path, times: tuple[float, float, float], value: float = 0.5, w
                                        row(1000, times[2], variant=SEARCH)])
     cfg = load_bench_config(CONFIG_DIR / "standard.yaml", [
         f"tasks=[{TASK}]", "task_kinds={}", "kinds=[rope]", "seeds=[0,1]", "data_seeds=[0,1]", "other_runs=null",
-        "lr_search=[0.001]", "lr_searches={}", "workers=2"])
+        "lr_search=[0.001]", "lr_searches={}", "workers=2", "search_runs=1", "search_data_seeds=[]"])
     (path / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     if wall_s is not None:
         lines = [{"command": "train.bench", "id": "a", "status": "started"},

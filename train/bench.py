@@ -49,7 +49,8 @@ from .bench_data import bench_dataset, data_jobs, fetch_real, run_data_job, test
 from .cells import (CellSpec, cells_for, check_fingerprint, choices, extension_cells, fingerprint, lr_of, runs,
                     search_cells, selected_rows, write_choices)
 from .config import ConfigError
-from .evaluate import _row, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
+from .curves import BUDGET_SHARE, append_curve, budget_verdict, cell_curve, read_curves
+from .evaluate import _row, cell_dir, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
 from .explore import write_bench_data
 from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
@@ -146,6 +147,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
                 print(f"{progress} FAILED {error} | {eta}", flush=True)
                 continue
             rows = [dataclasses.replace(r, **stamp) for r in rows]
+            record_curve(run_dir, run_dir_w, rows[0])  # before its rows: a cell in results.csv has its curve
             append_rows(results, rows)
             written.append(len(rows))
             shown = [r for r in rows if r.split == "test" or r.variant == SEARCH]
@@ -169,6 +171,11 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         chosen = choices(cfg, read_rows(results))
         if cfg.lr_search:
             write_choices(cfg, chosen, run_dir / "lr_choices.yaml")
+        short = short_budgets(cfg, run_dir, chosen)
+        for task, text in sorted(short.items()):
+            failures.append(text)
+            print(f"FAILED {text}", flush=True)
+        later = [c for c in later if c.task not in short]
         unchosen = sorted({(c.task, c.kind) for c in later if lr_of(cfg, chosen, c.task, c.kind) is None})
         for task, kind in unchosen:
             source = cfg.lr_file or "the search"
@@ -201,6 +208,37 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     if failures:
         raise SystemExit(1)
     return report
+
+
+def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, str]:
+    """Tasks whose budget the plateau rule (train/curves.py) finds too short, read from the search's curves at each
+    kind's chosen rate (unreported runs), with what to do: their reported runs are not trained."""
+    if not (cfg.curve_points and cfg.lr_search):
+        return {}
+    short = {}
+    for task in cfg.tasks:
+        curves = [c for c in read_curves(run_dir, task).values()
+                  if c["search"] and chosen.get((task, c["kind"])) == (c["lr"], c["weight_decay"])]
+        if not curves:
+            continue
+        steps = int(cfg.steps.get(task, cfg.default_steps))
+        enough, step = budget_verdict(curves, steps, higher=TASKS[task].higher_is_better, metric=TASKS[task].metric)
+        if not enough:
+            short[task] = (f"{task}: budget too short by the plateau rule (the median kind's validation "
+                           f"{TASKS[task].metric} still rises at step {step:g} of {steps}, past "
+                           f"{BUDGET_SHARE:.0%}); its runs were not trained: raise steps[{task}] (x2) and search again")
+    return short
+
+
+def record_curve(run_dir: Path, run_dir_w: Path, row: Row) -> None:
+    """A trained cell's learning curve (its log's "curve" records) into ``curves/<task>.jsonl`` (train/curves.py)."""
+    if row.kind == FLOOR:
+        return
+    search = row.variant == SEARCH
+    cell = CellSpec(row.task, row.kind, row.seed, row.data_seed, row.lr, row.weight_decay, search)
+    key = {"task": row.task, "kind": row.kind, "seed": row.seed, "data_seed": row.data_seed, "lr": row.lr,
+           "weight_decay": row.weight_decay, "search": search, "metric": row.metric}
+    append_curve(run_dir, key, cell_curve(cell_dir(run_dir_w, cell) / "log.jsonl", row.metric))
 
 
 def write_explorer_tab(run_dir: Path) -> None:

@@ -66,6 +66,11 @@ class BenchConfig:
     lr_step: float = 2.0  # factor between an edge learning rate and the one added beyond it
     lr_range: list[float] = field(default_factory=lambda: [1e-4, 0.05])  # the extension stays in this range
     search_seed: int = 1000  # the search's model seed: never one of the reported seeds
+    search_runs: int = 1  # runs per candidate: model seeds search_seed, search_seed + 1, ...; chosen by their median
+    search_data_seeds: list[int] = field(default_factory=list)  # search run j's data seed, in turn (never reported);
+    # empty: the first of data_seeds
+    curve_points: int = 0  # > 0: every trained cell evaluates on its validation split that many times (its learning
+    # curve, committed in curves/<task>.jsonl); 0: once, at the end
     wd_search: dict = field(default_factory=dict)  # task -> candidate weight decays searched with lr_search
     lr_file: str | None = None  # a search's choice file (lr_choices.yaml; relative paths from the checkout's root)
     warmup_steps: int = 20
@@ -165,9 +170,17 @@ def check_per_task(cfg: BenchConfig) -> None:
                           f"{cfg.other_runs!r}")
     if any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in cfg.lr_search):
         raise ConfigError(f"lr_search must hold finite numbers > 0, got {cfg.lr_search}")
-    if cfg.search_seed in cfg.seeds:
-        raise ConfigError(f"search_seed {cfg.search_seed} is one of the reported seeds {cfg.seeds}: the search must "
-                          "run on a model seed that is never reported")
+    if type(cfg.search_runs) is not int or cfg.search_runs < 1:
+        raise ConfigError(f"search_runs must be an int >= 1 (runs per search candidate), got {cfg.search_runs!r}")
+    if type(cfg.curve_points) is not int or cfg.curve_points < 0:
+        raise ConfigError(f"curve_points must be an int >= 0 (evaluations per cell), got {cfg.curve_points!r}")
+    reported = sorted(set(cfg.seeds) & {cfg.search_seed + j for j in range(cfg.search_runs)})
+    if reported:
+        raise ConfigError(f"search seeds {cfg.search_seed}..{cfg.search_seed + cfg.search_runs - 1} include reported "
+                          f"seed(s) {reported}: the search must run on model seeds that are never reported")
+    if any(type(s) is not int or s < 0 for s in cfg.search_data_seeds) or set(cfg.search_data_seeds) & set(cfg.data_seeds):
+        raise ConfigError(f"search_data_seeds must be ints >= 0 that are not reported data seeds {cfg.data_seeds}, got "
+                          f"{cfg.search_data_seeds}")
     if not (cfg.lr_step > 1 and len(cfg.lr_range) == 2 and 0 < cfg.lr_range[0] < cfg.lr_range[1] and cfg.lr_extend >= 0):
         raise ConfigError(f"lr_step must be > 1, lr_range [low, high] with 0 < low < high and lr_extend >= 0, got "
                           f"lr_step={cfg.lr_step}, lr_range={cfg.lr_range}, lr_extend={cfg.lr_extend}")

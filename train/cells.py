@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import yaml
 from .bench_config import CONFIG_DIR, BenchConfig, kinds_for
 from .claims import compared_kinds
 from .config import ConfigError
-from .results import FLOOR, SEARCH, Row, cell_key
+from .results import FLOOR, SEARCH, SEARCH_LOSS, Row, cell_key
 
 
 @dataclass(frozen=True)
@@ -67,30 +69,58 @@ def cells_for(cfg: BenchConfig) -> list[CellSpec]:
     return cells
 
 
+def search_runs(cfg: BenchConfig) -> list[tuple[int, int]]:
+    """The search's runs, (model seed, data seed) per candidate: ``search_runs`` model seeds from ``search_seed``, none
+    of them reported, with ``search_data_seeds`` in turn (else the first data seed)."""
+    data = cfg.search_data_seeds or [cfg.data_seeds[0]]
+    return [(cfg.search_seed + j, data[j % len(data)]) for j in range(cfg.search_runs)]
+
+
 def search_cells(cfg: BenchConfig) -> list[CellSpec]:
-    """The learning-rate search's first grid: one run (model seed ``search_seed``, never reported; the first data
-    seed) per (task, kind, lr, weight decay) candidate. :func:`extension_cells` adds points past an edge choice."""
+    """The learning-rate search's first grid: every search run (:func:`search_runs`, never reported) per (task, kind,
+    lr, weight decay) candidate. :func:`extension_cells` adds points past an edge choice."""
     if not cfg.lr_search:
         return []
-    return [CellSpec(t, k, cfg.search_seed, cfg.data_seeds[0], lr, wd, search=True) for t in cfg.tasks
+    return [CellSpec(t, k, seed, data, lr, wd, search=True) for t in cfg.tasks
             for k in kinds_for(cfg, t) for lr in cfg.lr_searches.get(t, cfg.lr_search)
-            for wd in cfg.wd_search.get(t, [cfg.weight_decay])]
+            for wd in cfg.wd_search.get(t, [cfg.weight_decay]) for seed, data in search_runs(cfg)]
 
 
-def search_points(rows: list[Row]) -> dict[tuple[str, str], dict[tuple[float, float], float]]:
-    """(task, kind) -> {(lr, weight decay): the search metric, signed so that larger is better}."""
+@dataclass(frozen=True)
+class Point:
+    """One search candidate over its runs: the median of the bar's metric (signed so that larger is better) and the
+    median validation loss (nan where the rows hold none: records from before losses were written)."""
+
+    metric: float
+    loss: float = math.nan
+
+    def rank(self, lr: float) -> tuple:
+        """Larger is better: the metric, then (a tie, e.g. a saturated accuracy) the lower loss, then the lower rate."""
+        return self.metric, -self.loss if not math.isnan(self.loss) else 0.0, -lr
+
+
+def search_points(rows: list[Row], runs: int = 1) -> dict[tuple[str, str], dict[tuple[float, float], Point]]:
+    """(task, kind) -> {(lr, weight decay): its :class:`Point`}, for the candidates with ``runs`` search runs done."""
     from .competence import good
 
-    found: dict = {}
+    values: dict = {}
     for r in rows:
         if r.variant == SEARCH:
-            found.setdefault((r.task, r.kind), {})[(r.lr, r.weight_decay)] = good(r.value, r.higher_is_better)
-    return found
+            point = values.setdefault((r.task, r.kind), {}).setdefault((r.lr, r.weight_decay), {})
+            entry = point.setdefault(r.run, [math.nan, math.nan])
+            if r.split == SEARCH_LOSS:
+                entry[1] = r.value
+            else:
+                entry[0] = good(r.value, r.higher_is_better)
+    return {key: {p: Point(statistics.median(v[0] for v in by_run.values()),
+                           statistics.median(v[1] for v in by_run.values()))
+                  for p, by_run in points.items() if len(by_run) >= runs}
+            for key, points in values.items()}
 
 
-def best_point(points: dict[tuple[float, float], float]) -> tuple[float, float]:
-    """The best (lr, weight decay); ties go to the smaller learning rate."""
-    return max(points, key=lambda p: (points[p], -p[0]))
+def best_point(points: dict[tuple[float, float], Point]) -> tuple[float, float]:
+    """The best (lr, weight decay) by :meth:`Point.rank`."""
+    return max(points, key=lambda p: points[p].rank(p[0]))
 
 
 def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
@@ -98,7 +128,7 @@ def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
     grid done) is the smallest or largest tried at its weight decay and strictly better than its neighbour, the next
     one beyond it (``lr_step``), while it stays in ``lr_range``. Run in rounds (``lr_extend``) until every choice is
     interior, ties its neighbour (a plateau: the metric cannot tell the rates apart), or is at the range's end."""
-    found, cells = search_points(rows), []
+    found, cells = search_points(rows, cfg.search_runs), []
     lo, hi = cfg.lr_range
     grids: dict = {}  # (task, kind) -> its first grid's cells
     for c in search_cells(cfg):
@@ -112,11 +142,12 @@ def extension_cells(cfg: BenchConfig, rows: list[Row]) -> list[CellSpec]:
         if len(lrs) < 2 or lr not in (lrs[0], lrs[-1]):
             continue  # interior (or nothing to compare with)
         neighbour = lrs[1] if lr == lrs[0] else lrs[-2]
-        if not points[(lr, wd)] > points[(neighbour, wd)]:
+        if not points[(lr, wd)].metric > points[(neighbour, wd)].metric:
             continue  # a tie with its neighbour: a plateau (e.g. every rate at the ceiling), nothing to bracket
         beyond = lr * cfg.lr_step if lr == lrs[-1] else lr / cfg.lr_step
         if lo <= beyond <= hi:
-            cells.append(dataclasses.replace(grid[0], lr=round(beyond, 12), weight_decay=wd))
+            cells += [dataclasses.replace(c, lr=round(beyond, 12), weight_decay=wd) for c in grid
+                      if (c.lr, c.weight_decay) == (grid[0].lr, grid[0].weight_decay)]  # every search run
     return cells
 
 
@@ -135,7 +166,7 @@ def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[fl
     wanted: dict = {}
     for c in search_cells(cfg):
         wanted.setdefault((c.task, c.kind), set()).add((c.lr, c.weight_decay))
-    found = search_points(rows)
+    found = search_points(rows, cfg.search_runs)
     for key, points in wanted.items():
         if points <= set(found.get(key, {})):
             chosen[key] = best_point(found[key])
@@ -155,10 +186,13 @@ SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "other_runs", "wor
              "ray_address", "gpus_per_cell", "task_kinds", "why", "download")
 
 
+NEWER_KEYS = {"data_workers": 0, "lr_searches": {}, "search_runs": 1, "search_data_seeds": [], "curve_points": 0}
+
+
 def fingerprint(cfg: BenchConfig) -> str:
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
-    for key in ("data_workers", "lr_searches"):  # keys newer than the committed runs: their defaults leave them as
-        if not fields[key]:  # they were
+    for key, default in NEWER_KEYS.items():  # keys newer than the committed runs: their defaults leave them as they
+        if fields[key] == default:  # were
             del fields[key]
     if cfg.lr_file:  # the choices it holds, not only its path: a rewritten file is other settings
         fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items() if t in cfg.tasks)

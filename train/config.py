@@ -44,6 +44,7 @@ ALLOW_IMPORT_ENV = "NDPE_ALLOW_DATA_IMPORT"
 MAX_STEPS = 10 ** 9  # optimizer steps, and the intervals (10**9: "never", as the benchmark's cells log and save)
 MAX_VALUES = {"train": {"epochs": 10 ** 6, "batch_size": 2 ** 20, "eval_batch_size": 2 ** 20, "steps": MAX_STEPS,
                         "stop_after": MAX_STEPS, "log_every": MAX_STEPS, "eval_every": MAX_STEPS,
+                        "eval_steps": MAX_STEPS,
                         "save_every": MAX_STEPS},
               "optim": {"warmup_steps": MAX_STEPS}, "data": {"num_workers": 1024},
               "model": {"num_classes": 2 ** 24, "vocab_size": 2 ** 24, "dim": 2 ** 16, "depth": 2 ** 12,
@@ -127,6 +128,7 @@ class TrainConfig:
     resume: str | None = None  # checkpoint path to continue from
     log_every: int = 50  # steps between train log lines
     eval_every: int = 1  # epochs between evaluations (the last epoch is always evaluated)
+    eval_steps: int = 0  # > 0: also evaluate every that many steps (a learning curve in log.jsonl: phase "curve")
     save_every: int = 1  # epochs between checkpoints (the last step is always saved)
     tensorboard: bool = False  # also write the log's scalars to <out_dir>/tb (needs: pip install tensorboard)
     overwrite: bool = False  # start afresh in an out_dir that holds a run (its checkpoint and log are replaced)
@@ -259,7 +261,7 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
     t, o, m, d = cfg.train, cfg.optim, cfg.model, cfg.data
     _at_most(cfg)
     _at_least(t, "train", 1, "epochs", "batch_size", "eval_every", "save_every")
-    _at_least(t, "train", 0, "steps", "stop_after", "eval_batch_size", "log_every")
+    _at_least(t, "train", 0, "steps", "stop_after", "eval_batch_size", "log_every", "eval_steps")
     for section, prefix in ((t, "train"), (d, "data")):
         if not 0 <= section.seed < SEED_LIMIT:
             raise ConfigError(f"config key {prefix}.seed must be in [0, 2**63), got {section.seed}")

@@ -121,13 +121,15 @@ def forward(model: nn.Module, x):
 def train_one_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, scheduler, *, task: str,
                     device: torch.device, epoch: int, global_step: int, max_steps: int, amp: bool = True,
                     clip_grad: float | None = None, regress_loss: str = "mse", log_every: int = 50,
-                    log: Callable[[dict], None] | None = None,
-                    total_steps: int | None = None) -> tuple[dict[str, float], int]:
+                    log: Callable[[dict], None] | None = None, total_steps: int | None = None,
+                    after_step: Callable[[int, dict[str, float]], None] | None = None) -> tuple[dict[str, float], int]:
     """Train until the loader ends or ``global_step`` reaches ``max_steps``; returns (metrics, global_step).
 
     The scheduler is a timm scheduler stepped per optimizer step (``step_update``). The progress bar
     counts optimizer steps of the whole run: it starts at ``global_step`` (where a resumed run picks up)
     and ends at ``total_steps`` (default ``max_steps``), so its ETA is the time left in the run.
+    ``after_step(global_step, running_metrics)`` runs after every optimizer step (a learning curve's evaluations;
+    it must leave the model in training mode and draw no random numbers, so the run is the same with or without it).
     """
     model.train()
     sums: dict[str, float] = {}
@@ -156,6 +158,8 @@ def train_one_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.O
             if log is not None and log_every and global_step % log_every == 0:
                 log({"phase": "train_step", "epoch": epoch, "step": global_step, "loss": loss.item(),
                      "lr": optimizer.param_groups[0]["lr"]})
+            if after_step is not None:
+                after_step(global_step, sums)
     sums.pop("grad_norm", None)
     metrics = summarize(task, dist.all_reduce_sum(sums, device))
     metrics["time"] = time.time() - t0

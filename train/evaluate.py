@@ -21,7 +21,7 @@ from .bench_data import cell_data, data_options, test_options
 from .cells import CellSpec
 from .config import Config, from_dict
 from .protocol import TASKS, Task
-from .results import FLOOR, SEARCH, Row
+from .results import FLOOR, SEARCH, SEARCH_LOSS, Row
 
 
 def pe_config(kind: str, task: Task, train_grid: tuple[int, ...] | None, max_grid: tuple[int, ...] | None = None) -> dict:
@@ -64,6 +64,7 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
                   "weight_decay": cell.weight_decay if cell.lr else cfg.weight_decay},
         "train": {"steps": steps, "batch_size": cfg.batch_size, "seed": cell.seed, "device": cfg.device,
                   "out_dir": str(cell_dir(run_dir, cell)), "log_every": 10 ** 9, "save_every": 10 ** 9,
+                  "eval_steps": -(-steps // cfg.curve_points) if cfg.curve_points else 0,  # its learning curve
                   "overwrite": True},  # a cell not in results.csv is unfinished: trained again from the start
     }
     return from_dict(Config, raw)
@@ -171,10 +172,13 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
     model.eval()
     val = result["eval"][task.metric]
     if cell.search:  # scored as the bar is judged: the validation split drawn as the test split at the training size
+        scored = result["eval"]
         if task.test_data:  # e.g. copy: exact match at exactly L (validation draws lengths 1..L)
-            val = main.evaluate_model(model, tcfg, split="val", data=data,
-                                      **test_options(task, task.train_size))[task.metric]
-        return [_row(task, cell, SEARCH, task.train_size, val, train_time, split="val")], time.perf_counter() - start
+            scored = main.evaluate_model(model, tcfg, split="val", data=data, **test_options(task, task.train_size))
+        return [_row(task, cell, SEARCH, task.train_size, scored[task.metric], train_time, split="val"),
+                dataclasses.replace(_row(task, cell, SEARCH, task.train_size, scored["loss"], train_time,
+                                         split=SEARCH_LOSS), metric="loss", higher_is_better=False)
+                ], time.perf_counter() - start
     rows = [_row(task, cell, "-", task.train_size, result["train"][task.metric], train_time, split="train"),
             _row(task, cell, "-", task.train_size, val, train_time, split="val")]
     variants = ["-"] + (list(cfg.rope_variants) if cell.kind == "rope" else [])

@@ -35,7 +35,7 @@ from .checkpoint import (CheckpointError, load_checkpoint, load_model_state, req
                          save_checkpoint, trim_log)
 from .config import (DOMAINS, Config, ConfigError, check_data_name, from_dict, load_config, save_config, to_dict,
                      validate)
-from .engine import JsonlLogger, evaluate, train_one_epoch
+from .engine import JsonlLogger, evaluate, summarize, train_one_epoch
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -240,6 +240,7 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
     stop = min(total, global_step + t.stop_after) if t.stop_after > 0 else total
     evaluator = eval_loader(eval_set, t.eval_batch_size or t.batch_size, cfg.data.num_workers)
     result: dict[str, Any] = {"step": global_step, "epoch": global_step // steps_per_epoch, "train": {}, "eval": {}}
+    curve = curve_hook(cfg, ddp, evaluator, train_set.task, device, log, total)
     for epoch in range(global_step // steps_per_epoch, math.ceil(total / steps_per_epoch)):
         if global_step >= stop:
             break
@@ -248,7 +249,7 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
         train_metrics, global_step = train_one_epoch(
             ddp, loader, optimizer, scheduler, task=train_set.task, device=device, epoch=epoch,
             global_step=global_step, max_steps=stop, amp=t.amp, clip_grad=cfg.optim.clip_grad,
-            regress_loss=t.loss, log_every=t.log_every, log=log, total_steps=total)
+            regress_loss=t.loss, log_every=t.log_every, log=log, total_steps=total, after_step=curve)
         epoch_done = global_step == (epoch + 1) * steps_per_epoch or global_step == total
         result.update(step=global_step, epoch=epoch, train=train_metrics)
         eval_metrics = {}
@@ -261,6 +262,27 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
             save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch)
     log.close()
     return model, result
+
+
+def curve_hook(cfg: Config, model, evaluator, task: str, device, log, total: int):
+    """With ``train.eval_steps`` > 0, a hook for :func:`train.engine.train_one_epoch` that evaluates on the eval split
+    every ``eval_steps`` steps (and at the last) and logs a ``"curve"`` record: the step, the running training
+    metrics of the epoch so far and the evaluation's. Evaluation draws no random numbers and the model returns to
+    training mode, so a run trains the same with or without its curve (tests/test_curves.py)."""
+    every = cfg.train.eval_steps
+    if every <= 0:
+        return None
+
+    def after_step(step: int, sums: dict) -> None:
+        if step % every and step != total:
+            return
+        metrics = evaluate(model, evaluator, task=task, device=device, amp=cfg.train.amp, regress_loss=cfg.train.loss)
+        model.train()
+        running = summarize(task, dist.all_reduce_sum(dict(sums), device))
+        log({"phase": "curve", "step": step, **{f"train_{k}": v for k, v in running.items()},
+             **{f"eval_{k}": v for k, v in metrics.items()}})
+
+    return after_step
 
 
 RUN_FILES = ("checkpoint.pt", "log.jsonl")  # what a started run leaves in its out_dir

@@ -60,7 +60,25 @@ CHANGES_AFTER_RESULTS = [
     "10 runs (other_runs), one per data seed; the LM's first grid is 0.004-0.016 instead of 0.001-0.004 (every LM "
     "kind's search had chosen 0.008 or 0.016 on validation at the training context, so the choices stay as they "
     "were); priced from the record's cell times (benchmarks/record_cost.py), knowing which bar judgments 5 runs "
-    "change (benchmarks/README.md)",
+    "change (benchmarks/README.md). Verdicts it moved: three kinds stop counting (learned on audio/tones, rope and "
+    "rope@centered on video/trajectory fall under their bars at 5 runs); their 10-run rows stay in standard-breadth",
+    "text/stdlib_lm, relative (listed 2026-11-28, made earlier after LM results were seen): T5's buckets at "
+    "max_distance = the training context and 32 buckets (T5_IN_CONTEXT) instead of the default max_distance 128, "
+    "which left the buckets of most 2-8x offsets untrained; it moved T5's perplexity at 8x from 20.6 to 4.25 and "
+    "the Press et al. claim's relative half",
+    "claims (listed 2026-11-28, made earlier after results were seen): the `keeps` halves (a kind said to keep its "
+    "quality must keep its retention above 0 at the largest size) were added to the Press, Li (FIRE), Lin, "
+    "Gopalakrishnan and video claims; it moved Li et al. (FIRE) from agrees to disagrees",
+    "text/addition, coupling (listed 2026-11-28, made after its first runs were seen): max_position at twice the "
+    "largest test length in digits plus 2, the reference's rule (COUPLING_MAX), instead of the sequence length plus "
+    "2; text/addition is in no committed record's claims, so no verdict moved",
+    "standard-v3 (2026-11-28, after the standard record was reviewed; no result beyond the training size of the new "
+    "record seen): the search trains each candidate on 3 unreported runs (model seeds 1000-1002, data seeds 10-12) "
+    "and chooses by their median, ties of the metric broken by the lower median validation loss instead of the lower "
+    "rate (one search seed had ranked RoPE's rates on video by 3 items of 512); 10 data seeds, one per run, instead "
+    "of 5 shared by two runs each; the LM's data seeds cut the corpus at distinct offsets (seeds 0 and 4 were the "
+    "same data); every cell records its validation curve (10 evaluations) and a task whose median kind's search "
+    "curve still rises after 80 % of its steps is not run until its steps are raised (train/curves.py)",
 ]
 
 

@@ -20,12 +20,14 @@ from .competence import (NOPE, Competence, KindStatus, beats, beats_welch, compe
                          with_floor)
 from .protocol import CLAIMS, TASKS
 from .regime import regimes
-from .results import FLOOR_PREFIX, SEARCH, Cell, Row, aggregate, is_floor, kind_of, read_rows, size_label, split_floors
+from .results import FLOOR_PREFIX, SEARCH, SEARCH_LOSS, Cell, Row, aggregate, is_floor, kind_of, read_rows, size_label, split_floors
 
 def task_info(rows: list[Row]) -> dict[str, Row]:
     """One representative row per task (for its domain, metric, direction and sizes)."""
     info: dict[str, Row] = {}
-    for r in rows:  # an encoding's row where there is one
+    for r in rows:  # an encoding's row where there is one (a search's loss row is not in the task's metric)
+        if r.split == SEARCH_LOSS:
+            continue
         if r.task not in info or (info[r.task].kind == "floor" and r.kind != "floor"):
             info[r.task] = r
     return info
@@ -185,22 +187,26 @@ def train_times(rows: list[Row]) -> dict[str, dict[str, float]]:
 def lr_section(rows: list[Row]) -> list[str]:
     """The learning-rate search: per task and kind, the validation metric per (lr, weight decay) candidate and
     the values its runs trained with (read from the runs' rows)."""
-    search = [r for r in rows if r.variant == SEARCH]
+    search = [r for r in rows if r.variant == SEARCH and r.split != SEARCH_LOSS]
     if not search:
         return []
-    by: dict = defaultdict(dict)
+    values: dict = defaultdict(lambda: defaultdict(list))
     for r in search:
-        by[(r.task, r.kind)][(r.lr, r.weight_decay)] = r.value
+        values[(r.task, r.kind)][(r.lr, r.weight_decay)].append(r.value)
+    by = {key: {p: statistics.median(v) for p, v in points.items()} for key, points in values.items()}
+    runs = max(len(v) for points in values.values() for v in points.values())
     used: dict = defaultdict(set)
     for r in rows:
         if r.variant != SEARCH and r.kind != "floor":
             used[(r.task, r.kind)].add((r.lr, r.weight_decay))
     higher = {r.task: r.higher_is_better for r in search}
     lines = ["## Learning-rate search", "",
-             "Every kind gets the same search: each candidate (peak learning rate, weight decay) trains one run on a "
-             "model seed that is never reported (the first data seed), scored on the validation split drawn as the "
-             "bar's test split at the training size (copy: exact match at exactly L); the best (ties: the smaller "
-             "learning rate) is used for every run. Where the best is the grid's smallest or largest learning rate, "
+             "Every kind gets the same search: each candidate (peak learning rate, weight decay) trains "
+             + ("one run on a model seed that is never reported (the first data seed)" if runs == 1 else
+                f"{runs} runs on model seeds and data seeds that are never reported, and is scored by their median")
+             + ", on the validation split drawn as the "
+             "bar's test split at the training size (copy: exact match at exactly L); the best (ties: the lower "
+             "validation loss where the search recorded it, then the smaller learning rate) is used for every run. Where the best is the grid's smallest or largest learning rate, "
              "the grid is extended past it (x2 or /2) until the choice is interior. ⚑: the choice is still an edge "
              "of its grid and strictly better than its neighbour: the extension reached the end of the searched "
              "range (or its rounds), so the grid may not bracket the optimum.", "",

@@ -4,7 +4,7 @@ A row is a trained model (task, kind, seed, data seed) measured once: on a test 
 (``split="test"``), or in distribution on its training data (``"train"``: the last epoch's running
 metric) or validation split (``"val"``), or a *floor* (``kind="floor"``, ``variant=<floor name>``)
 computed from the data of one data seed. Learning-rate search cells are rows with ``split="val"``
-and ``variant="lr-search"``. Every row also says where it comes from: the ndpe version, the git commit of the code
+and ``variant="lr-search"`` (with a second row, ``split="val-loss"``: the same model's validation loss). Every row also says where it comes from: the ndpe version, the git commit of the code
 (``-dirty`` when it had uncommitted changes) and the protocol fingerprint (train/provenance.py); rows written
 before those columns existed read them as "".
 """
@@ -71,6 +71,7 @@ class Row:
 FIELDS = [f.name for f in fields(Row)]
 REQUIRED = FIELDS[:12]  # older results.csv files lack the later columns: they take the defaults
 SEARCH = "lr-search"  # the variant of a learning-rate search row
+SEARCH_LOSS = "val-loss"  # the split of a search cell's second row: its validation loss (breaks ties of the metric)
 
 
 def cell_key(task: str, kind: str, seed: int, data_seed: int, search: str = "", lr: float = 0.0,

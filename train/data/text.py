@@ -226,7 +226,8 @@ class StdlibLM(Dataset):
     """Next-character prediction on the stdlib sources: items ``(x (C,), y (C,))`` LongTensor, ``y[t] = x[t+1]``.
 
     Windows of ``context`` characters at stride ``context``; the first window starts at an offset
-    drawn from ``seed`` (so seeds see different cuts of the same text). With ``score_last=S`` the
+    drawn from ``seed`` (so seeds see different cuts of the same text: seeds below the stride, and seeds of one block
+    of ``stride`` consecutive seeds, get distinct offsets). With ``score_last=S`` the
     windows step by ``S`` instead (the offset drawn below ``S``) and only their last ``S`` targets are
     scored (the others are -100);
     ``align=A`` (>= context) places the scored blocks where a window of ``A`` characters would put
@@ -260,7 +261,8 @@ class StdlibLM(Dataset):
         self.score_last, self.align = score_last, align
         self.corpus = load_corpus(None if root is None else str(root), split)
         self.stride = score_last or self.context
-        self.offset = int(np.random.default_rng([zlib.crc32(b"stdlib_lm"), self.seed]).integers(self.stride))
+        block, index = divmod(self.seed, self.stride)  # seeds 0..stride-1 (and each later block): distinct offsets
+        self.offset = int(np.random.default_rng([zlib.crc32(b"stdlib_lm"), block]).permutation(self.stride)[index])
         self.first_end = self.offset + (align or self.context)  # end (exclusive) of item 0's input window
         self.size = (len(self.corpus) - 1 - self.first_end) // self.stride + 1
         if self.size < 1:
