@@ -196,3 +196,16 @@ def test_a_task_whose_search_curves_still_rise_is_not_run(tmp_path, rising, caps
         bench.run(cfg, "test", cell_fn=curve_cell(rising))
     rows = read_rows(tmp_path / "quick" / "results.csv")
     assert bool([r for r in rows if r.variant == "-"]) is not rising
+
+
+def test_a_preset_cut_applies_to_future_runs_and_keeps_computed_ones_in_the_report(tmp_path):
+    """Two runs of xpos (no judged claim compares it on copy) trained with other_runs unset; the preset then cut to
+    other_runs=1 trains nothing more and still reports both computed runs."""
+    from train.cells import selected_rows
+
+    cfg = tiny(tmp_path, "kinds=[rope,xpos]", "seeds=[0,1]", "rope_variants=[]", "lr_search=[]", "other_runs=null")
+    bench.run(cfg, "test", cell_fn=fake_search_cell)
+    cut = tiny(tmp_path, "kinds=[rope,xpos]", "seeds=[0,1]", "rope_variants=[]", "lr_search=[]", "other_runs=1")
+    assert [c.seed for c in bench.cells_for(cut) if c.kind == "xpos"] == [0]
+    rows = read_rows(tmp_path / "quick" / "results.csv")
+    assert {r.seed for r in selected_rows(cut, rows) if r.kind == "xpos"} == {0, 1}

@@ -54,7 +54,7 @@ from .evaluate import _row, cell_dir, cell_grids, data_cell, pe_config, run_cell
 from .explore import write_bench_data
 from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
-from .results import FLOOR, SEARCH, ResultsError, Row, append_rows, read_rows
+from .results import FLOOR, SEARCH, SEARCH_LOSS, ResultsError, Row, append_rows, read_rows
 
 # what the benchmark's callers and tests import from train.bench (defined in its pieces)
 __all__ = ["CONFIG_DIR", "FLOOR", "TASKS", "BenchConfig", "CellSpec", "ConfigError", "Task", "_row", "bench_dataset",
@@ -150,7 +150,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
             record_curve(run_dir, run_dir_w, rows[0])  # before its rows: a cell in results.csv has its curve
             append_rows(results, rows)
             written.append(len(rows))
-            shown = [r for r in rows if r.split == "test" or r.variant == SEARCH]
+            shown = [r for r in rows if r.split == "test" or (r.variant == SEARCH and r.split != SEARCH_LOSS)]
             at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" + ("" if r.variant in ("-", SEARCH) else f" {r.variant}")
                            for r in shown if r.variant in ("-", SEARCH) or r.kind == FLOOR)
             what = f"{rows[0].task} {rows[0].kind} seed {rows[0].seed} data {rows[0].data_seed}"

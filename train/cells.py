@@ -210,8 +210,9 @@ def check_fingerprint(cfg: BenchConfig, run_dir: Path, *, resuming: bool) -> Non
 
 def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:
     """The rows of the cells this configuration selects (a run directory may hold more); a selected (task, kind)'s
-    search rows include the points its grid was extended by."""
-    keys = {c.key for c in cells_for(cfg)}
+    search rows include the points its grid was extended by. ``other_runs`` cuts what is trained, not what is
+    reported: every computed run of a selected (task, kind) is read."""
+    keys = {c.key for c in cells_for(dataclasses.replace(cfg, other_runs=None))}
     searched = {(c.task, c.kind, c.seed) for c in search_cells(cfg)}
     return [r for r in rows if r.cell in keys or (r.variant == SEARCH and (r.task, r.kind, r.seed) in searched)]
 

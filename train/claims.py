@@ -3,32 +3,41 @@
 A claim (``train/protocol.py``, :class:`~train.protocol.Claim`) has halves:
 
 - **ordered pairs** ``a`` better than ``b`` (every kind of a tier against every kind of later tiers), on the claim's
-  measure: the metric at the largest test size (``largest``), its worsening from the training size (``degradation``,
-  paired per run) or the metric at the training size (``training``: claims about in-distribution quality). Two kinds
-  measured on the same runs (same model seeds and data seeds) are compared *paired* per run (t test); otherwise
-  Welch. Where either kind's runs are bimodal at the compared size (``stats.is_bimodal``: some pass the task's bar,
-  some miss it far), a mean is the wrong summary: the pair takes a rank test instead (Wilcoxon signed-rank when
-  paired, Mann-Whitney otherwise) with the Hodges-Lehmann shift as its effect.
+  measure. A claim about behaviour beyond the training size is judged on the **worsening** (``degradation``: the
+  metric at the largest test size minus the same run's at the training size, so a gap already present at the training
+  size is not read as generalization), on the runs that pass the task's bar at the training size (each run on its own:
+  :func:`competent_runs`); the metric at the largest size is reported beside it as secondary, not judged.
+  ``training``: the metric at the training size (claims about in-distribution quality); ``largest``: at the largest
+  size. Two kinds are compared *paired* on the runs they share (the same model and data seeds; t test), else Welch.
+  Where either kind's runs are bimodal at the compared size (``stats.is_bimodal``: some pass the task's bar, some miss
+  it far), a mean is the wrong summary: the pair is judged on **success rates** (runs at the bar, Fisher's exact test).
 - **keeps**: a kind said to keep its quality beyond the training size must keep its retention at the largest size
   above 0 (above the task's strongest floor there); an ordering alone is not enough (a kind can beat others that
   collapse harder while collapsing itself).
-- **thresholds**: a kind on the good (``meets``) or bad (``misses``) side of a fixed value.
+- **thresholds**: a kind on the good (``meets``) or bad (``misses``) side of a fixed value: a t test of its runs, or
+  where they are bimodal about it its success rate against 1/2 (exact binomial test); both sides named: their success
+  rates against each other (Fisher exact).
 
-Each half is a test; Holm's correction runs over the halves of one claim. A half whose kind does not count (misses
-the task's bar or a floor) or was not run is *dropped* and named. The claim's verdict: ``disagrees`` when a half is
-significant against it; ``agrees`` when every half is significant for it and none was dropped; ``agrees in part``
-when every half tested agrees but some were dropped (the headline names them); ``inconclusive`` otherwise;
-``not tested`` when the protocol differs in a way that changes what is measured (said in the claim) or the task was
-not learned; ``not run`` when the run lacks the task or every kind of a tier.
+Each half is a test; Holm's correction runs over the halves of one claim. Each states its **detectable effect** (80 %
+power at Holm's strictest level, its own test) beside the effect the paper reports (``Claim.paper_effect``, cited). A
+half whose kind does not count (misses the task's bar or a floor) or was not run is *dropped* and named. Labels: a
+half significant for or against the claim ``agrees`` / ``disagrees``; otherwise ``underpowered`` where its detectable
+effect is larger than the paper's (the record cannot see the paper's effect), ``inconclusive`` where it could. The
+claim: ``disagrees`` when a half disagrees; ``agrees`` when every half agrees and none was dropped; ``agrees in part``
+when every half tested agrees but some were dropped (the headline names them); else ``underpowered`` if a half is,
+else ``inconclusive``; ``not tested`` when the protocol differs in a way that changes what is measured (said in the
+claim) or the task was not learned; ``not run`` when the run lacks the task or every kind of a tier.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from . import stats
 from .competence import competence, good, retention
 from .protocol import CLAIMS, TASKS, Claim
+from .results import FLOOR_PREFIX, kind_of
 
 LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
 
@@ -46,55 +55,77 @@ def compared_kinds(task: str) -> set[str]:
 
 @dataclass
 class Verdict:
-    label: str  # agrees | agrees in part | disagrees | inconclusive | not tested | not run
+    label: str  # agrees | agrees in part | disagrees | underpowered | inconclusive | not tested | not run
     detail: str
 
 
+def competent_runs(in_dist_task, label: str, task: str, ratio: float | None, higher: bool) -> set | None:
+    """The runs of ``label`` that pass the task's bar at the training size, each on its own (a value bar: the run's
+    metric reaches it; a floor bar: the run beats the floor of its own data seed); None where the task has no bar."""
+    bar = TASKS[task].bar if task in TASKS else None
+    by = in_dist_task.get(kind_of(label), {})
+    if bar is None or ratio not in by:
+        return None
+    runs = by[ratio].runs
+    if bar.value is not None:
+        return {run for run, v in runs.items() if stats.passes(v, bar.value, higher)}
+    floor = in_dist_task.get(FLOOR_PREFIX + (bar.floor or ""), {}).get(ratio)
+    seed_floor = {d: v for (_, d), v in floor.runs.items()} if floor is not None else {}
+    return {run for run, v in runs.items() if run[1] in seed_floor and good(v - seed_floor[run[1]], higher) > 0}
+
+
 def measured_values(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool,
-                    metric: str = "") -> dict[tuple[int, int], float]:
+                    metric: str = "", keep: set | None = None, measure: str | None = None) -> dict[tuple[int, int], float]:
     """Per run (model seed, data seed), what ``claim`` compares, signed so that larger is better: the metric at
     ``last`` (``largest``) or at ``first`` (``training``), or minus its worsening from ``first`` to ``last``
-    (``degradation``, paired per run); perplexities as their log."""
+    (``degradation``, paired per run); perplexities as their log. ``keep``: only these runs (those that pass the bar
+    at the training size); ``measure`` overrides the claim's."""
     by = agg_task.get(label, {})
     f = math.log if metric in LOG_METRICS else (lambda v: v)
-    if claim.measure in ("largest", "training"):
-        at = last if claim.measure == "largest" else first
-        return {run: good(f(v), higher) for run, v in by[at].runs.items()} if at in by else {}
+    measure = measure or claim.measure
+    kept = (lambda run: True) if keep is None else (lambda run: run in keep)
+    if measure in ("largest", "training"):
+        at = last if measure == "largest" else first
+        return {run: good(f(v), higher) for run, v in by[at].runs.items() if kept(run)} if at in by else {}
     if first not in by or last not in by:
         return {}
     a, b = by[first].runs, by[last].runs
-    return {r: good(f(b[r]) - f(a[r]), higher) for r in a if r in b}
+    return {r: good(f(b[r]) - f(a[r]), higher) for r in a if r in b and kept(r)}
 
 
 @dataclass(frozen=True)
-class RankEstimate:
-    """A rank test read as an estimate (the interface :func:`check_claim` reads): the Hodges-Lehmann shift."""
+class RateEstimate:
+    """Success rates compared by Fisher's exact test (bimodal runs): ``mean`` is rate(a) - rate(b), or rate - 1/2
+    for one kind against a coin (``text`` says which)."""
 
     mean: float
     p_value: float
+    text: str
+    mde: float
     se: float = math.nan
 
     def fmt(self, digits: int = 3) -> str:
-        return f"{self.mean:.{digits}g} (Hodges-Lehmann shift)"
+        return f"{self.text}, difference {self.mean:+.2f}"
 
     def detectable(self, alpha: float = stats.ALPHA) -> float:
-        return math.nan
+        return self.mde
 
 
-def compare(a: dict, b: dict, rank: bool = False) -> tuple[stats.Estimate | RankEstimate, str]:
-    """``a`` minus ``b``: paired per run when both were measured on the same runs (two or more), else Welch; with
-    ``rank`` (bimodal runs), the Wilcoxon signed-rank or Mann-Whitney test instead of the t test."""
-    paired = len(a) >= 2 and set(a) == set(b)
-    if rank:
-        if paired:
-            test = stats.wilcoxon_paired(*stats.pair_by_run(a, b))
-        else:
-            test = stats.mann_whitney(list(a.values()), list(b.values()))
-        return RankEstimate(test.shift, test.p_value), "Wilcoxon signed-rank" if paired else "Mann-Whitney"
-    if paired:
-        runs = sorted(a)
-        return stats.paired([a[r] for r in runs], [b[r] for r in runs]), "paired"
+def compare(a: dict, b: dict) -> tuple[stats.Estimate, str]:
+    """``a`` minus ``b``: paired on the runs both have (two or more shared: the same model and data seeds), else
+    Welch."""
+    x, y = stats.pair_by_run(a, b)
+    if len(x) >= 2:
+        return stats.paired(x, y), f"paired, {len(x)} runs"
     return stats.welch(list(a.values()), list(b.values())), "Welch"
+
+
+def compare_rates(a: list[float], b: list[float], bar: float, higher: bool, alpha: float) -> RateEstimate:
+    """The runs of ``a`` and ``b`` that pass ``bar`` (values as measured, not signed), by Fisher's exact test."""
+    ra, rb = stats.success_rate(a, bar, higher), stats.success_rate(b, bar, higher)
+    pooled = (ra.k + rb.k) / max(ra.n + rb.n, 1)
+    return RateEstimate(ra.rate - rb.rate, stats.fisher(ra.k, ra.n, rb.k, rb.n), f"{ra.k}/{ra.n} vs {rb.k}/{rb.n} "
+                        "runs at the bar (Fisher exact)", stats.fisher_detectable(ra.n, rb.n, pooled, alpha))
 
 
 def bimodal(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool) -> bool:
@@ -103,6 +134,20 @@ def bimodal(agg_task, label: str, claim: Claim, first: float | None, last: float
     by = agg_task.get(label, {})
     sizes = {"largest": [last], "training": [first], "degradation": [first, last]}[claim.measure]
     return bar is not None and any(size in by and stats.is_bimodal(by[size].values, bar, higher) for size in sizes)
+
+
+def paper_effect(claim: Claim, half: str) -> float | None:
+    """The effect the paper reports for one half (``"a vs b ..."``; ``"*"``: every half), or None."""
+    pair = " vs ".join(half.split(" (")[0].split(":")[0].split(" vs ")[:2])
+    return claim.paper_effect.get(pair, claim.paper_effect.get("*"))
+
+
+def half_label(sign: int, detectable: float, paper: float | None) -> str:
+    """A half's label: significant for or against; else ``underpowered`` where the design cannot detect the paper's
+    effect (its detectable effect is larger), else ``inconclusive``."""
+    if sign:
+        return "agrees" if sign > 0 else "disagrees"
+    return "underpowered" if paper is not None and not detectable <= paper else "inconclusive"
 
 
 def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
@@ -120,18 +165,22 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
     absent_tiers = ["[" + ", ".join(tier) + "]" for tier in claim.tiers if not any(k in agg_task for k in tier)]
     if absent_tiers or (named and len(missing) == len(set(named))):
         return Verdict("not run", f"not in this run: {', '.join(missing)}")
-    check = competence(claim.task, (in_dist or agg)[claim.task], higher)
+    in_dist_task = (in_dist or agg)[claim.task]
+    check = competence(claim.task, in_dist_task, higher)
     if not check.learned:
         return Verdict("not tested", "the task was not learned at this budget (no kind passes its bar)")
     first, last = check.ratio, max(max(by) for by in agg_task.values())
+    beyond = claim.measure != "training"  # per run, only runs that pass the bar at the training size
 
     def why_dropped(kind: str) -> str | None:
         if kind not in agg_task:
             return "not run"
         return None if check.counts(kind) else "does not count: below the bar or a floor"
 
-    tests: list[tuple[str, stats.Estimate]] = []
-    dropped: list[str] = []
+    def keep(kind: str) -> set | None:
+        return competent_runs(in_dist_task, kind, claim.task, first, higher) if beyond else None
+
+    pairs, dropped = [], []
     for i, upper in enumerate(claim.tiers):
         for lower in claim.tiers[i + 1:]:
             for a in upper:
@@ -139,11 +188,23 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
                     reasons = [f"{k} {r}" for k in (a, b) if (r := why_dropped(k))]
                     if reasons:
                         dropped.append(f"{a} vs {b} ({'; '.join(reasons)})")
-                        continue
-                    rank = any(bimodal(agg_task, k, claim, first, last, higher) for k in (a, b))
-                    est, how = compare(measured_values(agg_task, a, claim, first, last, higher, row.metric),
-                                       measured_values(agg_task, b, claim, first, last, higher, row.metric), rank)
-                    tests.append((f"{a} vs {b} ({how})", est))
+                    else:
+                        pairs.append((a, b))
+    n_halves = len(pairs) + len(claim.keeps) + len(claim.meets) + len(claim.misses) + bool(claim.meets and claim.misses)
+    level = stats.ALPHA / max(n_halves, 1)  # Holm's strictest step: the detectable effects are stated at it
+    tests: list[tuple[str, Any]] = []
+    bar = TASKS[claim.task].bar.value if claim.task in TASKS else None
+    for a, b in pairs:
+        if bar is not None and any(bimodal(agg_task, k, claim, first, last, higher) for k in (a, b)):
+            at = first if claim.measure == "training" else last
+            values = [[v for run, v in agg_task[k][at].runs.items() if (kp := keep(k)) is None or run in kp]
+                      for k in (a, b)]
+            est = compare_rates(values[0], values[1], bar, higher, level)
+            tests.append((f"{a} vs {b} (success rates at ×{at:g}, bimodal runs)", est))
+            continue
+        est, how = compare(measured_values(agg_task, a, claim, first, last, higher, row.metric, keep(a)),
+                           measured_values(agg_task, b, claim, first, last, higher, row.metric, keep(b)))
+        tests.append((f"{a} vs {b} ({how})", est))
     for kind in claim.keeps:
         if reason := why_dropped(kind):
             dropped.append(f"{kind} keeps its quality ({kind} {reason})")
@@ -153,40 +214,95 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
             dropped.append(f"{kind} keeps its quality (no retention at ×{last:g})")
             continue
         tests.append((f"{kind} keeps its quality: retention at ×{last:g} above 0", est))
-    bound = claim.threshold
-    for label, should in [*[(k, True) for k in claim.meets], *[(k, False) for k in claim.misses]]:
-        if label in agg_task and last in agg_task[label] and bound is not None:
-            est = stats.above(agg_task[label][last].values, bound, higher)
-            side = "under" if not higher else "over"
-            tests.append((f"{label} {side} {bound:.3g}" if should else f"{label} not {side} {bound:.3g}",
-                          est if should else stats.Estimate(-est.mean, est.se, est.df, est.n)))
+    tests += threshold_halves(claim, agg_task, last, higher, level)
     if not tests:
         return Verdict("not tested", "no half could be tested: " + "; ".join(dropped))
+    return judge(claim, tests, dropped, row.metric, first, last, level,
+                 secondary(claim, agg_task, pairs, first, last, higher, row.metric, keep))
+
+
+def threshold_halves(claim: Claim, agg_task, last: float, higher: bool, level: float) -> list[tuple[str, Any]]:
+    """A kind on the good (``meets``) or bad (``misses``) side of ``claim.threshold``: a t test of its runs against
+    it, or, where its runs are bimodal about it, its success rate against a coin (exact binomial test); with both
+    sides named, also their success rates against each other (Fisher exact)."""
+    from scipy.stats import binomtest
+
+    bound, tests, rates = claim.threshold, [], {}
+    if bound is None:
+        return []
+    for label, should in [*[(k, True) for k in claim.meets], *[(k, False) for k in claim.misses]]:
+        if label not in agg_task or last not in agg_task[label]:
+            continue
+        values = agg_task[label][last].values
+        side = "under" if not higher else "over"
+        rate = rates[label] = stats.success_rate(values, bound, higher)
+        if stats.is_bimodal(values, bound, higher, margin=abs(bound)):
+            p = float(binomtest(rate.k, rate.n, 0.5).pvalue)
+            delta = rate.rate - 0.5
+            tests.append((f"{label} {side} {bound:.3g} in most runs" if should else f"{label} {side} {bound:.3g} in "
+                          "few runs", RateEstimate(delta if should else -delta, p, f"{rate.k}/{rate.n} runs {side} "
+                                                   f"{bound:.3g} (exact binomial test against 1/2)", math.nan)))
+            continue
+        est = stats.above(values, bound, higher)
+        tests.append((f"{label} {side} {bound:.3g}" if should else f"{label} not {side} {bound:.3g}",
+                      est if should else stats.Estimate(-est.mean, est.se, est.df, est.n)))
+    for a in claim.meets:
+        for b in claim.misses:
+            if a in rates and b in rates:
+                ra, rb = rates[a], rates[b]
+                pooled = (ra.k + rb.k) / max(ra.n + rb.n, 1)
+                tests.append((f"{a} vs {b}: runs {'under' if not higher else 'over'} {bound:.3g}", RateEstimate(
+                    ra.rate - rb.rate, stats.fisher(ra.k, ra.n, rb.k, rb.n), f"{ra.k}/{ra.n} vs {rb.k}/{rb.n} runs "
+                    "(Fisher exact)", stats.fisher_detectable(ra.n, rb.n, pooled, level))))
+    return tests
+
+
+def secondary(claim: Claim, agg_task, pairs, first, last, higher, metric, keep) -> str:
+    """For a claim judged on the worsening: the same pairs at the largest size (secondary: it mixes the gap at the
+    training size into the comparison), not judged."""
+    if claim.measure != "degradation" or not pairs:
+        return ""
+    parts = []
+    for a, b in pairs:
+        est, how = compare(*(measured_values(agg_task, k, claim, first, last, higher, metric, keep(k), "largest")
+                             for k in (a, b)))
+        parts.append(f"{a} vs {b}: {est.fmt()} ({how})")
+    log = " (log)" if metric in LOG_METRICS else ""
+    return f" Secondary, not judged: {metric}{log} at ×{last:g} on the same runs, " + "; ".join(parts)
+
+
+def judge(claim: Claim, tests, dropped, metric, first, last, level, second: str) -> Verdict:
+    """The claim's verdict from its tested halves (Holm within the claim), each with its detectable effect beside the
+    paper's."""
     adjusted = stats.holm([t.p_value for _, t in tests])
-    parts, signs = [], []
+    parts, labels = [], []
     for (name, est), p in zip(tests, adjusted):
         sign = 0 if not p < stats.ALPHA else (1 if est.mean > 0 else -1)
-        signs.append(sign)
-        mark = {1: "agrees", -1: "disagrees", 0: "inconclusive"}[sign]
-        parts.append(f"{name}: {est.fmt()} (Holm p={p:.2g}, {mark})")
-    log = " of log ppl (nats per character)" if row.metric in LOG_METRICS else ""
-    what = {"degradation": f"worsening{log} from ×{first:g} to ×{last:g}", "largest": f"{row.metric}{log} at ×{last:g}",
-            "training": f"{row.metric}{log} at the training size (×{first:g})"}[claim.measure]
-    detail = f"{what}, differences signed so that positive agrees with the claim: " + "; ".join(parts)
+        mde, paper = est.detectable(alpha=level), paper_effect(claim, name)
+        label = half_label(sign, mde, paper)
+        labels.append(label)
+        power = f"detectable {mde:.3g}" if not math.isnan(mde) else "no effect detectable at this n"
+        power += f" vs the paper's {paper:.3g}" if paper is not None else ""
+        parts.append(f"{name}: {est.fmt()} (Holm p={p:.2g}, {power}, {label})")
+    log = " of log ppl (nats per character)" if metric in LOG_METRICS else ""
+    what = {"degradation": f"worsening{log} from ×{first:g} to ×{last:g} per run, on the runs that pass the bar at "
+                           f"×{first:g}", "largest": f"{metric}{log} at ×{last:g}",
+            "training": f"{metric}{log} at the training size (×{first:g})"}[claim.measure]
+    paper_text = (f"the paper's effects: {claim.paper_source}" if claim.paper_effect else
+                  "the paper's effect: not stated here")
+    detail = (f"{what}, differences signed so that positive agrees with the claim; detectable effects at 80 % power "
+              f"and Holm's strictest level ({level:.2g}); {paper_text}: " + "; ".join(parts))
     if dropped:
         detail += ". Halves dropped: " + "; ".join(dropped)
-    if -1 in signs:
+    detail += "." + second if second else ""
+    if "disagrees" in labels:
         return Verdict("disagrees", detail)
-    if all(s == 1 for s in signs):
+    if all(lab == "agrees" for lab in labels):
         return Verdict("agrees in part" if dropped else "agrees", detail)
-    if all(est.se == 0 and est.mean == 0 for _, est in tests):
+    if all(getattr(est, "se", None) == 0 and est.mean == 0 for _, est in tests):
         return Verdict("inconclusive", detail + ". Every kind compared scores the same in every run (a floor or a "
                        "ceiling of the metric at this size), so no difference can be measured")
-    level = stats.ALPHA / len(tests)  # Holm's strictest step
-    detectable = [d for _, est in tests if not math.isnan(d := est.detectable(alpha=level))]
-    smallest = max(detectable) if detectable else math.nan
-    return Verdict("inconclusive", detail + f". The design detects differences of about {smallest:.3g} "
-                   f"(80 % power at Holm's strictest level, {level:.2g}, per half)")
+    return Verdict("underpowered" if "underpowered" in labels else "inconclusive", detail)
 
 
 def claim_line(claim: Claim, agg, info, in_dist=None) -> str:
@@ -218,4 +334,5 @@ def zoom_and_canvas(claims: list[Claim], agg, info, in_dist=None) -> list[str]:
     return lines + [""]
 
 
-__all__ = ["LOG_METRICS", "Verdict", "check_claim", "claim_line", "compare", "measured_values", "zoom_and_canvas"]
+__all__ = ["LOG_METRICS", "RateEstimate", "Verdict", "check_claim", "claim_line", "compare", "competent_runs",
+           "measured_values", "zoom_and_canvas"]
