@@ -1,0 +1,58 @@
+"""configs/bench/gpu.yaml, the GPU record: the claims' kinds at 30 runs on the tasks the judged claims are on, with
+the CPU record's learning rates, in a run directory of its own; its path dry-run on the CPU."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from train import bench
+from train.claims import compared_kinds
+from train.results import read_rows
+
+from tests.test_bench import fake_search_cell
+
+GPU = bench.CONFIG_DIR / "gpu.yaml"
+
+
+def test_the_gpu_preset_powers_the_claims_only(tmp_path):
+    cfg = bench.load_bench_config(GPU, [])
+    assert cfg.device == "cuda" and len(cfg.seeds) >= 30 and len(set(cfg.data_seeds)) == len(cfg.seeds)
+    for task in cfg.tasks:
+        compared = compared_kinds(task)
+        assert compared, f"{task}: no judged claim to power"
+        kinds = set(bench.kinds_for(cfg, task))
+        assert kinds <= compared | {"none", "conv", "conv+coord"} and compared <= kinds | {"none"}  # coord: its two nets
+    standard = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml", [])
+    for key in ("steps", "items", "dim", "depth", "heads", "models", "batch_size", "test_items", "train_items"):
+        assert getattr(cfg, key) == getattr(standard, key), f"{key}: the GPU record trains the CPU record's protocol"
+    assert cfg.lr_file.endswith(f"{standard.name}/lr_choices.yaml") and not cfg.lr_search
+    (tmp_path / "c.yaml").write_text("{}")
+    here = [f"lr_file={tmp_path / 'c.yaml'}"]
+    assert bench.fingerprint(bench.load_bench_config(GPU, here)) != bench.fingerprint(
+        bench.load_bench_config(GPU, [*here, "device=cpu"])), "a CPU run directory refuses the GPU record's cells"
+
+
+def test_the_gpu_record_dry_runs_on_the_cpu_and_resumes(tmp_path, capsys):
+    """The preset's path with tiny sizes on the CPU: the CPU record's choices, every run of the claims' kinds,
+    results in its own run directory; a second invocation (the next device loan) trains nothing again."""
+    choices = tmp_path / "lr_choices.yaml"
+    choices.write_text(yaml.safe_dump({"text/copy": {k: {"lr": 0.002, "weight_decay": 0.05}
+                                                     for k in ("none", "learned", "sinusoidal", "rope", "alibi",
+                                                               "relative")}}))
+    tiny = ["tasks=[text/copy]", "device=cpu", "workers=1", "seeds=[0,1,2]", "data_seeds=[0,1,2]", "steps={}",
+            "default_steps=2", "items={}", "train_items=64", "test_items=8", "batch_size=8", "dim=16", "heads=2",
+            "depth=1", "rope_variants=[]", "curve_points=0", f"lr_file={choices}", f"out_root={tmp_path}"]
+    cfg = bench.load_bench_config(GPU, tiny)
+    bench.run(cfg, "test", cell_fn=fake_search_cell)
+    rows = read_rows(tmp_path / "gpu-v3" / "results.csv")
+    assert {r.kind for r in rows if r.kind != "floor"} == set(bench.kinds_for(cfg, "text/copy"))
+    assert {r.lr for r in rows if r.kind != "floor"} == {0.002}
+    assert {r.run for r in rows if r.kind == "rope" and r.variant == "-"} == {(0, 0), (1, 1), (2, 2)}
+    capsys.readouterr()
+    bench.run(cfg, "test", cell_fn=fake_search_cell)
+    out = capsys.readouterr().out
+    assert f"({len(bench.cells_for(cfg))} already done)" in out
+    assert len(read_rows(tmp_path / "gpu-v3" / "results.csv")) == len(rows)
+    with pytest.raises(bench.ConfigError, match="other settings"):
+        bench.check_fingerprint(bench.load_bench_config(GPU, [*tiny, "device=cuda"]), tmp_path / "gpu-v3",
+                                resuming=True)
