@@ -50,12 +50,12 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_1d_equals_rotary_embedding_torch(case):
     peer, pe = peer_and_ours(**CASES[case])
-    q = torch.randn(2, HEADS, 40, HEAD_DIM)
+    q = torch.randn(2, HEADS, 40, HEAD_DIM, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = peer.rotate_queries_or_keys(q)
         ours = rotated(pe, q, (40,))
         wrong = rotated(pe.replace(interpolate_factor=pe.interpolate_factor + 1.0), q, (40,))
-    assert_tells_apart(ours, wrong, ref, rtol=1e-5, atol=1e-5)
+    assert_tells_apart(ours, wrong, ref, rtol=0, atol=3e-5)  # the peer's float32 angles: ~6e-8 x angle
 
 
 def test_fixed_frequencies_are_the_peers_init():
@@ -69,11 +69,11 @@ def test_fixed_frequencies_are_the_peers_init():
 @pytest.mark.parametrize("freqs_for", ["lang", "pixel"])
 def test_nd_equals_get_axial_freqs(dims, grid, freqs_for):
     peer, pe = peer_and_ours(dims=dims, peer_dim=HEAD_DIM // dims // 2 * 2, freqs_for=freqs_for)
-    q = torch.randn(2, *grid, HEAD_DIM)
+    q = torch.randn(2, *grid, HEAD_DIM, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = ret.apply_rotary_emb(peer.get_axial_freqs(*grid), q).flatten(1, -2)
         ours = rotated(pe, q.flatten(1, -2)[:, None], grid)[:, 0]
-    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=3e-5)
 
 
 def test_learned_frequencies_receive_gradients_and_keep_the_relative_property():
