@@ -32,8 +32,8 @@ from ..base import Encoding
 from ..checks import check_int, check_number
 from ..contract import LogitsTerm, PosOut
 from ..coords import check_increasing
-from ..memory import check_memory
 from ..registry import register
+from .dd_alibi import check_states
 
 
 def row_forget_bias(gates: Tensor) -> Tensor:
@@ -88,15 +88,7 @@ class PerRowDataDependentAlibi(Encoding):
         n = positions.shape[-2]
 
         def term(q: Tensor, k: Tensor, x: Tensor) -> Tensor:
-            if x.shape[-2] != n or k.shape[-2] != n:
-                raise ValueError(f"dd-alibi-row was encoded for {n} tokens but got states {tuple(x.shape)} and keys "
-                                 f"{tuple(k.shape)} (self-attention over the same tokens)")
-            if x.shape[-1] != self.dim:
-                raise ValueError(f"dd-alibi-row's gates read states of width dim={self.dim}, got x {tuple(x.shape)}")
-            if not torch.compiler.is_compiling():
-                check_memory(4 * 3 * x.shape[0] * self.heads * n * n,
-                             lambda: f"dd-alibi-row term ({x.shape[0]} x {self.heads} heads x {n} x {n} float32, with "
-                                     "intermediates)", "use shorter sequences")
+            check_states(self, x, k, n, n, 3 * n)
             return row_forget_bias(self.gates(x))
 
         return PosOut(logits=LogitsTerm(fn=term, causal_only=True, uses_states=True))

@@ -32,8 +32,8 @@ from torch import Tensor, nn
 from ..base import Encoding
 from ..checks import check_int
 from ..contract import LogitsTerm, PosOut
-from ..memory import check_memory
 from ..registry import register
+from .dd_alibi import check_states
 
 
 @register("relative-proj", dims=(1,))
@@ -70,16 +70,7 @@ class RelativeProjBias(Encoding):
         nq, nk = distance.shape[-2:]
 
         def term(q: Tensor, k: Tensor, x: Tensor) -> Tensor:
-            if x.shape[-2] != nq or k.shape[-2] != nk:
-                raise ValueError(f"relative-proj was encoded for {nq} queries and {nk} keys but got states "
-                                 f"{tuple(x.shape)} and keys {tuple(k.shape)}")
-            if x.shape[-1] != self.dim:
-                raise ValueError(f"relative-proj's weights read states of width dim={self.dim}, got x {tuple(x.shape)}")
-            b = x.shape[0]
-            if not torch.compiler.is_compiling():
-                check_memory(4 * b * self.heads * nq * (self.max_dist + 3 * nk),
-                             lambda: f"relative-proj term ({b} x {self.heads} heads x {nq} queries x ({self.max_dist} "
-                                     f"curve points + {nk} keys) float32, with the index)", "use shorter sequences")
+            check_states(self, x, k, nq, nk, self.max_dist + 3 * nk)  # the curves, then the gathered term
             weights = rearrange(self.to_weights(x.to(self.to_weights.weight.dtype)), "b n (h r) -> b h n r",
                                 h=self.heads)
             curves = (weights @ self.distance_bank).float()  # (B, heads, Nq, max_dist)
