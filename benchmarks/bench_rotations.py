@@ -1,6 +1,7 @@
-"""Time and memory of the learned rotations (``string``, ``liere``, ``comrope``), ``vrope``, the camera kinds
-(``gta``, ``prope``, their default ring of cameras) and the additive and after-softmax kinds (``sinusoidal``,
-``learned``, ``tape``, ``spherical-harmonics``, ``abacus``, ``coupling``, ``erpe``) beside ``rope``: one attention
+"""Time and memory of the learned rotations (``string``, ``liere``, ``comrope``, ``rope-learned``), ``vrope``, the camera
+kinds (``gta``, ``prope``, their default ring of cameras), the additive and after-softmax kinds (``sinusoidal``,
+``learned``, ``tape``, ``spherical-harmonics``, ``abacus``, ``coupling``, ``erpe``) and the learned biases
+(``dd-alibi-row``, ``relative-proj``, ``point-transformer``) beside ``rope``: one attention
 layer at ViT-S width (dim 384, 6 heads) on 14 x 14 patches, on video (8 x 14 x 14 tubelets; for the camera kinds, 8
 views) and on 1D sequences of 196 and 1024 tokens, side by side in the same rounds.
 
@@ -9,7 +10,8 @@ layer: ``apply_tokens`` (the additive kinds' table, added to or concatenated wit
 ``apply_qk`` + their ``(B, heads, N, N)`` term (``ndpe.contract.attn_term``, built apart as ``ndpe.Attention`` does) +
 ``apply_v`` + attention (``ndpe.attention.attend_probs``: fused SDPA, or the explicit softmax for a term after it,
 ``erpe``) + ``apply_out`` (the camera kinds' frame), forward
-only. "encoding" times the same call without the attention: what the kind adds to a layer (for ``erpe``, whose term acts
+only; a term of the token states (``dd-alibi-row``, ``relative-proj``) reads the layer's input ``x``, and a causal-only
+kind's term (``dd-alibi-row``) gets the causal mask added. "encoding" times the same call without the attention: what the kind adds to a layer (for ``erpe``, whose term acts
 inside the attention, the layer's ratio is its cost). ``abacus`` and ``coupling`` take place ids (additions of 9-digit
 numbers, least significant digit first, tiled to the length), ``spherical-harmonics`` its grid of the globe (degree 4,
 its features concatenated). Memory: the bytes of the tensors each kind builds, read off them (LieRE's and ComRoPE's
@@ -23,6 +25,9 @@ Run from the repository root:
         --cases "vit-s 14x14" "video 8x14x14"                                   # the camera kinds
     python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope sinusoidal learned tape \
         spherical-harmonics abacus coupling erpe --cases "vit-s 14x14" "1D 196" "1D 1024"   # additive; erpe
+    python benchmarks/bench_rotations.py --threads 1 --repeats 9 --kinds rope rope-learned dd-alibi-row \
+        relative-proj point-transformer --cases "vit-s 14x14" "1D 196" "1D 1024" \
+        --json benchmarks/results/rotations/rope_learned_and_biases.json        # learned frequencies, biases
 """
 from __future__ import annotations
 
@@ -47,7 +52,8 @@ KINDS = {"rope": {}, "string (cayley)": {"init_std": 0.1}, "string (circulant)":
          "comrope (ld, blocks of 8)": {"block_size": 8}, "comrope (ap, blocks of 8)": {"variant": "ap", "block_size": 8},
          "vrope": {}, "gta": {}, "prope": {},
          "sinusoidal (add)": {"combine": "add"}, "learned": {}, "tape": {}, "spherical-harmonics": {},
-         "abacus": {}, "coupling": {}, "erpe": {}}
+         "abacus": {}, "coupling": {}, "erpe": {}, "rope-learned": {}, "dd-alibi-row": {}, "relative-proj": {},
+         "point-transformer": {}, "point-transformer (16 nearest)": {"neighbors": 16}}
 ONLY = {"comrope (ap, blocks of 8)": (2,)}  # the grids' dims a kind takes, where its options narrow its kind's own
 PLACE_IDS = ("abacus", "coupling")  # kinds called with place ids as positions (see place_ids)
 
@@ -92,7 +98,7 @@ def place_ids(n: int, digits: int = 9) -> torch.Tensor:
     return torch.tensor(item * (n // len(item) + 1), dtype=torch.float32)[:n, None]
 
 
-def built_bytes(pos, pe, grid, q, k) -> int:
+def built_bytes(pos, pe, grid, x, q, k) -> int:
     """Bytes of what the kind builds for one layer: its PosOut tensors and, for a logits kind, its term."""
     tensors = [t for pair in (pos.rot or ()) for t in (pair if isinstance(pair, tuple) else (pair,))]
     tensors += [t for t in (pos.basis, pos.add, pos.cat, pos.bias, pos.prob_bias) if t is not None]
@@ -102,7 +108,7 @@ def built_bytes(pos, pe, grid, q, k) -> int:
         from ndpe.kinds.liere import LieRE
         if isinstance(pe, LieRE):
             total += pe._rotations(pe.coords(grid)).numel() * 4
-        total += pos.logits(q, k).numel() * 4
+        total += (pos.logits(q, k, x) if pos.logits.uses_states else pos.logits(q, k)).numel() * 4
     return total
 
 
@@ -113,7 +119,10 @@ def layer(pe, grid, x, q, k, v, attention: bool = True, **call) -> tuple[torch.T
         pos = pe(grid, **call)
         tokens = ndpe.apply_tokens(x, pos)
         rq, rk = ndpe.apply_qk(q, k, pos)
-        rv, mask = ndpe.apply_v(v, pos), attn_term(pos, q=rq, k=rk)  # the term built apart, as ndpe.Attention does
+        causal = type(pe).is_causal_only(pe._init_kwargs)
+        rv, mask = ndpe.apply_v(v, pos), attn_term(pos, q=rq, k=rk, x=x, causal=causal)  # apart, as ndpe.Attention
+        if causal:
+            mask = mask + ndpe.causal_mask(q.shape[-2])
         out = attend_probs(rq, rk, rv, pos, attn_mask=mask) if attention else rv
         return tokens, ndpe.apply_out(out, pos)
 
@@ -141,7 +150,7 @@ def main(args) -> dict:
             steps[name] = lambda pe=pe, call=call: layer(pe, grid, x, q, k, v, **call)
             steps[f"{name} [encoding]"] = lambda pe=pe, call=call: layer(pe, grid, x, q, k, v, attention=False, **call)
             with torch.no_grad():
-                sizes[name] = built_bytes(pe(grid, **call), pe, grid, q, k)
+                sizes[name] = built_bytes(pe(grid, **call), pe, grid, x, q, k)
         times = time_interleaved(steps, args.repeats, torch.device("cpu"), clock(args.clock), warmup=1)
         results[case] = {name: {"seconds": times[name], "bytes": sizes[name], "x rope": times[name] / times["rope"],
                                 "encoding seconds": times[f"{name} [encoding]"],

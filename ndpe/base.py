@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from .cache import TensorCache
 from .checks import check_choice, check_dims, check_float_dtype, check_heads, check_int
 from .contract import PosOut, pad_prefix, tensors  # noqa: F401  (pad_prefix re-exported)
-from .coords import COORD_MODES, check_grid_shape, check_positions, grid_coords, num_grid_tokens
+from .coords import COORD_MODES, check_finite_output, check_grid_shape, check_positions, grid_coords, num_grid_tokens
 from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
 from .packing import check_mask_memory, pack
 
@@ -232,7 +232,7 @@ class Encoding(nn.Module):
         grid_shape = self.check_call(grid_shape, positions, num_prefix, dtype, past)
         if past:
             return self._decode(cast(tuple, grid_shape), positions, num_prefix, dtype, past)
-        augmenting = self.augment is not None and self.training
+        augmenting, explicit = self.augment is not None and self.training, positions is not None
         key = None
         if positions is None and not augmenting and self._cacheable():
             key = (grid_shape, num_prefix, self.device, dtype)
@@ -252,6 +252,8 @@ class Encoding(nn.Module):
         out = pad_prefix(self.encode(positions, grid_shape), num_prefix)
         if dtype is not None:
             out = out.to(dtype)
+        if explicit and type(self).position_limit is Encoding.position_limit:  # no limit declared: finite or refused
+            check_finite_output(tensors(out), self.kind, positions, dtype or torch.float32)
         if key is not None:
             # also the parameters and buffers: a frozen one changed in place (an EMA copy) must not serve a stale output
             self._cache.put(key, out, tensors(out) + tuple(self.parameters()) + tuple(self.buffers()))
@@ -330,13 +332,11 @@ class Encoding(nn.Module):
         return out if dtype is None else out.to(dtype)
 
     def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
-        """The largest ``|coordinate|`` that explicit ``positions=`` may hold for an output returned in ``dtype``, and
-        why (a clause of the error), checked with their finiteness in one pass (:func:`ndpe.coords.check_positions`);
-        None: any finite coordinate. A kind whose arithmetic cannot represent larger ones overrides it, from its formula
-        (rotary angles: :func:`ndpe.coords.angle_limit`; offsets: :func:`ndpe.coords.pair_limit`; values that grow with
-        the position: :func:`ndpe.coords.output_max`), so that every output is finite or refused
-        (``tests/test_finite.py``). Not called on a grid call or in decoding (no coordinate is read there: it may read
-        a parameter), nor under ``torch.compile``, where positions go unchecked."""
+        """The largest ``|coordinate|`` explicit ``positions=`` may hold for an output in ``dtype``, and why (the
+        error's clause), checked with their finiteness (:func:`ndpe.coords.check_positions`); None: any. A kind
+        overrides it from its formula (:mod:`ndpe.coords`: ``angle_limit``, ``pair_limit``, ``output_max``); one that
+        does not has its output of explicit positions checked finite after the fact (one more pass), so every output
+        is finite or refused (``tests/test_finite.py``). Not called on a grid call, in decoding, or compiled."""
         return None
 
     def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:

@@ -115,6 +115,17 @@ def check_positions(positions: Tensor, dims: int, num_tokens: int | None = None,
     return positions
 
 
+def check_finite_output(values: Sequence[Tensor], kind: str, positions: Tensor, dtype: torch.dtype) -> None:
+    """Refuse (``ValueError``, one line) an output of explicit ``positions`` that holds NaN or inf in ``dtype``: the
+    check of a kind that declares no position limit (:meth:`ndpe.Encoding.position_limit`), after it encoded them. One
+    reduction over the output's tensors ``values``; none under ``torch.compile``."""
+    if _is_compiling() or not values or bool(torch.stack([torch.isfinite(t).all() for t in values]).all()):
+        return
+    raise ValueError(f"{kind}'s output is not finite in {str(dtype).removeprefix('torch.')} for positions reaching "
+                     f"{float(positions.abs().amax()):g}: use smaller positions (e.g. offsets from the sequence's "
+                     "start) or a wider dtype (the kind declares no position_limit: docs/guide.md, \"Adding a kind\")")
+
+
 def angle_limit(kind: str, fastest: float) -> tuple[float, str] | None:
     """The largest ``|coordinate|`` a rotary kind whose fastest frequency is ``fastest`` (radians per unit) turns by
     at most :data:`MAX_ANGLE`, and why (for :func:`check_positions`); None if nothing turns.

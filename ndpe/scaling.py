@@ -8,7 +8,8 @@ trained length ``L``.
 - Position interpolation ("linear", Chen et al. 2023): ``m -> m / s``, i.e. ``f_j / s``; any ``s > 0``
   (``s < 1`` stretches positions, as timm EVA's ``ref_feat_shape`` larger than the grid does).
 - NTK-aware ("ntk", bloc97 2023):  ``b' = b * s ** (d / (d - 2))``; the lowest frequency is
-  interpolated by ``s``, the highest left alone.
+  interpolated by ``s``, the highest left alone. Hunyuan's ``ntk_alpha`` (its checkpoints' ``"dynamic"`` with a fixed
+  ``alpha``, HF ``HunYuanMoEV1RotaryEmbedding.compute_ntk_alpha_rope_parameters``) is this with ``s = alpha``.
 - Dynamic NTK ("dynamic-ntk", emozilla 2023, as in HF ``_compute_dynamic_ntk_parameters``):
   ``b' = b * (s * l / L - (s - 1)) ** (d / (d - 2))`` with ``l = max(current length, L)``,
   so nothing changes up to the trained length.
@@ -160,6 +161,7 @@ class ScalingType(Formula):
     hf_train: str = "original_max_position_embeddings"
     hf_required: tuple[str, ...] = ()
     hf_factor_from_lengths: bool = False
+    hf_factor: str = "factor"
 
     @property
     def scale_range(self) -> tuple[float, bool]:
@@ -175,7 +177,7 @@ def scaling_type(name: str, *, at_length: Callable[..., Tensor] | None = None,
                  check: Callable[[dict[str, Any]], dict[str, Any]] | None = None, train_shape: bool = True,
                  any_scale: bool = False, per_frequency: tuple[str, ...] = (), hf: str | None = None,
                  hf_train: str = "original_max_position_embeddings", hf_required: tuple[str, ...] = (),
-                 hf_factor_from_lengths: bool = False) -> Callable:
+                 hf_factor_from_lengths: bool = False, hf_factor: str = "factor") -> Callable:
     """Register the decorated ``fn(dim, theta, scale, train_length, *, <options>, device=None) -> (freq, factor)``.
 
     Args:
@@ -184,13 +186,14 @@ def scaling_type(name: str, *, at_length: Callable[..., Tensor] | None = None,
         check: validates the options once all are filled (may normalize them; returns them).
         train_shape: the type reads the trained length (``train_shape=``); ``any_scale``: any ``scale > 0``.
         per_frequency: options holding ``rot_dim / 2`` numbers, axes in order (each axis gets its share).
-        hf, hf_train, hf_required, hf_factor_from_lengths: Hugging Face's ``rope_type``, the config length that is
-            the trained one, the options its configs must hold, and whether a missing ``factor`` is
-            ``max_position_embeddings / original_max_position_embeddings`` (:meth:`ndpe.RopeScaling.from_hf`).
+        hf, hf_train, hf_required, hf_factor_from_lengths, hf_factor: Hugging Face's ``rope_type``, the config length
+            that is the trained one, the options its configs must hold, whether a missing ``factor`` is
+            ``max_position_embeddings / original_max_position_embeddings``, and the key that holds the scale
+            (``"factor"``; Hunyuan's ``"alpha"``) (:meth:`ndpe.RopeScaling.from_hf`).
     """
     def wrap(fn: Callable[..., tuple[Tensor, float]]) -> Callable[..., tuple[Tensor, float]]:
         SCALINGS.register(ScalingType(name, fn, check, at_length, train_shape, any_scale, tuple(per_frequency), hf,
-                                      hf_train, tuple(hf_required), hf_factor_from_lengths))
+                                      hf_train, tuple(hf_required), hf_factor_from_lengths, hf_factor))
         return fn
 
     return wrap
@@ -213,7 +216,7 @@ def linear_scaling(dim: int, theta: float, scale: float, train_length: float | N
     return axial_inv_freq(dim, theta, device=device) / scale, 1.0
 
 
-@scaling_type("ntk", train_shape=False)
+@scaling_type("ntk", train_shape=False, hf="ntk_alpha", hf_factor="alpha")
 def ntk_scaling(dim: int, theta: float, scale: float, train_length: float | None, *, device=None):
     return axial_inv_freq(dim, ntk_theta(dim, theta, scale), device=device), 1.0
 

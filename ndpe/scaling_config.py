@@ -129,6 +129,8 @@ class RopeScaling:
         one (or, as HF's ``beta_fast or 32``, a zero where the default is positive) takes the default.
         """
         rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type == "dynamic" and params.get("alpha"):  # Hunyuan's checkpoints: static NTK by a fixed alpha, as HF
+            rope_type = "ntk_alpha"
         types = hf_types()
         if not isinstance(rope_type, str) or rope_type not in types:
             raise ValueError(f"rope_parameters['rope_type'] {rope_type!r} has no ndpe equivalent; supported: "
@@ -152,11 +154,11 @@ class RopeScaling:
         original = number("original_max_position_embeddings")
         if original is None and entry.train_shape and entry.hf_train == "original_max_position_embeddings":
             original = max_position_embeddings  # HF's default (standardize_rope_params)
-        factor = number("factor")
+        factor = number(entry.hf_factor)
         if factor is None and entry.hf_factor_from_lengths and original and max_position_embeddings:
             factor = max_position_embeddings / original  # yarn / longrope, as HF
         if factor is None:
-            number("factor", required=True)
+            number(entry.hf_factor, required=True)
         opts: dict[str, Any] = {}
         for key, default in entry.options.items():
             required = key in entry.hf_required

@@ -71,3 +71,20 @@ def test_the_timed_layer_applies_each_kind_where_it_acts():
     tape = ndpe.make(dims=1, kind="tape", dim=16)
     tokens, _ = bench_rotations.layer(tape, (12,), x, q, k, v, attention=False)
     torch.testing.assert_close(tokens, x + tape((12,)).add)
+
+
+def test_the_timed_layer_hands_state_terms_the_tokens_and_causal_ones_the_mask():
+    """dd-alibi-row (causal-only) and relative-proj read the layer's input x: each timed layer equals attention with
+    the term built from x (and the causal mask for the causal-only kind)."""
+    import torch
+    import torch.nn.functional as F
+
+    import ndpe
+
+    x, (q, k, v) = torch.randn(1, 12, 16), torch.randn(3, 1, 2, 12, 8)
+    for kind, causal in (("dd-alibi-row", True), ("relative-proj", False)):
+        pe = ndpe.make(dims=1, kind=kind, dim=16, heads=2).eval()
+        _, out = bench_rotations.layer(pe, (12,), x, q, k, v)
+        with torch.no_grad():
+            mask = pe((12,)).logits(q, k, x) + (ndpe.causal_mask(12) if causal else 0.0)
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))

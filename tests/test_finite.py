@@ -23,7 +23,9 @@ PATTERNS = {"from-zero": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0), "signed": (-1.0, -0.5
 VARIANTS = [("alibi", 1, {"causal": True}), ("alibi", 3, {"distance": "manhattan"}), ("alibi", 2, {"heads": 8}),
             ("coord", 3, {"with_r": True}), ("cpb", 2, {"style": "dynamic", "log_distance": True}),
             ("fire", 1, {"causal": True}), ("tape", 1, {"length": 16, "temperature": 0.5}),
-            ("transformer-xl", 1, {"clamp_len": 8})]
+            ("transformer-xl", 1, {"clamp_len": 8}), ("rope-learned", 2, {"custom_freqs": [2.0, 0.5], "learned_freq": False}),
+            ("point-transformer", 3, {"offset": "j-i", "hidden": 8}), ("relative-proj", 1, {"max_dist": 4}),
+            ("coupling", 1, {"convention": "up"})]
 CASES = [(kind, dims, {}) for kind, dims in KIND_DIMS] + [v for v in VARIANTS if v[0] in ndpe.available()]
 IDS = [f"{kind}-{dims}d" + "".join(f"-{k}={v}" for k, v in opts.items()) for kind, dims, opts in CASES]
 

@@ -600,3 +600,74 @@ def test_every_guide_figure_says_what_to_see_and_has_a_test(figures, others, sph
         covered = [test for test, source in tests
                    if (f".{name}(" in source if name in FIGURES else test.startswith(f"test_{name}_"))]
         assert covered, f"figures/{name}.png: no test in tests/test_guide_figures.py builds it"
+
+
+def viz_encoding(kind: str, grid: tuple[int, ...], heads: int = 1, **options):
+    """The encoding ``ndpe viz --kind KIND --grid ... --heads H --option ...`` draws (seed 0, dim 64), in eval mode."""
+    import torch
+
+    import ndpe
+
+    torch.manual_seed(0)
+    return ndpe.make(dims=len(grid), kind=kind, dim=64, heads=heads, **options).eval()
+
+
+def test_rope_learned_offset_depends_on_the_offset_alone():
+    """Content-free q and k relate by the offset alone, symmetric in it, wherever the query sits (learned or not)."""
+    from ndpe.viz import relation
+
+    pe = viz_encoding("rope-learned", (64,))
+    with torch_no_grad():
+        pos = pe((64,))
+        rows = [relation(pos, query).numpy() for query in (20, 40)]
+    offsets = np.arange(-15, 16)
+    curves_at = [row[query + offsets] for row, query in zip(rows, (20, 40))]
+    np.testing.assert_allclose(curves_at[0], curves_at[1], atol=1e-5)
+    np.testing.assert_allclose(curves_at[0], curves_at[0][::-1], atol=1e-5)
+
+
+def test_relative_proj_offset_is_zero_after_the_query_and_beyond_its_bank():
+    import torch
+
+    pe = viz_encoding("relative-proj", (64,), max_dist=8)
+    x = torch.ones(1, 64, 64)  # a constant token, as the figure's content
+    q = k = torch.ones(1, 1, 64, 64)
+    with torch.no_grad():
+        row = pe((64,)).logits(q, k, x)[0, 0, 32]  # the query at 32 against every key
+    offsets = torch.arange(64) - 32  # key - query
+    assert (row[(offsets > 0) | (offsets < -7)] == 0).all() and (row[(offsets <= 0) & (offsets >= -7)] != 0).all()
+
+
+def test_point_transformer_offset_extrapolates_linearly():
+    """Past the offsets of the 8 x 8 grid (|offset| > 7 along axis 0) the bias is linear in the offset: no kink of
+    the ReLU lies there."""
+    import torch
+
+    pe = viz_encoding("point-transformer", (8, 8), heads=2, hidden=16)
+    offsets = torch.arange(-40.0, 41.0)
+    points = torch.stack([offsets, torch.zeros_like(offsets)], -1)
+    with torch.no_grad():
+        row = pe(positions=points).bias[0, 40].numpy()  # the query at offset 0
+    x = offsets.numpy()
+    second = np.abs(np.diff(row, 2))
+    assert second[np.abs(x[1:-1]) > 8].max() < 1e-4 and second.max() > 1e-3  # kinks only near the query
+
+
+def test_dd_alibi_row_table_is_alibis_ramp_for_a_constant_token():
+    import torch
+
+    pe = viz_encoding("dd-alibi-row", (16,))
+    x = torch.ones(1, 16, 64)
+    q = k = torch.ones(1, 1, 16, 64)
+    with torch.no_grad():
+        term = pe((16,)).logits(q, k, x)[0, 0]
+    step = term[1, 0]
+    i, j = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
+    torch.testing.assert_close(term, (step * (i - j)).tril())
+    assert step < 0
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()

@@ -1,11 +1,12 @@
 """A kind is one file in ``ndpe/kinds/``, and a new one cannot break the suite.
 
-Two kind files are written into ``ndpe/kinds/`` of a copy of the repository: the guide's example (an additive kind,
-docs/guide.md "Adding a kind", taken from the guide itself so the guide stays true) and the smallest bias kind, which
-declares nothing beyond ``encode`` (so it refuses ``past=`` in one line). The README's kinds table is regenerated
-with ``ndpe kinds --markdown``, as the guide says to after adding a kind. Then, in the copy, ``ndpe kinds`` lists
-them, the whole suite collects, and the contract tests (and those that run every kind through decoding and the
-memory budget) pass on them; the slow test runs the whole default suite there.
+Three kind files are written into ``ndpe/kinds/`` of a copy of the repository: the guide's example (an additive kind,
+docs/guide.md "Adding a kind", taken from the guide itself so the guide stays true) and the smallest bias and rotary
+kinds, which declare nothing beyond ``encode`` (so they refuse ``past=`` in one line, and their outputs of explicit
+positions are checked finite after the fact). The README's kinds table is regenerated with ``ndpe kinds --markdown``,
+as the guide says to after adding a kind. Then, in the copy, ``ndpe kinds`` lists them, the whole suite collects, and
+every test file that runs every registered kind (the contract, finiteness, decoding, flex, memory, the models, ...)
+passes on them; the slow test runs the whole default suite there.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("ramp", "plain-bias")
+KINDS = ("ramp", "plain-bias", "plain-rope")
 BIAS_KIND = '''"""``plain-bias``: the smallest bias kind; it declares nothing beyond ``encode``."""
 from ndpe.base import Encoding
 from ndpe.contract import PosOut
@@ -33,6 +34,30 @@ class PlainBias(Encoding):
         distance = (positions[..., :, None, :] - positions[..., None, :, :]).abs().sum(-1)
         return PosOut(bias=-distance[..., None, :, :])
 '''
+ROTARY_KIND = '''"""``plain-rope``: the smallest rotary kind; it declares nothing beyond ``encode``."""
+import torch
+
+from ndpe.base import Encoding
+from ndpe.contract import PosOut
+from ndpe.registry import register
+
+
+@register("plain-rope")
+class PlainRope(Encoding):
+    """Rotates q and k by the sum of a token's coordinates times a frequency per channel pair."""
+
+    def encode(self, positions, grid_shape):  # positions (..., N, dims) -> cos, sin (..., N, head_dim // 2)
+        half = self.head_dim // 2
+        angle = positions.sum(-1, keepdim=True) * 100.0 ** (-torch.arange(half, device=positions.device) / half)
+        return PosOut(rot=(angle.cos(), angle.sin()))
+'''
+
+
+def every_kind_files(root: Path) -> list[str]:
+    """The test files that run every registered kind (they read ``KIND_DIMS`` or ``ndpe.available()``), this one
+    left out."""
+    return sorted(f"tests/{p.name}" for p in (root / "tests").glob("test_*.py") if p.name != Path(__file__).name
+                  and any(word in p.read_text() for word in ("KIND_DIMS", "ndpe.available()")))
 
 
 def guide_kind() -> str:
@@ -67,13 +92,14 @@ def copy_with_new_kinds(dest: Path) -> Path:
             shutil.copy2(ROOT / name, dest / name)
     (dest / "ndpe" / "kinds" / "ramp.py").write_text(guide_kind())
     (dest / "ndpe" / "kinds" / "plain_bias.py").write_text(BIAS_KIND)
+    (dest / "ndpe" / "kinds" / "plain_rope.py").write_text(ROTARY_KIND)
     markdown = run(["-m", "ndpe", "kinds", "--markdown"], dest, timeout=300)
     assert markdown.returncode == 0, markdown.stderr
     readme = (dest / "README.md").read_text()
     start = readme.index("| kind | dims | acts by | what it is |")
     (dest / "README.md").write_text(readme[:start] + markdown.stdout.strip() + readme[readme.index("\n\n", start):])
     git = ["git", "-C", str(dest), "-c", "user.name=ndpe", "-c", "user.email=ndpe@localhost"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "two new kinds"]):  # a run records its commit
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "three new kinds"]):  # a run records its commit
         subprocess.run([*git, *args], capture_output=True, check=True, timeout=120)
     return dest
 
@@ -94,11 +120,12 @@ def test_new_kind_files_are_listed_collected_and_keep_the_contract(copy):
     assert "| `ramp` | 1 | add | Adds the token's index, scaled, to channel 0: the smallest absolute encoding. |" in table
     assert "| `plain-bias` | 1 2 3 | bias | Subtracts the L1 distance of two tokens' positions from their attention " \
            "logit. |" in table
-    # the whole suite collects with them (a refusal at collection would stop every test), and the tests that run
-    # every kind through the contract, KV-cache decoding in a Hugging Face model and the memory budget pass on them
-    files = "test_contract or test_hf_use or test_memory"
-    ran = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", f"({' or '.join(KINDS)}) and ({files})"], copy,
-              timeout=600)
+    assert "| `plain-rope` | 1 2 3 | rotate q, k | Rotates q and k by the sum of a token's coordinates times a " \
+           "frequency per channel pair. |" in table
+    # every file that runs every registered kind collects with them and passes on them (finiteness included)
+    files = every_kind_files(copy)
+    assert {"tests/test_contract.py", "tests/test_finite.py", "tests/test_packed.py", "tests/test_models.py"} <= {*files}
+    ran = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", " or ".join(KINDS), *files], copy, timeout=900)
     summary = ran.stdout.splitlines()[-1] if ran.stdout else ""
     assert ran.returncode == 0 and " passed" in summary and "error" not in summary, ran.stdout[-3000:]
 

@@ -61,6 +61,21 @@ def forget_bias(gates: Tensor, causal: bool = True) -> Tensor:
     return lower + upper
 
 
+def check_states(pe: Encoding, x: Tensor, k: Tensor, nq: int, nk: int, words: int) -> None:
+    """The checks of a logits term that reads the token states (``uses_states``): states ``x`` ``(B, nq, dim)`` of the
+    ``nq`` queries and keys ``k`` over ``nk`` tokens, and the term's memory, ``words`` float32 per batch, head and query
+    (its intermediates included)."""
+    if x.shape[-2] != nq or k.shape[-2] != nk:
+        raise ValueError(f"{pe.kind} was encoded for {nq} queries and {nk} keys but got states {tuple(x.shape)} and "
+                         f"keys {tuple(k.shape)}")
+    if x.shape[-1] != pe.dim:
+        raise ValueError(f"{pe.kind}'s term reads states of width dim={pe.dim}, got x {tuple(x.shape)}")
+    if not torch.compiler.is_compiling():
+        b = x.shape[0]
+        check_memory(4 * b * pe.heads * nq * words, lambda: f"{pe.kind} term ({b} x {pe.heads} heads x {nq} queries x "
+                     f"{words} float32 words, with intermediates)", "use shorter sequences")
+
+
 @register("dd-alibi", dims=(1,))
 class DataDependentAlibi(Encoding):
     """Data-dependent ALiBi (Forgetting Transformer): learned forget gates of the token states; see the module doc.
@@ -110,15 +125,7 @@ class DataDependentAlibi(Encoding):
         n = positions.shape[-2]
 
         def term(q: Tensor, k: Tensor, x: Tensor) -> Tensor:
-            if x.shape[-2] != n or k.shape[-2] != n:
-                raise ValueError(f"dd-alibi was encoded for {n} tokens but got states {tuple(x.shape)} and keys "
-                                 f"{tuple(k.shape)} (self-attention over the same tokens)")
-            if x.shape[-1] != self.dim:
-                raise ValueError(f"dd-alibi's gates read states of width dim={self.dim}, got x {tuple(x.shape)}")
-            if not torch.compiler.is_compiling():
-                check_memory(4 * 3 * x.shape[0] * self.heads * n * n,
-                             lambda: f"dd-alibi term ({x.shape[0]} x {self.heads} heads x {n} x {n} float32, with "
-                                     "intermediates)", "use shorter sequences")
+            check_states(self, x, k, n, n, 3 * n)
             gates = F.logsigmoid(self.to_gates(x.to(self.to_gates.weight.dtype))) * self.post_log_scale
             return forget_bias(gates, self.causal)
 
