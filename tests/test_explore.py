@@ -299,3 +299,22 @@ def test_charts_put_ratios_on_log_axes_and_tell_variants_apart():
     styles = _styles(task)
     ropes = [label for label, ser in task["series"].items() if ser["kind"] == "rope"]
     assert len(ropes) >= 4 and len({(str(styles[r]["ls"]), styles[r]["marker"]) for r in ropes}) == len(ropes)
+
+
+def test_each_floor_of_a_chart_is_a_line_of_its_own():
+    """The floors of every task of the standard record (up to 5, as audio/tones) differ in dashes or marker, and
+    none is drawn as a kind's line (every floor was one identical grey dash)."""
+    import json
+
+    from ndpe.explore.charts import _styles
+
+    bench = json.loads((ROOT / "benchmarks" / "results" / "standard" / "explore.json").read_text())
+    most = 0
+    for name, task in bench["tasks"].items():
+        styles = _styles(task)
+        floors = [styles[label] for label, ser in task["series"].items() if ser["floor"]]
+        most = max(most, len(floors))
+        assert len({(str(s["ls"]), s["marker"]) for s in floors}) == len(floors), name
+        kinds = {(str(s["ls"]), s["marker"], s["color"]) for label, s in styles.items() if not task["series"][label]["floor"]}
+        assert not kinds & {(str(s["ls"]), s["marker"], s["color"]) for s in floors}, name
+    assert most >= 4

@@ -538,6 +538,9 @@ def test_chart_labels_neither_overlap_nor_clip(browser, explorer_page, width):
                 for b in texts[i + 1:]:
                     overlap = min(a[3], b[3]) - max(a[1], b[1]), min(a[4], b[4]) - max(a[2], b[2])
                     assert min(overlap) <= 0.5, (name, a[0], b[0], "overlap")
+            if width == 390:  # readable on a phone: no text drawn smaller than 8 px (7.6 in scaled down: 5-6 px)
+                small = [(text, round(bottom - top, 1)) for text, left, top, right, bottom in texts if bottom - top < 8]
+                assert not small, (name, small[:4])
             shown = [t[0] for t in texts]
             if len(task["sizes"]) > 1:
                 assert all(z["label"] in shown for z in task["sizes"]), name
