@@ -68,8 +68,15 @@ def explorer_page() -> str:
 LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?\)")
 
 
+KINDS_REFERENCE = "<!-- ndpe kinds reference -->"  # in api.md: replaced by every kind's options and call arguments
+
+
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
-    """Links between repository files, rewritten as links between their site pages."""
+    """Links between repository files, rewritten as links between their site pages; the API page's kinds table."""
+    if KINDS_REFERENCE in markdown:
+        from ndpe.cli import kinds_reference
+
+        markdown = markdown.replace(KINDS_REFERENCE, kinds_reference())
     src = page.file.src_uri
     repo_path = REPO_PATHS.get(src, f"docs/{src}")
 

@@ -135,6 +135,25 @@ EXERCISE_LINKS = {
 }
 
 
+def test_the_api_page_lists_every_kinds_options_and_call_arguments(site):
+    """The API page's kinds table: a row per registered kind with its options, and the camera kinds' own call
+    arguments (extrinsics, intrinsics) beside them."""
+    from ndpe.cli import call_arguments
+
+    page = (site / "api" / "index.html").read_text()
+    text = lambda cell: html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()  # noqa: E731
+    rows = {text(cells[0]): [text(c) for c in cells[1:]]
+            for cells in (re.findall(r"<td>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", page, re.S))
+            if cells}
+    assert "Every kind's call: pe(grid_shape, *, positions=None, num_prefix=0, dtype=None, past=0)" in text(page)
+    for kind in ndpe.available():
+        assert kind in rows, f"the API page's kinds table has no row for {kind}"
+        _, opts, own = rows[kind]
+        assert all(option in opts for option in ndpe.options(kind)), (kind, opts)
+        assert [n for n in own.split(":")[0].split(", ") if n != "—"] == list(call_arguments(kind)), (kind, own)
+    assert list(call_arguments("prope")) == ["extrinsics", "intrinsics"]
+
+
 def test_the_site_has_the_real_explorer_and_the_answers(site):
     from conftest import page_data
 

@@ -52,16 +52,18 @@ function fmt(x, d = 3) {
   return a >= 10 ** d || p.includes("e") ? String(Math.sign(v) * Math.round(a)) : trim(p);
 }
 // refuse(v): why the page has no picture for option v (a choice the kind refuses), or null: such an option is shown
-// disabled, its reason beside its name and in its tooltip, instead of being offered and answered with an error.
+// disabled, the reason's first clause beside its name and the whole of it in its tooltip, instead of being offered
+// and answered with an error.
 function select(label, id, options, value, onchange, disabled, refuse) {
   const s = el("select", {id, disabled: disabled ? true : null, onchange: e => onchange(e.target.value)});
   for (const o of options) {
     const [v, t] = Array.isArray(o) ? o : [o, o], why = refuse ? refuse(v) : null;
     s.append(el("option", {value: v, selected: String(v) === String(value) ? true : null, disabled: why ? true : null,
-      title: why, text: why ? `${t} — ${why}` : t}));
+      title: why, text: why ? `${t} — ${shortReason(why)}` : t}));
   }
   return el("label", {for: id}, label, s);
 }
+function shortReason(why) { const s = why.split(":")[0]; return s.length > 44 ? s.slice(0, 43) + "…" : s; }
 function refused(entry) { return entry && entry.error ? entry.error : null; }
 
 // ---- colour: each quantity's map (the figures' own, sampled by matplotlib) ----------------------------------
