@@ -10,6 +10,7 @@ from ndpe.viz import (centre_index, color_scale, encoding_relation, kind_colour,
                       show_relation, style)
 
 from figure_registry import VARIANT_LINES, figure, seeded
+from figures_compare import camera_views  # noqa: F401 (registered there)
 
 
 @figure("sinusoidal")
@@ -262,52 +263,6 @@ def convtran_tape_erpe():
     axes[1].set_title("erpe: 0.05 on offsets 0..3 (stand-in table), after vs before the softmax", fontsize=9)
     axes[1].legend(fontsize=8)
     fig.suptitle("ConvTran's encodings for time series (Foumani et al. 2023)", fontsize=10)
-    return fig
-
-
-@figure("gta", "prope")
-def camera_views():
-    """GTA and PRoPE on four views of a ring of cameras: the logits of the centre patch of view 0 against every patch
-    of every view, for one constant q and k; then the same with the whole world moved (every extrinsic times one
-    SE(3)), and PRoPE with views 1-3 zoomed in (twice the focal length)."""
-    from ndpe.kinds.gta import ring_extrinsics
-
-    grid, d = (4, 6, 6), 32
-    n, per_view = 4 * 36, 36
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 1, 1, d, generator=g).expand(1, 1, n, d).contiguous()
-    k = torch.randn(1, 1, 1, d, generator=g).expand(1, 1, n, d).contiguous()
-    axis, angle = torch.nn.functional.normalize(torch.tensor([1.0, 2.0, 0.5]), dim=0), 1.2
-    skew = torch.tensor([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
-    world = torch.eye(4)
-    world[:3, :3] = torch.linalg.matrix_exp(angle * skew)
-    world[:3, 3] = torch.tensor([3.0, -1.0, 2.0])
-    gta = seeded(dims=3, kind="gta", dim=d, heads=1)
-    prope = seeded(dims=3, kind="prope", dim=d, heads=1, image_size=(6, 6))
-    ring = ring_extrinsics(gta.coords(grid)[:, 0])
-    zoom = torch.tensor([[6.0, 0, 3], [0, 6.0, 3], [0, 0, 1]]).repeat(n, 1, 1)
-    zoom[per_view:, :2, :2] *= 2
-    rows = [("gta, the ring of cameras", gta(grid)), ("gta, the world moved", gta(grid, extrinsics=ring @ world)),
-            ("prope, views 1-3 zoomed 2x", prope(grid, extrinsics=ring, intrinsics=zoom))]
-    maps = []
-    for _, pos in rows:
-        with torch.no_grad():
-            rq, rk = ndpe.apply_qk(q, k, pos)
-            maps.append((rq @ rk.transpose(-1, -2))[0, 0, centre_index(grid[1:])].reshape(grid) / d ** 0.5)
-    scale = color_scale(*maps)  # one scale: every panel is compared
-    fig, axes = plt.subplots(3, 4, figsize=(10, 7.8), layout="constrained")
-    for r, ((title, _), values) in enumerate(zip(rows, maps)):
-        for view in range(4):
-            ax = axes[r, view]
-            image = ax.imshow(values[view].numpy(), interpolation="nearest", **scale)
-            ax.set_xticks([]), ax.set_yticks([])
-            ax.set_title(f"{title}\nview {view} ({45 * view} deg)" if view == 0 else f"view {view} ({45 * view} deg)",
-                         fontsize=8)
-            if view == 0:
-                ax.plot(grid[2] // 2, grid[1] // 2, "k+", ms=9)
-    fig.colorbar(image, ax=axes, shrink=0.6, label=style.colourbar_label("relation", "logit q.k / sqrt(d)"))
-    fig.suptitle("The centre patch of view 0 (+) against every patch of four views, one constant q and k:\n"
-                 "moving the world changes nothing; PRoPE also sees the lens", fontsize=10)
     return fig
 
 

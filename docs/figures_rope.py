@@ -6,11 +6,13 @@ import matplotlib.pyplot as plt
 import torch
 
 import ndpe
-from ndpe.viz import (as_image, centre_index, color_scale, encoding_relation, kind_colour, make_figure, relation,
+from ndpe.viz import (as_image, centre_index, color_scale, encoding_relation, kind_colour, relation,
                       show_relation, style)
 from ndpe.viz.panels import mark_trained_range, trained_window
 
 from figure_registry import RELATION, VARIANT_LINES, figure, seeded
+from figures_compare import (SCALING_DIM, SCALING_SCALE, SCALING_TRAIN, rope_mixed_heads,  # noqa: F401 (registered there)
+                             rope_scaling_offset, rope_scalings, scaling_colours)
 
 
 def profile(ax, values: torch.Tensor, grid: tuple, query: int, offsets=None, **line) -> None:
@@ -169,25 +171,6 @@ def rope_3d_frames():
     return fig
 
 
-# RoPE scaling figures: a trained length long enough that YaRN's three bands all exist at its defaults
-# (beta_fast 32, beta_slow 1): below about 200 tokens no frequency turns 32 times, and nothing is kept
-SCALING_TRAIN, SCALING_SCALE, SCALING_DIM = 1024, 4.0, 64
-
-
-def rope_scalings(train: int, scale: float) -> dict:
-    """The RoPE scalings compared in the guide, as ``ndpe.make`` options."""
-    return {"no scaling": {}, "linear (PI)": {"scaling": "linear", "scale": scale},
-            "ntk": {"scaling": "ntk", "scale": scale},
-            "dynamic-ntk": {"scaling": "dynamic-ntk", "scale": scale, "train_shape": train},
-            "yarn": {"scaling": "yarn", "scale": scale, "train_shape": train}}
-
-
-def scaling_colours(labels) -> dict:
-    """One colour per scaling: the unscaled baseline grey, the others the variant palette (style.VARIANT_COLOURS)."""
-    others = iter(style.VARIANT_COLOURS)
-    return {label: style.BASELINE_COLOUR if label == "no scaling" else next(others) for label in labels}
-
-
 def frequency_ratios(train: int, scale: float, dim: int) -> dict:
     """Scaling label -> scaled / original frequency per rotary pair, read off the PosOut at the target length (the
     angle at position 1 is the frequency: all below pi)."""
@@ -229,41 +212,6 @@ def rope_scaling_freqs():
                  f"{train})", fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
-
-
-@figure("rope")
-def rope_scaling_offset():
-    train, scale, dim = SCALING_TRAIN, SCALING_SCALE, SCALING_DIM
-    length = int(train * scale)
-    colours = scaling_colours(rope_scalings(train, scale))
-    fig, (near, far) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained", gridspec_kw={"width_ratios": [1, 1.6]})
-    for (label, opts), (ls, _) in zip(rope_scalings(train, scale).items(), VARIANT_LINES):
-        rel = relation(seeded(dims=1, kind="rope", dim=dim, **opts)((length,)), 0).numpy()
-        near.plot(rel[:65], label=label, lw=1.3, ls=ls, color=colours[label], marker=".", ms=3)
-        window = 64  # the far panel: the mean over windows of 64 offsets (the fast ripples averaged out)
-        far.plot(torch.arange(0, length, window).numpy() + window / 2,
-                 torch.tensor(rel).reshape(-1, window).mean(-1).numpy(), label=label, lw=1.4, ls=ls,
-                 color=colours[label])
-    far.axvspan(train - 0.5, length, facecolor="0.93", edgecolor="0.6", hatch=style.OUTSIDE_HATCH, lw=0, zorder=0)
-    far.axvline(train - 1, color="gray", ls=":", lw=1)
-    far.text(train + 40, 1.0, f"beyond the trained length {train}", fontsize=8, color="0.3", va="top")
-    near.set(xlabel="offset (key - query), query at position 0", ylabel=RELATION, title="offsets 0-64: local order",
-             ylim=(-0.3, 1.02))
-    far.set(xlabel="offset (key - query)",
-            title=f"offsets 0-{length - 1} (target length {length}), mean over windows of 64 offsets",
-            ylim=(-0.3, 1.02), xlim=(0, length))
-    near.legend(fontsize=8)
-    for ax in (near, far):
-        ax.title.set_fontsize(9)
-    fig.suptitle(f"1D RoPE, head_dim {dim}, theta 1e4: relation vs offset, scale {scale:g}, trained length {train}",
-                 fontsize=10)
-    return fig
-
-
-@figure("rope-mixed")
-def rope_mixed_heads():
-    pe = seeded(dims=2, kind="rope-mixed", dim=128, heads=4)
-    return make_figure("heads", pe, (16, 16), name="rope-mixed at init (seed 0), head_dim 32")
 
 
 @figure("videorope")

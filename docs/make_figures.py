@@ -9,7 +9,7 @@ at their seeded initialisation; each figure says so. Kinds not registered are sk
 Every map uses its quantity's colour map and one scale per figure wherever panels are compared
 (``ndpe.viz.style``: relations and biases red-blue around 0, encoding values purple-orange); the
 variants of one kind (RoPE's scalings) take the palette ``style.VARIANT_COLOURS``. The figures live in
-docs/figures_rope.py, docs/figures_other.py and docs/figures_sphere.py, registered by ``@figure`` (docs/figure_registry.py).
+docs/figures_rope.py, docs/figures_other.py, docs/figures_sphere.py and docs/figures_compare.py, registered by ``@figure`` (docs/figure_registry.py).
 """
 from __future__ import annotations
 

@@ -3,8 +3,10 @@
 ``mkdocs build`` reads ``docs/``; the README (the home page) and the benchmark's pages live elsewhere. ``on_files``
 adds them, read from where they are (no copies), at their repository paths (the README as ``index.md``), and
 ``on_page_markdown`` turns a repository-relative link (``../docs/bias.md`` in ``benchmarks/README.md``) into one
-between site pages. ``guide.md`` links to the explorer page, ``explorer/index.html``, which is generated
-(``ndpe explore --out docs/explorer``); without it the site gets a page that says how to make it.
+between site pages. ``guide.md``'s exercises link to the explorer page, ``explorer/index.html``: ``on_files``
+generates it (``ndpe explore --results benchmarks/results/quick``: every tab, the benchmark tab from the committed
+quick record), so the site's explorer is the real one and every exercise link opens its setting; a page at
+``docs/explorer/index.html`` (``ndpe explore --out docs/explorer``) is replaced by it.
 
 :class:`Docstrings` is a griffe extension (mkdocstrings loads it): ndpe's docstrings are written for ``help()``
 and doctest, in reST's inline markup; it turns ``>>>`` examples into ``pycon`` code blocks, ``text::`` literal
@@ -13,8 +15,10 @@ target is not documented there).
 """
 from __future__ import annotations
 
+import os
 import posixpath
 import re
+import tempfile
 from pathlib import Path
 
 import griffe
@@ -23,11 +27,7 @@ from mkdocs.structure.files import File, Files
 ROOT = Path(__file__).resolve().parents[1]
 OUTSIDE = {"README.md": "index.md", "benchmarks/README.md": "benchmarks/README.md"}  # repository path -> site path
 OUTSIDE_GLOBS = ("benchmarks/results/*/report.md", "benchmarks/results/*/*.png")  # what the benchmark pages link to
-EXPLORER = """<!doctype html><meta charset="utf-8"><title>ndpe explorer</title>
-<p>The explorer is generated, not committed. From a checkout: <code>ndpe explore --out docs/explorer</code>
-(add <code>--results runs/quick</code> for the benchmark tab), then build the site again; or open
-<code>docs/explorer/index.html</code> directly.</p>
-"""
+EXPLORER, EXPLORER_RESULTS = "explorer/index.html", ROOT / "benchmarks" / "results" / "quick"
 
 
 def site_path(repo_path: str) -> str:
@@ -45,16 +45,38 @@ def on_files(files: Files, config) -> Files:
     for repo_path, site in sorted(outside.items()):
         files.append(File.generated(config, site, abs_src_path=str(ROOT / repo_path)))
         REPO_PATHS[site] = repo_path
-    if files.get_file_from_path("explorer/index.html") is None:
-        files.append(File.generated(config, "explorer/index.html", content=EXPLORER))
+    stale = files.get_file_from_path(EXPLORER)
+    if stale is not None:
+        files.remove(stale)
+    files.append(File.generated(config, EXPLORER, content=explorer_page()))
     return files
+
+
+def explorer_page() -> str:
+    """The explorer, every kind, its benchmark tab from the committed quick record: ``ndpe explore --results
+    benchmarks/results/quick``'s page, made here (about 10 s of CPU), or read from ``$NDPE_EXPLORER_PAGE`` where a
+    caller has just made that page (the tests, which make it once for all their explorer tests)."""
+    from ndpe.explore import write_page
+
+    made = os.environ.get("NDPE_EXPLORER_PAGE")
+    if made:
+        return Path(made).read_text()
+    with tempfile.TemporaryDirectory() as out:
+        return write_page(Path(out), results=EXPLORER_RESULTS).read_text()
 
 
 LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?\)")
 
 
+KINDS_REFERENCE = "<!-- ndpe kinds reference -->"  # in api.md: replaced by every kind's options and call arguments
+
+
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
-    """Links between repository files, rewritten as links between their site pages."""
+    """Links between repository files, rewritten as links between their site pages; the API page's kinds table."""
+    if KINDS_REFERENCE in markdown:
+        from ndpe.cli import kinds_reference
+
+        markdown = markdown.replace(KINDS_REFERENCE, kinds_reference())
     src = page.file.src_uri
     repo_path = REPO_PATHS.get(src, f"docs/{src}")
 

@@ -2,7 +2,7 @@
 
     ndpe kinds [--markdown]         the registered kinds and the positional dims each supports (--markdown: the
                                     README's kinds table, generated from the kinds' classes)
-    ndpe options KIND               a kind's keyword options and their defaults
+    ndpe options KIND               a kind's keyword options and their defaults, and the arguments of its call
     ndpe viz --kind rope --grid 8 8 teaching figures (``ndpe viz --help``; needs ``pip install "ndpe[viz]"``)
     ndpe explore [--results RUN]    the interactive explorer, one page: --out DIR/index.html (needs the viz extra;
                                     --results: a benchmark run, its explore.json written with its report)
@@ -24,6 +24,7 @@ learned (dims 1, 2, 3): ndpe.make(dims=..., kind='learned', dim=..., heads=1, <o
   resize: str | None = None
   init_std: float = 0.02
   cat_dim: int = 0
+call: pe(grid_shape, *, positions=None, num_prefix=0, dtype=None, past=0)  (every kind's)
 0
 """
 from __future__ import annotations
@@ -120,6 +121,44 @@ def _kinds(markdown: bool = False) -> int:
     return 0
 
 
+EVERY_CALL = ("grid_shape", "positions", "num_prefix", "dtype", "past")  # the arguments of every kind's call
+
+
+def call_arguments(kind: str) -> dict[str, inspect.Parameter]:
+    """The arguments of ``kind``'s call beyond every kind's (:data:`EVERY_CALL`), as its ``forward`` declares them
+    (``gta``: ``extrinsics``; ``prope``: and ``intrinsics``); one its class refuses (``takes_<name> = False``, as
+    GTA's ``takes_intrinsics``) is left out.
+
+    >>> list(call_arguments("prope")), list(call_arguments("gta")), list(call_arguments("rope"))
+    (['extrinsics', 'intrinsics'], ['extrinsics'], [])
+    """
+    from .registry import kind_class
+
+    cls = kind_class(kind)
+    params = inspect.signature(cls.forward).parameters
+    return {n: p for n, p in params.items()
+            if n != "self" and n not in EVERY_CALL and getattr(cls, f"takes_{n}", True) is not False}
+
+
+def call_signature(kind: str) -> str:
+    """``pe(grid_shape, *, <the kind's own>, positions=None, num_prefix=0, dtype=None, past=0)``."""
+    own = [f"{n}={p.default!r}" for n, p in call_arguments(kind).items()]
+    return f"pe(grid_shape, *, {', '.join(own + ['positions=None', 'num_prefix=0', 'dtype=None', 'past=0'])})"
+
+
+def call_doc(kind: str) -> str:
+    """What the kind's ``forward`` docstring says of its own arguments (its text, reST roles as plain names, literals
+    in Markdown's single backticks), or ""."""
+    import re
+
+    from .registry import kind_class
+
+    if not call_arguments(kind):
+        return ""
+    doc = inspect.getdoc(kind_class(kind).forward) or ""
+    return " ".join(re.sub(r":\w+:`~?([\w.]+)`", lambda m: m[1].rsplit(".", 1)[-1], doc).replace("``", "`").split())
+
+
 def _options(kind: str) -> int:
     from .registry import _lookup, available, options
 
@@ -134,7 +173,27 @@ def _options(kind: str) -> int:
         note = params[name].annotation
         typed = f"{name}: {note}" if isinstance(note, str) else name
         print(f"  {typed}  (required)" if default is inspect.Parameter.empty else f"  {typed} = {default!r}")
+    own = call_arguments(kind)
+    print(f"call: {call_signature(kind)}" + ("" if own else "  (every kind's)"))
+    for name, param in own.items():
+        print(f"  {name}: {param.annotation} = {param.default!r}")
+    if own:
+        print(f"  {call_doc(kind).replace('`', '')}")
     return 0
+
+
+def kinds_reference() -> str:
+    """Every kind's ``ndpe.make`` options and call arguments, as a Markdown table (the docs site's API page)."""
+    from .registry import available, options
+
+    rows = [f"Every kind's call: `{call_signature('none')}`; a kind's own call arguments come before `positions`.", "",
+            "| kind | dims | `ndpe.make` options (default) | call arguments of its own |", "|---|---|---|---|"]
+    for kind, dims in available().items():
+        opts = ", ".join(f"`{n}`" + ("" if d is inspect.Parameter.empty else f" ({d!r})".replace("|", "\\|"))
+                         for n, d in options(kind).items()) or "—"
+        own = ", ".join(f"`{n}`" for n in call_arguments(kind))
+        rows.append(f"| `{kind}` | {' '.join(map(str, dims))} | {opts} | {own + ': ' + call_doc(kind) if own else '—'} |")
+    return "\n".join(rows)
 
 
 # -- ndpe viz ----------------------------------------------------------------------------------

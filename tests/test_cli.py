@@ -81,9 +81,27 @@ def test_options_lists_a_kinds_options_and_defaults(cmd, tmp_path):
     assert lines[0].startswith("learned (dims 1, 2, 3): ndpe.make(")
     assert "  grid_shape: tuple[int, ...]  (required)" in lines
     assert "  resize: str | None = None" in lines and "  init_std: float = 0.02" in lines
-    assert len(lines) == 1 + len(ndpe.options("learned"))
+    assert len(lines) == 2 + len(ndpe.options("learned"))
+    assert lines[-1] == "call: pe(grid_shape, *, positions=None, num_prefix=0, dtype=None, past=0)  (every kind's)"
     rope = run(cmd, "options", "rope", cwd=tmp_path)
     assert rope.returncode == 0 and "  theta: float | Sequence[float] = 10000.0" in rope.stdout.splitlines()
+
+
+@pytest.mark.parametrize("cmd", NDPE[:1])
+def test_options_of_the_camera_kinds_show_the_cameras_their_call_takes(cmd, tmp_path):
+    """gta's call takes extrinsics= (not intrinsics=, which it refuses), prope's both: each listed with its type and
+    what the call does with it, as the constructor's options are."""
+    for kind, own in (("gta", ["extrinsics"]), ("prope", ["extrinsics", "intrinsics"])):
+        result = run(cmd, "options", kind, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        call = next(line for line in lines if line.startswith("call: "))
+        assert call == f"call: pe(grid_shape, *, {', '.join(f'{n}=None' for n in own)}, positions=None, num_prefix=0, " \
+                       "dtype=None, past=0)"
+        for name in own:
+            assert f"  {name}: Tensor | None = None" in lines
+        assert ("  intrinsics: Tensor | None = None" in lines) == (kind == "prope")
+        assert "world-to-camera" in lines[-1]
 
 
 USAGE_ERRORS = [  # args, exit status, start of the line, in the line

@@ -1,6 +1,7 @@
 """The docs site (``mkdocs.yml``) builds with warnings as errors, and its API page shows every public name of ndpe
 with its docstring: ``ndpe.__all__`` and the ``__all__`` of each module the page documents (``docs/api.md``), with
-the methods and properties of their classes."""
+the methods and properties of their classes. The site's explorer is the real page (the committed quick record's),
+and exercise links of the built guide open their setting in a browser (skipped without one, failed under CI)."""
 from __future__ import annotations
 
 import html
@@ -10,11 +11,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("docs_site")  # one worker builds the site once
+import ndpe
+
+pytestmark = pytest.mark.xdist_group("explore")  # one worker builds the site once, with the explorer tests' page
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = re.findall(r"^::: ([\w.]+)$", (ROOT / "docs" / "api.md").read_text(), re.M)
@@ -68,10 +72,13 @@ def words(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def site(tmp_path_factory, explorer_page) -> Path:
+    """The site, its explorer the page ``ndpe explore --results benchmarks/results/quick`` made for the explorer
+    tests (tests/conftest.py): the hook reads it from $NDPE_EXPLORER_PAGE instead of making it again."""
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=600)
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "NDPE_EXPLORER_PAGE": str(explorer_page)},
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
     return out
 
@@ -115,3 +122,94 @@ def test_every_public_name_is_on_the_api_page_with_its_docstring(api_sections):
             undocumented.append(name)
     assert not absent, f"public names missing from the API page (no docstring?): {absent}"
     assert not undocumented, f"public names on the API page without their docstring: {undocumented}"
+
+
+# An exercise link of the guide -> the controls the explorer must show for it (select id -> value).
+EXERCISE_LINKS = {
+    "#tab=growth&kind=rope&mode=zoom&grow=2&coords=pixel&scaling=none&q=centre":
+        {"growth-kind": "rope", "growth-mode": "zoom", "growth-grow": "2", "growth-coords": "pixel",
+         "growth-scaling": "none", "growth-query": "centre"},
+    "#tab=dials&theta=10000&scaling=none&grow=1": {"dials-theta": "10000", "dials-scaling": "none", "dials-grow": "1"},
+    "#tab=spec&time=rope&freq=learned&view=shift&shift=2":
+        {"spec-time": "rope", "spec-freq": "learned", "spec-compare": "shift", "spec-shift": "2"},
+}
+
+
+def test_the_api_page_lists_every_kinds_options_and_call_arguments(site):
+    """The API page's kinds table: a row per registered kind with its options, and the camera kinds' own call
+    arguments (extrinsics, intrinsics) beside them."""
+    from ndpe.cli import call_arguments
+
+    page = (site / "api" / "index.html").read_text()
+    text = lambda cell: html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()  # noqa: E731
+    rows = {text(cells[0]): [text(c) for c in cells[1:]]
+            for cells in (re.findall(r"<td>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", page, re.S))
+            if cells}
+    assert "Every kind's call: pe(grid_shape, *, positions=None, num_prefix=0, dtype=None, past=0)" in text(page)
+    for kind in ndpe.available():
+        assert kind in rows, f"the API page's kinds table has no row for {kind}"
+        _, opts, own = rows[kind]
+        assert all(option in opts for option in ndpe.options(kind)), (kind, opts)
+        assert [n for n in own.split(":")[0].split(", ") if n != "—"] == list(call_arguments(kind)), (kind, own)
+    assert list(call_arguments("prope")) == ["extrinsics", "intrinsics"]
+
+
+def test_the_site_has_the_real_explorer_and_the_answers(site):
+    from conftest import page_data
+
+    page = (site / "explorer" / "index.html").read_text()
+    data = page_data(page)
+    assert set(data["kinds"]) == set(ndpe.available()) and data["bench"]["tasks"], "not the full page of the record"
+    assert data["meta"]["command"].endswith("benchmarks/results/quick")
+    guide = (site / "guide" / "index.html").read_text()
+    assert guide.count('<details class="note">') >= 23, "the exercises' answers are not folded on the guide page"
+
+
+def test_exercise_links_of_the_built_guide_open_their_setting(site):
+    from ndpe.explore.browser import chromium, missing
+
+    reason = missing()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the browser tests: {reason}")
+        pytest.skip(reason)
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    # served as a host would serve it: the site's links are directory URLs (../explorer/#...)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with chromium(1280, 1000, local=True) as driver:
+            _open_exercise_links(driver, root)
+    finally:
+        server.shutdown()
+
+
+def _open_exercise_links(driver, root: str) -> None:
+    """Click each of :data:`EXERCISE_LINKS` on the guide's page; the explorer shows its tab with those controls."""
+    for fragment, controls in EXERCISE_LINKS.items():
+        driver.get(f"{root}/guide/")
+        link = driver.execute_script("return [...document.querySelectorAll('a')].find(a => a.getAttribute('href')"
+                                     ".endsWith('explorer/' + arguments[0]))", fragment)
+        assert link is not None, f"the guide has no link to {fragment}"
+        driver.execute_script("arguments[0].click()", link)
+        tab = fragment.split("&")[0].removeprefix("#tab=")
+        end = time.time() + 20
+        while not driver.execute_script(f"return !!document.querySelector('#{tab}-controls select')"):
+            assert time.time() < end, f"{fragment}: the explorer did not draw"
+            time.sleep(0.1)
+        url, _, shown_fragment = driver.current_url.partition("#")
+        link_params = dict(kv.split("=") for kv in fragment[1:].split("&"))
+        assert url == f"{root}/explorer/" and link_params.items() <= dict(
+            kv.split("=") for kv in shown_fragment.split("&")).items(), (fragment, shown_fragment)  # the page may add
+        assert driver.execute_script(f"return !document.getElementById('{tab}').hidden"), fragment
+        shown = {k: driver.execute_script("return document.getElementById(arguments[0]).value", k) for k in controls}
+        assert shown == controls, fragment
+        assert not driver.execute_script(f"return !!document.querySelector('#{tab} .error')"), fragment

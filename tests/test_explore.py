@@ -30,10 +30,48 @@ def small(explorer_page):
 
 def test_pack_round_trip():
     v = torch.tensor([0.25, -1.0, math.nan, -math.inf, 0.0])
-    back = D.unpack(D.pack(v))
+    packed = D.pack(v)
+    back = D.unpack(packed)
     assert torch.isnan(back[2]) and torch.isnan(back[3])
     keep = torch.tensor([0, 1, 4])
-    assert torch.allclose(back[keep], v[keep], atol=1 / 127 / 2 + 1e-7)
+    assert packed["scale"] == 1.25 / 254
+    assert torch.allclose(back[keep], v[keep], atol=packed["scale"] / 2 + 1e-7)
+    assert D.unpack(D.pack(torch.full((3,), 7.5))).tolist() == [7.5] * 3  # one value: kept exactly
+
+
+def test_a_map_far_from_zero_keeps_its_levels():
+    """CPB's 1D relation (its bias, about +8.2 .. +8.4 at initialization) keeps every distinct value of every query's
+    row: packed over its own range, not over 0 .. its largest value (which left 2-4 levels of 24)."""
+    grid = D.COMPARE_GRIDS[1]
+    rows, _ = D.relation_rows(D.build("cpb", 1, **D.kind_options("cpb", 1, grid)), grid)
+    assert float(rows.min()) > 1  # the case: values far from 0 relative to their spread
+    packed = D.pack(rows)
+    back = D.unpack(packed).view_as(rows)
+    assert back[0].unique().numel() == rows[0].unique().numel() == 24  # the page's first query: every value
+    for q in range(len(rows)):  # every query: values a packing step apart (1/254 of the map's range) stay apart
+        gaps = rows[q].double().sort().values.diff()
+        assert back[q].unique().numel() >= 1 + int((gaps > packed["scale"]).sum()), q
+
+
+def test_every_map_of_the_page_keeps_the_levels_a_colour_shows(small):
+    """No packed map of the page merges values a reader could tell apart: its step is at most 1/254 of its range,
+    finer than the 128 colours of each half of a diverging map."""
+    def packed(node):
+        if isinstance(node, dict):
+            if "b64" in node:
+                yield node
+            for v in node.values():
+                yield from packed(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from packed(v)
+    maps = [p for key in ("growth", "compare", "axes", "spec", "bias") for p in packed(small[key])]
+    assert len(maps) > 100
+    for p in maps:
+        v = D.unpack(p)
+        finite = v[v.isfinite()]
+        if finite.numel():
+            assert p["scale"] <= (float(finite.max() - finite.min())) / 254 + 1e-9 or float(finite.max() - finite.min()) == 0
 
 
 @pytest.mark.parametrize("kind,dims", [("rope", 2), ("learned", 2), ("alibi", 2), ("liere", 2), ("cope", 1),
@@ -261,3 +299,22 @@ def test_charts_put_ratios_on_log_axes_and_tell_variants_apart():
     styles = _styles(task)
     ropes = [label for label, ser in task["series"].items() if ser["kind"] == "rope"]
     assert len(ropes) >= 4 and len({(str(styles[r]["ls"]), styles[r]["marker"]) for r in ropes}) == len(ropes)
+
+
+def test_each_floor_of_a_chart_is_a_line_of_its_own():
+    """The floors of every task of the standard record (up to 5, as audio/tones) differ in dashes or marker, and
+    none is drawn as a kind's line (every floor was one identical grey dash)."""
+    import json
+
+    from ndpe.explore.charts import _styles
+
+    bench = json.loads((ROOT / "benchmarks" / "results" / "standard" / "explore.json").read_text())
+    most = 0
+    for name, task in bench["tasks"].items():
+        styles = _styles(task)
+        floors = [styles[label] for label, ser in task["series"].items() if ser["floor"]]
+        most = max(most, len(floors))
+        assert len({(str(s["ls"]), s["marker"]) for s in floors}) == len(floors), name
+        kinds = {(str(s["ls"]), s["marker"], s["color"]) for label, s in styles.items() if not task["series"][label]["floor"]}
+        assert not kinds & {(str(s["ls"]), s["marker"], s["color"]) for s in floors}, name
+    assert most >= 4

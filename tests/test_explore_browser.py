@@ -268,20 +268,47 @@ def test_the_formatter_agrees_with_python_on_random_values(browser, explorer_pag
         assert shown == [fmt(v, digits) for v in values]
 
 
-def _unpack(packed: dict) -> np.ndarray:
-    """The page's ``unpack``: int8 times the scale in float64, stored as float32 (NaN for -128)."""
-    q = np.frombuffer(base64.b64decode(packed["b64"]), dtype=np.int8).astype(np.float64)
-    return np.where(q == -128, np.nan, q * packed["scale"]).astype(np.float32)
+class Held(np.ndarray):
+    """An unpacked map and its packing step (``step``), which its slices keep, as the page's ``steps`` keeps a map's
+    step for its subarrays; a new array computed from it (a difference) holds none (0)."""
+
+    def __array_finalize__(self, obj):
+        self.step = getattr(obj, "step", 0.0)
+
+
+def _unpack(packed: dict) -> Held:
+    """The page's ``unpack``: offset + byte x scale in float64, stored as float32 (NaN for 255)."""
+    q = np.frombuffer(base64.b64decode(packed["b64"]), dtype=np.uint8).astype(np.float64)
+    out = np.where(q == 255, np.nan, packed["offset"] + q * packed["scale"]).astype(np.float32).view(Held)
+    out.step = packed["scale"]
+    return out
+
+
+def held(x: float, step: float) -> str:
+    """The page's ``fmtHeld``: ``x`` to the decimals a packing step holds (JavaScript's toFixed: exact value,
+    ties away from zero), trailing zeros dropped; ``fmt`` where nothing is packed."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    if not step > 0:
+        return fmt(x)
+    decimals = max(0, math.floor(-math.log10(step)))
+    if decimals > 6:
+        return fmt(x, 4)
+    text = str(Decimal(float(x)).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return "0" if text == "-0" else text
 
 
 def _scale_text(data: dict, quantity: str, *arrays: np.ndarray) -> str:
-    """The colour bar's text for ``arrays`` on one scale (the page's ``limits``: the values' range)."""
+    """The colour bar's text for ``arrays`` on one scale (the page's ``limits``: the values' range, printed to the
+    precision of the coarsest packed map among them)."""
     finite = np.concatenate([a[np.isfinite(a)] for a in arrays]).astype(np.float64)
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
+    step = max(getattr(a, "step", 0.0) for a in arrays)
     q = data["cmaps"][quantity]
     if hi - lo < 1e-6:
         lo, hi = lo - 0.5, hi + 0.5
-    return f"{fmt(lo)} … {fmt(hi)}: {q['label']}" + (f" ({q['unit']})" if q["unit"] else "")
+    return f"{held(lo, step)} … {held(hi, step)}: {q['label']}" + (f" ({q['unit']})" if q["unit"] else "")
 
 
 def _texts(driver, selector: str) -> list[str]:
@@ -314,7 +341,8 @@ def test_dial_texts_are_ndpe_angles(browser, explorer_page, theta, scaling, grow
     for j, (a, b) in enumerate(zip(w.tolist(), w_test.tolist())):
         seen, met = a * (DIAL_LENGTH - 1), b * (round(float(grow) * DIAL_LENGTH) - 1)
         out = seen < 2 * math.pi and met > seen
-        share = f" (+{fmt(100 * (min(met, 2 * math.pi) - seen) / seen, 2)} %)" if out else ""
+        share = (f": {fmt(min(met, 2 * math.pi) - seen)} rad of the circle never seen (red), "
+                 f"{fmt(100 * (met - seen) / seen, 2)} % beyond the largest angle seen") if out else ""
         expected.append(f"pair {j}: one turn per {fmt(2 * math.pi / b)} tokens; angles seen 0–{fmt(seen)} rad, "
                         f"met 0–{fmt(met)} rad{share}")
     assert _texts(browser, "#dials-list li") == expected
@@ -510,6 +538,9 @@ def test_chart_labels_neither_overlap_nor_clip(browser, explorer_page, width):
                 for b in texts[i + 1:]:
                     overlap = min(a[3], b[3]) - max(a[1], b[1]), min(a[4], b[4]) - max(a[2], b[2])
                     assert min(overlap) <= 0.5, (name, a[0], b[0], "overlap")
+            if width == 390:  # readable on a phone: no text drawn smaller than 8 px (7.6 in scaled down: 5-6 px)
+                small = [(text, round(bottom - top, 1)) for text, left, top, right, bottom in texts if bottom - top < 8]
+                assert not small, (name, small[:4])
             shown = [t[0] for t in texts]
             if len(task["sizes"]) > 1:
                 assert all(z["label"] in shown for z in task["sizes"]), name
@@ -531,3 +562,29 @@ def test_unticked_series_leave_the_chart(browser, explorer_page):
     for label, (drawn, opacity) in state.items():
         on = label == "rope" or task["series"][label]["floor"]
         assert drawn == on and (opacity == "1") == on, label
+
+
+def test_choices_a_kind_refuses_are_disabled_with_their_reason(browser, explorer_page):
+    """Pixel or centred coordinates under NTK (YaRN, PI), a scaling at growth 1, `none` in the click-a-query view:
+    each option is there but disabled, its reason (ndpe's own error) beside it; the others stay enabled."""
+    data = page_data(explorer_page.read_text())
+
+    def options(select_id):
+        return browser.execute_script("return [...document.getElementById(arguments[0]).options]"
+                                      ".map(o => [o.value, o.disabled, o.title || ''])", select_id)
+
+    open_tab(browser, explorer_page, "growth", kind="rope", mode="zoom", grow="2", coords="index", scaling="ntk", q="centre")
+    coords = {v: (off, why) for v, off, why in options("growth-coords")}
+    for c in ("pixel", "centered"):
+        assert coords[c] == (True, data["growth"]["settings"][f"rope|{c}|ntk|2|zoom"]["error"]), c
+    assert coords["index"] == (False, "")
+    grows = {v: off for v, off, _ in options("growth-grow")}
+    assert grows["1"] and not grows["2"]
+    open_tab(browser, explorer_page, "growth", kind="rope", mode="zoom", grow="2", coords="pixel", scaling="none", q="centre")
+    assert [v for v, off, _ in options("growth-scaling") if off] == ["pi", "ntk", "yarn"]
+    open_tab(browser, explorer_page, "dials", theta="100", scaling="none", grow="1")
+    assert [v for v, off, _ in options("dials-scaling") if off] == ["pi", "ntk", "yarn"]
+    open_tab(browser, explorer_page, "compare", dims="2", a="rope", b="learned")
+    assert [v for v, off, _ in options("compare-a") if off] == ["none"]
+    open_tab(browser, explorer_page, "spec", time="none", freq="rope", view="shift", shift="2")
+    assert [v for v, off, _ in options("spec-freq") if off] == ["none"]

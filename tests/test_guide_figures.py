@@ -170,7 +170,8 @@ def test_sinusoidal_table_fast_and_slow_channels(others):
     """Fast channels flip sign many times over the 100 positions, the slowest sine and cosine barely move."""
     (table,), _ = drawn(others.sinusoidal_table())
     assert table.shape == (100, 128)  # positions x channels, layout "blocks": 64 sines then 64 cosines
-    flips = [int((np.diff(np.sign(table[:, c])) != 0).sum()) for c in (0, 64)]
+    signs = [np.sign(table[:, c])[np.sign(table[:, c]) != 0] for c in (0, 64)]  # sin 0 = 0 at position 0: no sign
+    flips = [int((np.diff(s) != 0).sum()) for s in signs]
     assert min(flips) > 20 and np.ptp(table[:, 63]) < 0.05 and table[:, 127].min() > 0.99
     said(f"channel 0 changes sign {flips[0]} times over the 100 positions, channel 63 stays between "
          f"{table[:, 63].min():.2f} and {table[:, 63].max():.2f}")
@@ -199,11 +200,13 @@ def test_rope_mixed_heads_tilt_the_plus_but_weigh_both_diagonals(figures):
     import ndpe
     from ndpe.viz import centre_index, relation
 
-    maps, _ = drawn(figures.rope_mixed_heads())
+    images, _ = drawn(figures.rope_mixed_heads())  # top row: axial rope, heads 0-3; bottom: what rows + columns miss
+    drawn_axial, maps, rests = images[0], images[1:5], images[5:]
     grid = maps[0].shape
-    axial = relation(ndpe.make(dims=2, kind="rope", dim=128, heads=4)(grid), centre_index(grid)).reshape(grid)
-    assert additive_gap(axial.numpy()) < 1e-5
+    axial = relation(ndpe.make(dims=2, kind="rope", dim=128, heads=4, theta=100.0)(grid), centre_index(grid)).reshape(grid)
+    assert additive_gap(axial.numpy()) < 1e-5 and np.allclose(drawn_axial, axial.numpy(), atol=1e-6)
     gaps = [additive_gap(m) for m in maps]
+    assert [float(np.abs(r).max()) for r in rests] == pytest.approx([additive_gap(m) for m in images[:5]], abs=1e-5)
     assert min(gaps) > 0.1
     c = grid[0] // 2
     diagonal = max(abs(m[c + d, c + d] - m[c + d, c - d]) for m in maps for d in range(1, c))
@@ -215,8 +218,10 @@ def test_rope_mixed_heads_tilt_the_plus_but_weigh_both_diagonals(figures):
 def test_rope_scaling_offset_smoothest_and_only_unscaled_below_zero(figures):
     """Left: PI's curve turns least often (its fast frequencies removed); right: beyond the trained length only the
     unscaled relation's windowed mean falls below 0."""
-    _, axes = drawn(figures.rope_scaling_offset())
-    near, far = curves(axes[0]), curves(axes[1])
+    _, axes = drawn(figures.rope_scaling_offset())  # one column per scaling: offsets 0-64 above, windowed means below
+    columns = len(axes) // 2
+    near = {k: v for ax in axes[:columns] for k, v in curves(ax).items()}
+    far = {k: v for ax in axes[columns:2 * columns] for k, v in curves(ax).items()}
     turns = {label: int((np.diff(np.sign(np.diff(y))) != 0).sum()) for label, (_, y) in near.items()}
     pi = turns.pop("linear (PI)")
     beyond = {label: float(y[x > figures.SCALING_TRAIN].min()) for label, (x, y) in far.items()}
@@ -463,14 +468,16 @@ def test_convtran_tape_one_curve_per_relative_position_erpe_moves_weights_by_its
 
 
 def test_camera_views_world_moved_changes_nothing_prope_sees_the_lens(others):
-    """Rows: GTA on the ring, GTA with the world moved, PRoPE with views 1-3 zoomed; four views per row."""
-    maps, _ = drawn(others.camera_views())
-    gta, moved, prope = (np.stack(maps[4 * r:4 * r + 4]) for r in range(3))
-    world = float(np.abs(gta - moved).max())
-    lens = [float(np.abs(prope[v] - gta[v]).max()) for v in range(4)]
+    """Rows: GTA on the ring, the world moved minus it, PRoPE with views 1-3 zoomed, PRoPE minus GTA; four views a row."""
+    maps, _ = drawn(others.camera_views())  # rows: gta; world moved minus gta; prope zoomed; prope minus gta
+    gta, moved_minus, prope, lens_minus = (np.stack(maps[4 * r:4 * r + 4]) for r in range(4))
+    assert np.allclose(lens_minus, prope - gta, atol=1e-6)
+    world = float(np.abs(moved_minus).max())
+    lens = [float(np.abs(lens_minus[v]).max()) for v in range(4)]
     assert world < 1e-5 and lens[0] < 1e-5 and min(lens[1:]) > 0.1
-    said(f"moving the world changes no logit (largest difference {world:.2f} between the first two rows); PRoPE's "
-         f"zoomed views 1 to 3 differ from GTA's by up to {max(lens[1:]):.2f}, its unzoomed view 0 by {lens[0]:.2f}")
+    said(f"moving the world changes no logit (the second row, the difference, is white: at most {world:.2f}); PRoPE's "
+         f"zoomed views 1 to 3 differ from GTA's by up to {max(lens[1:]):.2f}, its unzoomed view 0 by {lens[0]:.2f} "
+         f"(the last row)")
 
 
 @pytest.fixture(scope="module")

@@ -118,7 +118,7 @@ def build_data(results: Path | None = None, kinds: list[str] | None = None,
     require_matplotlib()
     from .. import __version__
     from ..registry import available
-    from . import data
+    from . import codec, data
 
     kinds = list(available()) if kinds is None else kinds
     unknown = sorted(set(kinds) - set(available()))
@@ -137,7 +137,7 @@ def build_data(results: Path | None = None, kinds: list[str] | None = None,
                         "footer": "ndpe explorer: one page, no network. The settings are in the address (#...), "
                                   "so a link opens this picture."},
                "kinds": {k: v for k, v in data.kinds_table().items() if k in kinds},
-               "cmaps": data.colour_maps(), "content_note": data.content_note(),
+               "cmaps": codec.colour_maps(), "content_note": data.content_note(),
                "scene": stage("toy scene", lambda: {"png": scene_png(), "train_px": 96})}
         for key, (name, fn) in views.items():
             out[key] = stage(name, fn)

@@ -2,7 +2,8 @@
 
 Debian's ``chromium`` and ``chromedriver`` driven by Selenium (``pip install selenium``; the test extra pins it):
 Playwright's own browser download needs a network this project's machines do not have. The page needs none:
-every host is made unresolvable, so a request the page made would fail and show in the console log.
+every host is made unresolvable, so a request the page made would fail and show in the console log (but for
+127.0.0.1 where a test serves a built site from it: ``local=True``).
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--host-resolver-rules=MAP * ~NOTFOUND")
+         "--disable-background-networking", "--disable-component-update", "--disable-sync")
+NO_HOSTS = "MAP * ~NOTFOUND"
 
 
 def missing() -> str | None:
@@ -28,8 +29,9 @@ def missing() -> str | None:
 
 
 @contextmanager
-def chromium(width: int = 1280, height: int = 1000) -> Iterator[Any]:
-    """A Selenium driver of headless Chromium with a fresh profile and the browser's console log kept."""
+def chromium(width: int = 1280, height: int = 1000, local: bool = False) -> Iterator[Any]:
+    """A Selenium driver of headless Chromium with a fresh profile and the browser's console log kept; no host
+    resolves (``local``: but 127.0.0.1)."""
     reason = missing()
     if reason is not None:
         raise RuntimeError(reason)
@@ -38,7 +40,8 @@ def chromium(width: int = 1280, height: int = 1000) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     with tempfile.TemporaryDirectory() as profile:
-        for flag in (*FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"):
+        hosts = NO_HOSTS + (", EXCLUDE 127.0.0.1" if local else "")
+        for flag in (*FLAGS, f"--host-resolver-rules={hosts}", f"--user-data-dir={profile}", f"--window-size={width},{height}"):
             options.add_argument(flag)
         options.binary_location = str(shutil.which("chromium"))
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})

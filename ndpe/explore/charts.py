@@ -5,9 +5,11 @@ table cannot disagree. SVG with its text as text: sharp at any device pixel rati
 a series (its line, error bars and markers are the SVG groups ``<id>-...``, its legend entry ``<id>-legend-...``).
 
 Each label gets its kind's colour (:func:`ndpe.catalog.colour`), and the variants of one kind (``rope (ntk)``,
-``rope (yarn)``...) a line style and marker of their own; floors are grey and dashed. Test sizes are multiples of
-the training size, drawn on a log axis; a metric that is itself a ratio (perplexity) too. Labels sit in a legend
-beside the axes, never on the curves, so no two overlap whatever the values.
+``rope (yarn)``...) a line style and marker of their own; floors are grey, each with its own dashes, marker and
+shade, so four floors are four lines told apart. Test sizes are multiples of the training size, drawn on a log
+axis; a metric that is itself a ratio (perplexity) too. Labels sit in a legend under the axes, never on the
+curves, so no two overlap whatever the values; the figure is drawn about a phone's width (:data:`WIDTH_IN`), so
+at 390 px its text is drawn at its own size, and the page caps it on a desktop.
 """
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ from ..registry import available
 
 RATIO_METRICS = ("ppl",)  # metrics drawn on a log axis: a factor of 2 looks the same at 4 as at 40
 VARIANT_STYLES = (("-", "o"), ("--", "v"), (":", "s"), ("-.", "^"), ((0, (3, 1, 1, 1)), "D"), ((0, (5, 2)), "P"))
-FLOOR_COLOUR, OTHER_COLOUR = "#8c8c8c", "#4d4d4d"
+FLOOR_STYLES = (((0, (4, 3)), "x", "#8c8c8c"), ((0, (1, 2)), "+", "#5f5f5f"), ((0, (7, 2, 1, 2)), "1", "#a6a6a6"),
+                ((0, (2, 2)), "|", "#737373"), ((0, (9, 3)), "2", "#999999"))  # dashes, marker, grey: one a floor
+OTHER_COLOUR = "#4d4d4d"
+WIDTH_IN = 5.0  # inches at 72 points: 360 px wide at scale 1, a phone's content width
 
 
 def series_ids(task: dict[str, Any]) -> dict[str, str]:
@@ -32,9 +37,12 @@ def _styles(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     seen: dict[str, int] = {}
     out: dict[str, dict[str, Any]] = {}
+    floors = 0
     for label, ser in task["series"].items():
         if ser["floor"]:
-            out[label] = {"color": FLOOR_COLOUR, "ls": (0, (4, 3)), "marker": None, "lw": 1.2}
+            ls, marker, grey = FLOOR_STYLES[floors % len(FLOOR_STYLES)]
+            floors += 1
+            out[label] = {"color": grey, "ls": ls, "marker": marker, "lw": 1.3}
             continue
         kind = ser["kind"]
         ls, marker = VARIANT_STYLES[seen.get(kind, 0) % len(VARIANT_STYLES)]
@@ -59,7 +67,9 @@ def task_chart(name: str, task: dict[str, Any]) -> str:
     shown = [label + ("" if task["series"][label]["counts"] is not False else " ✗") for label in labels]
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ndpe-explore", "font.size": 10,
                                 "font.family": "sans-serif"}):
-        fig, ax = plt.subplots(figsize=(7.6, max(3.6, 0.24 * len(labels) + 1.2)), layout="constrained")
+        rows = math.ceil(len(labels) / 2)  # the legend's rows under the axes, two entries a row
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.3 + 0.19 * rows + (0.9 if len(ratios) == 1 else 0)),
+                               layout="constrained")
         for i, label in enumerate(labels):
             ser, st = task["series"][label], styles[label]
             points = [p for p in ser["points"] if p["mean"] is not None]
@@ -99,7 +109,7 @@ def task_chart(name: str, task: dict[str, Any]) -> str:
         ax.set_axisbelow(True)
         handles = [Line2D([], [], color=styles[label]["color"], ls=styles[label]["ls"], lw=styles[label]["lw"],
                           marker=styles[label]["marker"], ms=5) for label in labels]
-        legend = fig.legend(handles, shown, loc="outside right upper", fontsize=8, frameon=False)
+        legend = fig.legend(handles, shown, loc="outside lower center", ncols=2, fontsize=9, frameon=False)
         for label, handle, text in zip(labels, legend.legend_handles, legend.get_texts()):
             if handle is not None:  # one per entry (a Line2D here): matplotlib types it optional
                 handle.set_gid(f"{ids[label]}-legend-handle")

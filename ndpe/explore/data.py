@@ -1,12 +1,11 @@
 """The numbers behind every picture of the explorer, computed by ndpe (the page only draws them).
 
-Each ``*_data`` function returns plain JSON-able dicts: maps as :func:`pack` strings (int8, base64), angles and
-slopes as floats, and for every picture the ``ndpe.make`` call that made it (``"made"``). No formula of an
+Each ``*_data`` function returns plain JSON-able dicts: maps as :func:`~ndpe.explore.codec.pack` strings (a byte
+per value over the map's own range, base64), angles and slopes as floats, and for every picture the ``ndpe.make`` call that made it (``"made"``). No formula of an
 encoding is written again in the page's JavaScript: it looks numbers up, colours them and outlines cells.
 """
 from __future__ import annotations
 
-import base64
 import math
 from typing import Any, Callable, Sequence, cast
 
@@ -19,6 +18,7 @@ from ..registry import available, kind_class, make
 from ..registry import options as registry_options
 from ..scaling import needs_train_shape
 from ..viz.fields import Content, centre_index, content_of, quantity_of, relation, shown_field
+from .codec import pack, unpack  # noqa: F401 (unpack: the page's inverse, for the tests)
 
 # Settings of the pictures; the page names them beside each picture (``made``).
 DIM, HEADS = 128, 4  # head_dim 32: 8 rotary pairs per axis in 2D
@@ -33,27 +33,6 @@ KIND_OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
     "string": ({"theta": 100.0}, "theta 100, as rope"),
     "videorope": ({"theta": 100.0}, "theta 100, as rope"),
 }
-
-
-def pack(values: Tensor) -> dict[str, Any]:
-    """Float values -> ``{"b64", "scale"}``: int8 ``round(v / scale)`` (NaN and -inf as -128), base64.
-
-    ``scale`` is the largest finite ``|v|`` / 127, so the page recovers ``v`` within ``scale / 2``.
-
-    >>> p = pack(torch.tensor([1.0, -0.5, float("nan")])); p["scale"] == 1 / 127, unpack(p)[:2].tolist()
-    (True, [1.0, -0.5039370059967041])
-    """
-    v = values.detach().double().flatten()
-    finite = v[v.isfinite()]
-    scale = float(finite.abs().max()) / 127 if finite.numel() and float(finite.abs().max()) > 0 else 1.0
-    q = torch.where(v.isfinite(), (v / scale).round().clamp(-127, 127), torch.full_like(v, -128.0))
-    return {"b64": base64.b64encode(q.to(torch.int8).numpy().tobytes()).decode("ascii"), "scale": scale}
-
-
-def unpack(packed: dict[str, Any]) -> Tensor:
-    """The inverse of :func:`pack` (what the page computes): float32, -128 -> NaN."""
-    q = torch.frombuffer(bytearray(base64.b64decode(packed["b64"])), dtype=torch.int8).float()
-    return torch.where(q == -128, torch.full_like(q, math.nan), q * packed["scale"])
 
 
 def made(kind: str, dims: int, *, dim: int = DIM, heads: int = HEADS, **options: Any) -> str:
@@ -72,12 +51,12 @@ def kind_options(kind: str, dims: int, grid: Sequence[int]) -> dict[str, Any]:
     return options
 
 
-def build(kind: str, dims: int, *, heads: int = HEADS, **options: Any):
+def build(kind: str, dims: int, *, heads: int = HEADS, dim: int = DIM, **options: Any):
     """``ndpe.make`` in eval mode, learned weights drawn from seed 0 (the same picture on every build; torch's
     global generator is left as it was)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return make(dims=dims, kind=kind, dim=DIM, heads=heads, **options).eval()
+        return make(dims=dims, kind=kind, dim=dim, heads=heads, **options).eval()
 
 
 @torch.no_grad()
@@ -335,7 +314,7 @@ def _axis_rows(kind: str, n: int, queries: Sequence[int], train_n: int) -> Tenso
     table holds ``train_n`` rows (the training clip) and is resized to ``n``."""
     if kind == "none":
         return None
-    pe = build(kind, 1, **kind_options(kind, 1, (train_n,)))
+    pe = build(kind, 1, dim=DIM // 2, **kind_options(kind, 1, (train_n,)))  # each axis: half the channels
     return relation_rows(pe, (n,), queries)[0]
 
 
@@ -411,14 +390,6 @@ def bias_data(kinds: Sequence[str]) -> dict[str, Any]:
                                  "slopes": None if slopes is None else [float(s) for s in slopes.flatten()]}
     out["query"] = query
     return out
-
-
-def colour_maps() -> dict[str, Any]:
-    """Each quantity's colour map as 256 ``#rrggbb`` (the figures' own maps, sampled by matplotlib)."""
-    from ..viz.style import QUANTITIES, lut
-
-    return {name: {"lut": lut(name), "label": q.label, "unit": q.unit, "diverging": q.diverging}
-            for name, q in QUANTITIES.items()}
 
 
 def content_note() -> str:

@@ -17,19 +17,28 @@ function el(tag, attrs, ...children) {
   for (const c of children) if (c !== null && c !== undefined) node.append(c);
   return node;
 }
-const unpacked = new WeakMap();
-function unpack(p) {  // int8 base64 -> Float32Array (-128 -> NaN), see data.pack
+const unpacked = new WeakMap(), steps = new WeakMap();  // steps: each map's buffer -> its packing step
+function unpack(p) {  // a byte per value over the map's range -> Float32Array (255 -> NaN), see ndpe.explore.codec
   if (!unpacked.has(p)) {
     const bin = atob(p.b64), out = new Float32Array(bin.length);
     for (let i = 0; i < bin.length; i++) {
-      let v = bin.charCodeAt(i);
-      if (v > 127) v -= 256;
-      out[i] = v === -128 ? NaN : v * p.scale;
+      const v = bin.charCodeAt(i);
+      out[i] = v === 255 ? NaN : p.offset + v * p.scale;
     }
     unpacked.set(p, out);
+    steps.set(out.buffer, p.scale);
   }
   return unpacked.get(p);
 }
+// The largest packing step of the maps a number comes from (0 when none is packed): a value is known within half a
+// step, so it is printed to the decimals a step holds (fmtHeld), never to digits the page does not have.
+function stepOf(arrays) { return Math.max(0, ...arrays.map(a => (a && steps.get(a.buffer)) || 0)); }
+function fmtHeld(x, step) {
+  if (!(step > 0) || !Number.isFinite(Number(x))) return fmt(x);
+  const decimals = Math.max(0, Math.floor(-Math.log10(step)));
+  return decimals > 6 ? fmt(x, 4) : trimZeros(Number(x).toFixed(decimals));
+}
+function trimZeros(t) { const s = t.includes(".") ? t.replace(/0+$/, "").replace(/\.$/, "") : t; return s === "-0" ? "0" : s; }
 function row(arr, i, n) { return arr.subarray(i * n, (i + 1) * n); }
 // x to d significant digits, as the page prints every number: trailing zeros of a fraction dropped ("0.5", never
 // "0.500"), an integer part kept whole ("100", "123456"), exponents outside 1e-4 .. 1e6 ("1.5e-7"); "n/a" for none.
@@ -37,19 +46,25 @@ function fmt(x, d = 3) {
   if (x === null || x === undefined || !Number.isFinite(Number(x))) return "n/a";
   const v = Number(x), a = Math.abs(v);
   if (a === 0) return "0";
-  const trim = t => t.includes(".") ? t.replace(/0+$/, "").replace(/\.$/, "") : t;
+  const trim = trimZeros;
   if (a < 1e-4 || a >= 1e6) { const [m, e] = v.toExponential(d - 1).split("e"); return `${trim(m)}e${e}`; }
   const p = v.toPrecision(d);  // "1.00e+3" where rounding reaches 10^d: print the integer instead
   return a >= 10 ** d || p.includes("e") ? String(Math.sign(v) * Math.round(a)) : trim(p);
 }
-function select(label, id, options, value, onchange, disabled) {
+// refuse(v): why the page has no picture for option v (a choice the kind refuses), or null: such an option is shown
+// disabled, the reason's first clause beside its name and the whole of it in its tooltip, instead of being offered
+// and answered with an error.
+function select(label, id, options, value, onchange, disabled, refuse) {
   const s = el("select", {id, disabled: disabled ? true : null, onchange: e => onchange(e.target.value)});
   for (const o of options) {
-    const [v, t] = Array.isArray(o) ? o : [o, o];
-    s.append(el("option", {value: v, selected: String(v) === String(value) ? true : null, text: t}));
+    const [v, t] = Array.isArray(o) ? o : [o, o], why = refuse ? refuse(v) : null;
+    s.append(el("option", {value: v, selected: String(v) === String(value) ? true : null, disabled: why ? true : null,
+      title: why, text: why ? `${t} — ${shortReason(why)}` : t}));
   }
   return el("label", {for: id}, label, s);
 }
+function shortReason(why) { const s = why.split(":")[0]; return s.length > 44 ? s.slice(0, 43) + "…" : s; }
+function refused(entry) { return entry && entry.error ? entry.error : null; }
 
 // ---- colour: each quantity's map (the figures' own, sampled by matplotlib) ----------------------------------
 // A scale spans the values drawn, so a map whose values all lie in 0.6 .. 1 uses the whole of its half of the
@@ -60,7 +75,7 @@ function limits(quantity, arrays) {
   for (const a of arrays) for (const v of a) if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
   if (!Number.isFinite(lo)) { lo = -1; hi = 1; }
   if (hi - lo < 1e-6) { lo -= 0.5; hi += 0.5; }
-  return [lo, hi];
+  return [lo, hi, stepOf(arrays)];
 }
 function position(v, quantity, lim) {  // 0 .. 1 along the colour map
   const [lo, hi] = lim;
@@ -128,11 +143,11 @@ function outline(g, mask, rows, cols, cell, colour, width) {
 }
 function colourBar(quantity, lim) {
   const w = 180, h = 12, c = el("canvas", {width: w, height: h, role: "img", class: "bar",
-    "aria-label": `colour scale ${fmt(lim[0])} to ${fmt(lim[1])}`});
+    "aria-label": `colour scale ${fmtHeld(lim[0], lim[2])} to ${fmtHeld(lim[1], lim[2])}`});
   const g = c.getContext("2d");
   for (let x = 0; x < w; x++) { g.fillStyle = colourOf(lim[0] + (lim[1] - lim[0]) * (x + 0.5) / w, quantity, lim); g.fillRect(x, 0, 1, h); }
   const q = DATA.cmaps[quantity];
-  return el("div", {class: "note"}, c, el("div", {class: "scale", text: `${fmt(lim[0])} … ${fmt(lim[1])}: ${q.label}${q.unit ? " (" + q.unit + ")" : ""}`}));
+  return el("div", {class: "note"}, c, el("div", {class: "scale", text: `${fmtHeld(lim[0], lim[2])} … ${fmtHeld(lim[1], lim[2])}: ${q.label}${q.unit ? " (" + q.unit + ")" : ""}`}));
 }
 function figure(canvas, caption, made) {
   return el("figure", {}, canvas, el("figcaption", {}, caption, made ? el("div", {class: "made", text: made}) : null));
@@ -204,9 +219,12 @@ function renderGrowth() {
   ctl.replaceChildren(
     select("kind", "growth-kind", growthKinds(), s.kind, v => set("growth", {kind: v})),
     select("input grows by", "growth-mode", [["zoom", "zoom (same picture, finer)"], ["canvas", "canvas (more picture)"]], s.mode, v => set("growth", {mode: v})),
-    select("growth", "growth-grow", G.growths.map(g => [String(g), `×${g} (${G.train.map(n => Math.round(n * g)).join(" × ")})`]), s.grow, v => set("growth", {grow: v})),
-    select("coordinates", "growth-coords", info.coordsList.map(c => [c, c === "-" ? "(the kind has none)" : c]), info.coords, v => set("growth", {coords: v}), info.coordsList.length < 2),
-    select("scaling", "growth-scaling", info.scalings.map(c => [c, {none: "none", pi: "PI (linear)", ntk: "NTK-aware", yarn: "YaRN"}[c]]), info.scaling, v => set("growth", {scaling: v}), info.scalings.length < 2),
+    select("growth", "growth-grow", G.growths.map(g => [String(g), `×${g} (${G.train.map(n => Math.round(n * g)).join(" × ")})`]), s.grow, v => set("growth", {grow: v}), false,
+      g => refused(G.settings[`${s.kind}|${info.coords}|${info.scaling}|${Number(g)}|${s.mode}`])),
+    select("coordinates", "growth-coords", info.coordsList.map(c => [c, c === "-" ? "(the kind has none)" : c]), info.coords, v => set("growth", {coords: v}), info.coordsList.length < 2,
+      c => refused(G.settings[`${s.kind}|${c}|${info.scaling}|${Number(s.grow)}|${s.mode}`])),
+    select("scaling", "growth-scaling", info.scalings.map(c => [c, {none: "none", pi: "PI (linear)", ntk: "NTK-aware", yarn: "YaRN"}[c]]), info.scaling, v => set("growth", {scaling: v}), info.scalings.length < 2,
+      c => refused(G.settings[`${s.kind}|${info.coords}|${c}|${Number(s.grow)}|${s.mode}`])),
     select("query", "growth-query", G.queries, s.q, v => set("growth", {q: v})));
   const d = G.settings[info.key];
   if (!d || d.error) { view.replaceChildren(errorBox(d ? d.error : "not computed"), scenePicture(s, null)); return; }
@@ -267,8 +285,10 @@ function renderDials() {
   const s = state.dials, D = DATA.dials;
   document.getElementById("dials-controls").replaceChildren(
     select("theta", "dials-theta", D.thetas.map(String), s.theta, v => set("dials", {theta: v})),
-    select("scaling", "dials-scaling", D.scalings.map(c => [c, {none: "none", pi: "PI (linear)", ntk: "NTK-aware", yarn: "YaRN"}[c]]), s.scaling, v => set("dials", {scaling: v})),
-    select("test length", "dials-grow", D.growths.map(g => [String(g), `×${g} (${Math.round(g * D.length)} tokens)`]), s.grow, v => set("dials", {grow: v})));
+    select("scaling", "dials-scaling", D.scalings.map(c => [c, {none: "none", pi: "PI (linear)", ntk: "NTK-aware", yarn: "YaRN"}[c]]), s.scaling, v => set("dials", {scaling: v}), false,
+      c => refused(D.settings[`${Number(s.theta)}|${c}|${Number(s.grow)}`])),
+    select("test length", "dials-grow", D.growths.map(g => [String(g), `×${g} (${Math.round(g * D.length)} tokens)`]), s.grow, v => set("dials", {grow: v}), false,
+      g => refused(D.settings[`${Number(s.theta)}|${s.scaling}|${Number(g)}`])));
   const d = D.settings[`${Number(s.theta)}|${s.scaling}|${Number(s.grow)}`];
   const view = document.getElementById("dials-view");
   if (!d || d.error) { view.replaceChildren(errorBox(d ? d.error : "not computed")); return; }
@@ -285,7 +305,8 @@ function renderDials() {
     arc(0, Math.min(test, TWO_PI), "#222", 2, r - 5);
     if (out) { arc(train, Math.min(test, TWO_PI), "#b00020", 5, r); unseen++; }
     rows.append(el("li", {class: out ? "unseen" : null}, c, el("span", {text:
-      `pair ${j}: one turn per ${fmt(TWO_PI / d.step[j])} tokens; angles seen 0–${fmt(train)} rad, met 0–${fmt(test)} rad${out ? ` (+${fmt(100 * (Math.min(test, TWO_PI) - train) / train, 2)} %)` : ""}`})));
+      `pair ${j}: one turn per ${fmt(TWO_PI / d.step[j])} tokens; angles seen 0–${fmt(train)} rad, met 0–${fmt(test)} rad` +
+      (out ? `: ${fmt(Math.min(test, TWO_PI) - train)} rad of the circle never seen (red), ${fmt(100 * (test - train) / train, 2)} % beyond the largest angle seen` : "")})));
   }
   view.replaceChildren(figure(rows, `${unseen} of ${n} pairs meet angles never seen in training`, d.made));
 }
@@ -301,8 +322,8 @@ function renderCompare() {
   let q = s.q === "" ? Math.floor(frames / 2) * rows * cols + Math.floor(rows / 2) * cols + Math.floor(cols / 2) : Math.min(n - 1, Number(s.q));
   const frame = s.frame === "" ? Math.floor(q / (rows * cols)) : Math.min(frames - 1, Number(s.frame));
   const ctl = [select("dims", "compare-dims", [["1", "1D (text, 24 tokens)"], ["2", "2D (image, 8 × 8)"], ["3", "3D (video, 4 × 6 × 6)"]], s.dims, v => set("compare", {dims: v, q: "", frame: ""})),
-    select("kind A", "compare-a", kinds, s.a, v => set("compare", {a: v})),
-    select("kind B", "compare-b", kinds, s.b, v => set("compare", {b: v}))];
+    select("kind A", "compare-a", kinds, s.a, v => set("compare", {a: v}), false, k => refused(C.maps[`${k}/${s.dims}`])),
+    select("kind B", "compare-b", kinds, s.b, v => set("compare", {b: v}), false, k => refused(C.maps[`${k}/${s.dims}`]))];
   if (frames > 1) ctl.push(select("frame shown", "compare-frame", [...Array(frames).keys()].map(String), String(frame), v => set("compare", {frame: v})));
   document.getElementById("compare-controls").replaceChildren(...ctl);
   const pick = (cell) => set("compare", {q: String(frame * rows * cols + cell), frame: String(frame)});
@@ -370,8 +391,8 @@ function renderSpec() {
   const s = state.spec, S = DATA.spec, [T, F] = S.grid;
   const names = {none: "none", learned: "learned table (absolute)", sinusoidal: "sinusoidal (absolute values)", rope: "RoPE (relative)"};
   document.getElementById("spec-controls").replaceChildren(
-    select("time axis", "spec-time", S.kinds.map(k => [k, names[k]]), s.time, v => set("spec", {time: v})),
-    select("frequency axis", "spec-freq", S.kinds.map(k => [k, names[k]]), s.freq, v => set("spec", {freq: v})),
+    select("time axis", "spec-time", S.kinds.map(k => [k, names[k]]), s.time, v => set("spec", {time: v}), false, k => refused(S.settings[`${k}|${s.freq}`])),
+    select("frequency axis", "spec-freq", S.kinds.map(k => [k, names[k]]), s.freq, v => set("spec", {freq: v}), false, k => refused(S.settings[`${s.time}|${k}`])),
     select("compare with", "spec-compare", [["long", "a clip twice as long"], ["shift", "a pitch shift"]], s.view, v => set("spec", {view: v})),
     select("shift (bins)", "spec-shift", ["1", "2", "3", "4"], s.shift, v => set("spec", {shift: v}), s.view !== "shift"));
   const d = S.settings[`${s.time}|${s.freq}`], view = document.getElementById("spec-view");
@@ -389,21 +410,21 @@ function renderSpec() {
     const longVals = row(unpack(d.long), qb, 2 * T * F), lim = limits("relation", [base, longVals]);
     const around = new Float32Array(T * F);  // the long clip around its query minus the training clip around its own
     for (let t = 0; t < T; t++) for (let b = 0; b < F; b++) around[t * F + b] = longVals[(t - qt + T) * F + b] - base[t * F + b];
-    const m = largest(around);
+    const m = largest(around), held = stepOf([base, longVals]);  // a difference within a packing step is none
     figs.push(figure(specMap(specImage(base, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb, F), onpick: pick, label: "training clip"}),
       `training clip (${encodings}): ${T} frames × ${F} bins; click a query`),
       figure(specMap(specImage(longVals, 2 * T, F), 2 * T, {quantity: "relation", lim, query: (F - 1 - qb) * 2 * T + T, label: "clip twice as long"}),
-        `a clip twice as long, the query in its middle frame: around it the map differs from the training clip's by at most ${fmt(m, 2)}` +
-        (m < 0.01 ? ` (the same pattern: ${names[s.time]} on the time axis)` : ` (${names[s.time]} on the time axis changes it)`)), colourBar("relation", lim));
+        `a clip twice as long, the query in its middle frame: around it the map differs from the training clip's by at most ${fmtHeld(m, held)}` +
+        (m < Math.max(0.01, held) ? ` (the same pattern: ${names[s.time]} on the time axis)` : ` (${names[s.time]} on the time axis changes it)`)), colourBar("relation", lim));
   } else {
     const moved = row(all, q + k, T * F), diff = new Float32Array(T * F).fill(NaN);
     for (let t = 0; t < T; t++) for (let b = 0; b + k < F; b++) diff[t * F + b] = moved[t * F + b + k] - base[t * F + b];
-    const lim = limits("relation", [base, moved, diff]), m = largest(diff);
+    const lim = limits("relation", [base, moved, diff]), m = largest(diff), held = stepOf([base, moved]);
     figs.push(figure(specMap(specImage(base, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb, F), onpick: pick, label: "the sound"}),
       `the sound (${encodings}): a query at one pitch; click to move it`),
       figure(specMap(specImage(moved, T, F), T, {quantity: "relation", lim, query: toCell(qt, qb + k, F), label: "pitch-shifted"}), `pitch-shifted by ${k} bins`),
       figure(specMap(specImage(diff, T, F), T, {quantity: "relation", lim, label: "difference"}),
-        `shifted map moved back minus the original: at most ${fmt(m, 2)} in size` + (m < 0.01
+        `shifted map moved back minus the original: at most ${fmtHeld(m, held)} in size` + (m < Math.max(0.01, held)
           ? `, zero (white): ${names[s.freq]} on the frequency axis is blind to the shift`
           : `: ${names[s.freq]} on the frequency axis tells the pitches apart`)),
       colourBar("relation", lim));
