@@ -209,3 +209,26 @@ def test_a_preset_cut_applies_to_future_runs_and_keeps_computed_ones_in_the_repo
     assert [c.seed for c in bench.cells_for(cut) if c.kind == "xpos"] == [0]
     rows = read_rows(tmp_path / "quick" / "results.csv")
     assert {r.seed for r in selected_rows(cut, rows) if r.kind == "xpos"} == {0, 1}
+
+
+def test_zoom_tasks_train_on_random_resized_crops_and_test_on_whole_images(tmp_path):
+    """The zoom tasks' training split goes through a random resized crop (a new draw on each read, the same draws for
+    the same training seed); validation and test splits, and the canvas tasks, are the images as rendered."""
+    from train.bench_data import ScaleCrop, cell_data
+
+    cfg = tiny(tmp_path, "tasks=[image/shapes-zoom]")
+    task = bench.TASKS["image/shapes-zoom"]
+    assert task.train_scale_crop == (0.25, 1.0) and bench.TASKS["image/shapes"].train_scale_crop is None
+    factory = cell_data(cfg, task, tmp_path / "run")
+    train = factory("train", seed=0, root=None, **data_options(task))
+    val = factory("val", seed=0, root=None, **data_options(task))
+    assert isinstance(train, ScaleCrop) and not isinstance(val, ScaleCrop)
+    assert train.task == val.task and train.num_classes == val.num_classes
+    torch.manual_seed(0)
+    a = train[0][0]
+    torch.manual_seed(0)
+    assert torch.equal(train[0][0], a) and a.shape == train.data[0][0].shape
+    assert not torch.equal(train[0][0], a), "a new crop on each read"
+    assert not torch.equal(a, train.data[0][0]) and train[0][1] == train.data[0][1]
+    with pytest.raises(ValueError, match="scale_crop must be"):
+        ScaleCrop(train.data, (0.0, 1.0))

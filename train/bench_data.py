@@ -20,11 +20,13 @@ from .protocol import TASKS, Task
 
 
 def bench_dataset(split: str, *, seed: int, root: str | None, dataset: str, cache: str, train_items: int,
-                  eval_items: int, **opts):
-    """The data factory of the benchmark's cells (:func:`cell_data` fills ``dataset`` ... ``eval_items``).
+                  eval_items: int, scale_crop: tuple[float, float] | None = None, **opts):
+    """The data factory of the benchmark's cells (:func:`cell_data` fills ``dataset`` ... ``scale_crop``).
 
     Built-in datasets are materialized once per (split, seed, options) in ``cache`` and shared by
-    every encoding; ``train_items`` / ``eval_items`` size the training and val/test splits.
+    every encoding; ``train_items`` / ``eval_items`` size the training and val/test splits. ``scale_crop``
+    (the task's ``train_scale_crop``): the training split's images pass through a random resized crop of that
+    area range, drawn anew each time an item is read.
     """
     from .cache import cached_dataset
     from .data import DATASETS, build_dataset
@@ -33,14 +35,43 @@ def bench_dataset(split: str, *, seed: int, root: str | None, dataset: str, cach
         return build_dataset(dataset, split, seed=seed, root=root, **opts)
     items = train_items if split == "train" else eval_items
     sized = {"size": items} if "size" in DATASETS[dataset].options else {"limit": items}
-    return cached_dataset(split, seed=seed, root=root, dataset=dataset, cache=cache, **sized, **opts)
+    data = cached_dataset(split, seed=seed, root=root, dataset=dataset, cache=cache, **sized, **opts)
+    return ScaleCrop(data, scale_crop) if split == "train" and scale_crop else data
+
+
+class ScaleCrop(Dataset):
+    """A dataset's images through torchvision's ``RandomResizedCrop`` back to their own size (square crops of
+    ``scale`` of the area: the content seen 1 to 1 / sqrt(min scale) times larger), as DeiT-III and RoPE-ViT train;
+    labels and the dataset's attributes unchanged. The crop draws from torch's generator (the training seed)."""
+
+    def __init__(self, data: Dataset, scale: tuple[float, float]):
+        from torchvision.transforms import v2
+
+        self.data, self.scale = data, tuple(float(x) for x in scale)
+        if len(self.scale) != 2 or not 0 < self.scale[0] <= self.scale[1] <= 1:
+            raise ValueError(f"scale_crop must be (low, high) with 0 < low <= high <= 1, got {scale!r}")
+        size = tuple(data[0][0].shape[-2:])
+        self.crop = v2.RandomResizedCrop(size, scale=self.scale, ratio=(1.0, 1.0), antialias=True)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        x, y = self.data[index]
+        return self.crop(x), y
+
+    def __getattr__(self, name: str):  # task, num_classes, ...: the wrapped dataset's
+        if name in ("data", "scale", "crop"):
+            raise AttributeError(name)
+        return getattr(self.data, name)
 
 
 def cell_data(cfg: BenchConfig, task: Task, run_dir) -> Callable[..., Dataset]:
     """The data factory of ``task``'s cells in ``run_dir``: :func:`bench_dataset` with the task's dataset, the run's
     cache and the preset's sizes; called as ``factory(split, seed=..., root=..., **options)`` (train.main)."""
     return functools.partial(bench_dataset, dataset=task.dataset, cache=str(Path(run_dir) / "data"),
-                             train_items=int(cfg.items.get(task.name, cfg.train_items)), eval_items=cfg.test_items)
+                             train_items=int(cfg.items.get(task.name, cfg.train_items)), eval_items=cfg.test_items,
+                             scale_crop=task.train_scale_crop)
 
 
 def data_options(task: Task, size=None) -> dict:

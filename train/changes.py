@@ -72,4 +72,8 @@ CHANGES_AFTER_RESULTS = [
     "context (FIRE's normalizer compresses 1.99x from 64 to 512, the paper's 1.26x; PoPE at head_dim 16 has 5 of 16 "
     "frequencies cycling within 64 positions); their comparative halves stay, and both claims are judged whole on a "
     "new scale-matched task, text/stdlib_lm-256 (context 256 to 2,048, head_dim 32), not yet run",
+    "image/shapes-zoom and image/digits-zoom (2026-11-28, after a review: without scale augmentation NoPE itself "
+    "collapsed under zoom, digits 0.73 -> 0.34): training images pass through random resized crops of 1/4 to all of "
+    "the image (content 1-2x larger, DeiT-III's and RoPE-ViT's augmentation), from standard-v3 on; the standard "
+    "record's rows were trained without it and stay as they are",
 ]

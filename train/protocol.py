@@ -83,6 +83,8 @@ class Task:
     order_blind: str = ""  # what a model blind to order reaches, and how the floor computes it
     archs: dict = field(default_factory=dict)  # coordinate tasks: kind ("conv", "conv+coord") -> ConvNet options
     kind_options: dict = field(default_factory=dict)  # kind -> KindOption (the protocol's choices, with reasons)
+    train_scale_crop: tuple | None = None  # zoom tasks: training images through a random resized crop of this area
+    # range (train/bench_data.py ScaleCrop), so the model has seen content at the test sizes' scales
     competence_split: str = "test"  # where the bar is judged at the training size: "val" when the test split is
     # held out by design (Liu et al.'s quadrant), so a model that fits its training data is not called incompetent
 
@@ -99,6 +101,9 @@ PRESS_PROTOCOL = ("causal character LM trained on windows of C characters (every
                   "only adds history: Press et al. 2022's extrapolation with a sliding window. The data seeds shift "
                   "the windows by under C/2 characters: they vary the cut, not the text")
 ZOOM = "the same scene rendered at a higher resolution (more patches, same content): Heo et al. 2024"
+ZOOM_CROP = (0.25, 1.0)  # random resized crops of 1/4 to all of the image: content 1-2x larger, the test zoom's range
+# (DeiT-III's and RoPE-ViT's training augmentation; without it NoPE itself collapses under zoom)
+ZOOM_TRAINED = "; trained with random resized crops of 1/4 to all of each image (content 1-2x larger, as DeiT-III)"
 CANVAS = "a larger field with objects of the same pixel size (position extrapolation; not Heo et al.'s protocol)"
 LIU = ("a one-hot pixel in a 64x64 image -> its (row, col); CoordConv vs plain conv, as Liu et al. 2018 (their "
        "supervised coordinate regression task and split), both with the paper's He-normal initialization")
@@ -140,11 +145,12 @@ TASKS = {t.name: t for t in [
     Task("image/shapes", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
          model_opts=VIT, protocol=CANVAS, order_blind=ORDER_BLIND_POSITIONS, kind_options={"rope": ROPE_VIT}),
     Task("image/shapes-zoom", "shapes", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
-         data={"growth": "zoom"}, model_opts=VIT, protocol=ZOOM, order_blind=ORDER_BLIND_POSITIONS,
-         kind_options={"rope": ROPE_VIT}),
+         data={"growth": "zoom"}, model_opts=VIT, protocol=ZOOM + ZOOM_TRAINED, order_blind=ORDER_BLIND_POSITIONS,
+         kind_options={"rope": ROPE_VIT}, train_scale_crop=ZOOM_CROP),
     Task("image/digits-zoom", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
-         data={"growth": "zoom", "channels": 1}, model_opts={**VIT, "in_chans": 1}, protocol=ZOOM,
-         order_blind="measured: NoPE (a bag of patches)", kind_options={"rope": ROPE_VIT}),
+         data={"growth": "zoom", "channels": 1}, model_opts={**VIT, "in_chans": 1}, protocol=ZOOM + ZOOM_TRAINED,
+         order_blind="measured: NoPE (a bag of patches)", kind_options={"rope": ROPE_VIT},
+         train_scale_crop=ZOOM_CROP),
     Task("image/digits-canvas", "digits", "vit", 2, "image_size", 32, (32, 48, 64), "acc", True, IMAGE_BAR, "px",
          data={"growth": "canvas", "digit_size": 24, "channels": 1}, model_opts={**VIT, "in_chans": 1},
          protocol=CANVAS, order_blind="measured: NoPE (a bag of patches)", kind_options={"rope": ROPE_VIT}),
