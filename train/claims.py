@@ -123,9 +123,14 @@ def compare(a: dict, b: dict) -> tuple[stats.Estimate, str]:
 def compare_rates(a: list[float], b: list[float], bar: float, higher: bool, alpha: float) -> RateEstimate:
     """The runs of ``a`` and ``b`` that pass ``bar`` (values as measured, not signed), by Fisher's exact test."""
     ra, rb = stats.success_rate(a, bar, higher), stats.success_rate(b, bar, higher)
-    pooled = (ra.k + rb.k) / max(ra.n + rb.n, 1)
     return RateEstimate(ra.rate - rb.rate, stats.fisher(ra.k, ra.n, rb.k, rb.n), f"{ra.k}/{ra.n} vs {rb.k}/{rb.n} "
-                        "runs at the bar (Fisher exact)", stats.fisher_detectable(ra.n, rb.n, pooled, alpha))
+                        "runs at the bar (Fisher exact)", rate_detectable(ra, rb, alpha))
+
+
+def rate_detectable(ra: stats.Rate, rb: stats.Rate, alpha: float) -> float:
+    """The smallest difference of success rates Fisher's test detects here: one kind at the lower observed rate, the
+    other that much above it."""
+    return stats.fisher_detectable(ra.n, rb.n, min(ra.rate, rb.rate), alpha)
 
 
 def bimodal(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool) -> bool:
@@ -241,7 +246,8 @@ def threshold_halves(claim: Claim, agg_task, last: float, higher: bool, level: f
             delta = rate.rate - 0.5
             tests.append((f"{label} {side} {bound:.3g} in most runs" if should else f"{label} {side} {bound:.3g} in "
                           "few runs", RateEstimate(delta if should else -delta, p, f"{rate.k}/{rate.n} runs {side} "
-                                                   f"{bound:.3g} (exact binomial test against 1/2)", math.nan)))
+                                                   f"{bound:.3g} (exact binomial test against 1/2)",
+                                                   stats.binomial_detectable(rate.n, level))))
             continue
         est = stats.above(values, bound, higher)
         tests.append((f"{label} {side} {bound:.3g}" if should else f"{label} not {side} {bound:.3g}",
@@ -250,10 +256,9 @@ def threshold_halves(claim: Claim, agg_task, last: float, higher: bool, level: f
         for b in claim.misses:
             if a in rates and b in rates:
                 ra, rb = rates[a], rates[b]
-                pooled = (ra.k + rb.k) / max(ra.n + rb.n, 1)
                 tests.append((f"{a} vs {b}: runs {'under' if not higher else 'over'} {bound:.3g}", RateEstimate(
                     ra.rate - rb.rate, stats.fisher(ra.k, ra.n, rb.k, rb.n), f"{ra.k}/{ra.n} vs {rb.k}/{rb.n} runs "
-                    "(Fisher exact)", stats.fisher_detectable(ra.n, rb.n, pooled, level))))
+                    "(Fisher exact)", rate_detectable(ra, rb, level))))
     return tests
 
 

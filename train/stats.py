@@ -389,3 +389,21 @@ def fisher_detectable(n_a: int, n_b: int, base: float, alpha: float = ALPHA, pow
         if fisher_power(n_a, n_b, other, base, alpha) >= power:
             return d
     return math.nan
+
+
+def binomial_detectable(n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest distance of a success rate from 1/2 (in steps of 0.01) that the exact two-sided binomial test of
+    ``n`` runs detects with ``power`` at ``alpha``; nan when even a rate of 1 is not.
+
+    >>> binomial_detectable(10)   # 10 runs: only a rate of 0.92 or more is told from a coin
+    0.42
+    """
+    from scipy.stats import binom, binomtest
+
+    if not n:
+        return math.nan
+    reject = [k for k in range(n + 1) if binomtest(k, n, 0.5).pvalue < alpha]
+    for step in range(1, 51):
+        if sum(binom.pmf(k, n, 0.5 + step / 100) for k in reject) >= power:
+            return step / 100
+    return math.nan
