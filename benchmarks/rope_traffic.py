@@ -61,9 +61,10 @@ class OpTraffic(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         schema, name = func._schema, func.__name__.split(".")[0]
-        if name in FREE or all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+        if name in FREE or (schema.returns and all(r.alias_info is not None and not r.alias_info.is_write
+                                                    for r in schema.returns)):  # in-place foreach ops return nothing
             return out  # an allocation or a view: no kernel moves data
-        self.ops += 1
+        self.ops += len(args[0]) if name.startswith("_foreach") else 1  # a foreach op: a kernel per tensor (broadcast)
         values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
         for arg in schema.arguments:
             t = values.get(arg.name)

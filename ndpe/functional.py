@@ -118,20 +118,21 @@ def _rotate_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str)
     kernel = _kernel
     if kernel == "compile":
         return compile_kernel.compiled(_rotate_reference_many)(xs, cos.to(xs[0].dtype), sin.to(xs[0].dtype), pairing)
-    if kernel == "triton":
-        from .kernels import triton as fused
-        if not fused.available(*xs):
+    fused = kernel == "triton"
+    if fused:
+        from .kernels import triton as triton_kernel
+        if not triton_kernel.available(*xs):
             raise RuntimeError("set_rotary_kernel('triton') needs Triton and q/k as CUDA tensors of float32/float16/"
                                f"bfloat16 with unit channel stride; got {xs[0].device} {xs[0].dtype} tensors "
                                "(use 'auto', 'eager' or 'compile')")
-        cos, sin = cos.to(xs[0].device, torch.float32), sin.to(xs[0].device, torch.float32)  # float32 angles
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-            return Rotary.apply(cos, sin, pairing, True, *xs)
-        return fused.rotary(xs, cos, sin, pairing)
-    cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-        return Rotary.apply(cos, sin, pairing, False, *xs)
-    return eager.rotate_many(xs, cos, sin, pairing)
+        if cos.device != xs[0].device:
+            cos, sin = cos.to(xs[0].device), sin.to(xs[0].device)
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad or any(x.requires_grad for x in xs)):
+        return Rotary.apply(cos, sin, pairing, fused, *xs)
+    tables = eager.prepare(cos, sin, torch.float32 if fused else xs[0].dtype, pairing)  # cast and joined once a grid
+    if fused:
+        return triton_kernel.rotary(xs, tables.cos, tables.sin, pairing)
+    return eager.rotate_many(xs, tables, views=True)
 
 
 def _rotate_reference_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str) -> tuple[Tensor, ...]:
