@@ -42,7 +42,7 @@ from ndpe.functional import rotary_kernel  # noqa: E402
 
 DEFAULT_SHAPES = ["vit-s 14x14", "32x32", "video 8x14x14", "1d 4096"]
 FREE = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "set_", "detach", "alias",
-        "lift_fresh")  # no bytes moved
+        "lift_fresh", "split", "split_with_sizes", "unbind", "chunk")  # no bytes moved (lists of views included)
 
 
 def footprint(t: torch.Tensor) -> int:

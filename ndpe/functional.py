@@ -27,6 +27,7 @@ __all__ = ["KERNELS", "apply_out", "apply_qk", "apply_rotary", "apply_rotary_man
            "rotary_kernel", "rotate_qk", "rotate_reference", "set_rotary_kernel", "transform_heads"]
 
 
+_CHECKED: dict = {}  # (id(pos), q.shape, k.shape) -> pos: the shape checks of apply_qk passed for them
 KERNELS = ("auto", "eager", "compile", "triton")
 """The rotary kernels :func:`set_rotary_kernel` takes."""
 _kernel = "auto"
@@ -242,11 +243,18 @@ def _rotate_qk(q: Tensor, k: Tensor, pos: PosOut) -> tuple[Tensor, Tensor]:
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"q has batch {q.shape[0]} but k has batch {k.shape[0]}")
     cos, sin = rot
-    layout = ("B", "heads", "T", "head_dim") if q.dim() == 4 else ("B", "T", "head_dim")
-    check_token_count(q, cos.shape[-2], pos.num_prefix, "q", layout)  # first: a swapped layout is no heads mismatch
-    check_token_count(k, rot_k[0].shape[-2], pos.num_prefix, "k", layout)
-    check_leading(cos.shape[:-2], q, "rotation")
-    check_leading(rot_k[0].shape[:-2], k, "rotation")
+    compiling = torch.compiler.is_compiling()
+    key = None if compiling else (id(pos), q.shape, k.shape)
+    if compiling or _CHECKED.get(key) is not pos:  # once a forward: every block after the first meets the same shapes
+        layout = ("B", "heads", "T", "head_dim") if q.dim() == 4 else ("B", "T", "head_dim")
+        check_token_count(q, cos.shape[-2], pos.num_prefix, "q", layout)  # first: a swapped layout is no heads mismatch
+        check_token_count(k, rot_k[0].shape[-2], pos.num_prefix, "k", layout)
+        check_leading(cos.shape[:-2], q, "rotation")
+        check_leading(rot_k[0].shape[:-2], k, "rotation")
+        if not compiling:
+            _CHECKED[key] = pos  # holds pos: its id is not reused while the entry lives
+            if len(_CHECKED) > 16:
+                del _CHECKED[next(iter(_CHECKED))]
     if pos.basis is not None:  # a learned orthogonal change of basis first (STRING): one matmul each
         q, k = change_basis(q, pos.basis), change_basis(k, pos.basis)
     if pos.rot_k is not None:
