@@ -1,27 +1,29 @@
 """The eager RoPE kernel: PyTorch ops at the memory floor.
 
-Applying RoPE is memory traffic: read q and k once, write them once. :func:`rotate` writes into one
-preallocated output (laid out in the input's memory order) with ``out=`` and in-place ``addcmul_``
+Applying RoPE is memory traffic: read q and k once, write them once. :func:`rotate_with` writes into one
+preallocated output (laid out in the input's memory order) with ``out=`` and one ``_foreach_addcmul_``
 on views: no ``cat``, no temporaries the size of ``x``; interleaved pairs in float32/float64 take a
 single complex multiply; q and k split from one fused qkv buffer go through one stacked view
-(:func:`rotate_many`). ``ndpe.kernels.autograd.Rotary`` carries autograd for this kernel and the
+(:func:`rotate_many`). The tables are cast to the compute dtype and joined once a grid (:func:`prepare`), so a
+block's forward on q and k is three kernels (a multiply, two ``addcmul``) and its backward four (a stack of the
+two gradients, then the same three). ``ndpe.kernels.autograd.Rotary`` carries autograd for this kernel and the
 Triton one. ``ndpe.functional.rotate_reference`` is the formula all of them are tested against
 (tests/test_functional.py, tests/test_triton.py). This module imports no other kernel.
 """
 from __future__ import annotations
 
+import weakref
 from typing import cast
 
 import torch
 from torch import Tensor
-
-from ..cache import TensorCache
-
+from torch.utils.weak import WeakIdKeyDictionary
 
 # Stack q and k only while the joint output stays within 32 MiB: above it glibc serves every
 # allocation with fresh mmap pages (page faults on every call), which two separate buffers avoid.
 STACK_MAX_BYTES = 32 << 20
-_TABLES = TensorCache()  # prepared tables of fixed cos / sin (a cached encoding's): one cast and join per grid
+# prepared tables of fixed cos / sin (a cached encoding's), kept per cos tensor while it lives: one cast and join a grid
+_TABLES: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 class Tables:
@@ -31,7 +33,10 @@ class Tables:
     __slots__ = ("cos", "sin", "half", "pairing", "_derived")
 
     def __init__(self, cos: Tensor, sin: Tensor, dtype: torch.dtype, pairing: str):
-        self.cos, self.sin, self.half, self.pairing = cos.to(dtype), sin.to(dtype), cos.shape[-1], pairing
+        # never the caller's tensor objects themselves (an alias when no cast is needed): a kept entry must not hold
+        # the cos that keys it alive
+        self.cos, self.sin = (t.to(dtype) if t.dtype != dtype else t.detach() for t in (cos, sin))
+        self.half, self.pairing = cos.shape[-1], pairing
         self._derived: dict = {}
 
     def joined(self, width: int) -> Tensor:
@@ -54,16 +59,20 @@ class Tables:
 
 
 def prepare(cos: Tensor, sin: Tensor, dtype: torch.dtype, pairing: str) -> Tables:
-    """:class:`Tables` of ``cos`` / ``sin`` in ``dtype``; fixed ones (no gradient: a cached encoding's) are kept per
-    ``(cos, sin, dtype, pairing)`` and served again while neither changed in place, so a model's blocks share one
-    cast and one join per grid."""
+    """:class:`Tables` of ``cos`` / ``sin`` in ``dtype``; fixed ones (no gradient: a cached encoding's) are kept on
+    ``cos`` (weakly: the entry goes with it) per ``(sin, dtype, pairing)`` and served again while neither changed in
+    place, so a model's blocks share one cast and one join per grid."""
     if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
         return Tables(cos, sin, dtype, pairing)
-    key = (id(cos), id(sin), dtype, pairing, torch.is_inference_mode_enabled())  # the entry holds cos and sin
-    tables = _TABLES.get(key)
-    if tables is None:
-        tables = Tables(cos, sin, dtype, pairing)
-        _TABLES.put(key, tables, (cos, sin))
+    entries = _TABLES.get(cos)
+    if entries is None:
+        entries = _TABLES[cos] = {}
+    key = (dtype, pairing, torch.is_inference_mode_enabled())
+    hit = entries.get(key)
+    if hit is not None and hit[0]() is sin and hit[1] == (cos._version, sin._version):
+        return hit[2]
+    tables = Tables(cos, sin, dtype, pairing)
+    entries[key] = (weakref.ref(sin), (cos._version, sin._version), tables)
     return tables
 
 
