@@ -40,13 +40,16 @@ def set_rotary_kernel(name: str) -> str:
       Triton's interpreter and compiled for sm_90, but has not run on a GPU yet; it becomes the CUDA
       choice of ``"auto"`` once measured there (``benchmarks/bench_rope.py --device cuda``).
     - ``"eager"``: PyTorch ops. Interleaved float32 pairs take one pass over x; half pairs take three
-      (no eager op reads channel i and i + rot_dim/2 together), about 3x a copy of q and k.
+      (no eager op reads channel i and i + rot_dim/2 together), about 3x a copy of q and k. The tables are cast to
+      x's dtype and joined once a grid (``ndpe.kernels.eager.prepare``): 3 kernels a block forward, 4 backward.
     - ``"compile"``: the plain formula compiled by ``torch.compile``; Inductor fuses forward and
       backward into one loop each (C++ on CPU, Triton on GPU). The first call compiles a graph for
       its shape (seconds), the first new shape a dynamic graph that later sizes reuse. For eager
       models on CPU.
-    - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles and arithmetic, stored
-      in x's dtype); CUDA tensors (CPU tensors only under ``TRITON_INTERPRET=1``), raises otherwise.
+    - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles and arithmetic, float64 for
+      float32 q/k; one rounding to x's dtype: within 1 ulp of a float64 reference); CUDA tensors (CPU tensors only
+      under ``TRITON_INTERPRET=1``), raises otherwise. ``ndpe.kernels.qkv.rotary_qkv_`` rotates a packed qkv
+      buffer in place on it.
 
     Under ``torch.compile`` the formula is always traced into the surrounding graph.
 

@@ -24,6 +24,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 STACK_MAX_BYTES = 32 << 20
 # prepared tables of fixed cos / sin (a cached encoding's), kept per cos tensor while it lives: one cast and join a grid
 _TABLES: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_LAST: list = [None]  # (cos ref, sin ref, key, versions, tables) of the last call
 
 
 class Tables:
@@ -64,14 +65,25 @@ def prepare(cos: Tensor, sin: Tensor, dtype: torch.dtype, pairing: str) -> Table
     place, so a model's blocks share one cast and one join per grid."""
     if cos.requires_grad or sin.requires_grad or torch.compiler.is_compiling():
         return Tables(cos, sin, dtype, pairing)
+    key = (dtype, pairing, torch.is_inference_mode_enabled())
+    last = _LAST[0]  # the previous block's: one identity test where a forward's blocks share one encoding
+    if last is not None and last[0]() is cos and last[1]() is sin and last[2] == key and last[3] == (
+            cos._version, sin._version):
+        return last[4]
+    tables = _prepare_kept(cos, sin, key)
+    _LAST[0] = (weakref.ref(cos), weakref.ref(sin), key, (cos._version, sin._version), tables)
+    return tables
+
+
+def _prepare_kept(cos: Tensor, sin: Tensor, key: tuple) -> Tables:
+    """:func:`prepare`'s tables kept on ``cos`` per ``key`` (dtype, pairing, inference mode)."""
     entries = _TABLES.get(cos)
     if entries is None:
         entries = _TABLES[cos] = {}
-    key = (dtype, pairing, torch.is_inference_mode_enabled())
     hit = entries.get(key)
     if hit is not None and hit[0]() is sin and hit[1] == (cos._version, sin._version):
         return hit[2]
-    tables = Tables(cos, sin, dtype, pairing)
+    tables = Tables(cos, sin, key[0], key[1])
     entries[key] = (weakref.ref(sin), (cos._version, sin._version), tables)
     return tables
 
