@@ -14,7 +14,9 @@ tokens with ``length=N``) it prints
     attend ms     a kind acting after the softmax (``erpe``'s ``prob_bias``), as ``ndpe.Attention`` runs it:
                   ``ndpe.attend``, the explicit softmax with the term added to the probabilities
     flex ms       the same attention through torch.compile(flex_attention) with a score_mod
-                  (no N x N tensor), after one compile per shape (compile time printed apart)
+                  (no N x N tensor), after one compile per shape (compile time printed apart); beside it
+                  "flex plain" (no score_mod) and "flex minimal" (a hand-written score_mod of the same bias)
+    heads-last    "sdpa+heads-last": the same mask laid out (1, N, N, heads) in memory, seen as (1, heads, N, N)
     peak MiB      on CUDA: the memory one call allocates above what was there before it (sdpa+build, flex);
                   a size whose materialized bias does not fit is reported as out of memory (the crossover)
 
@@ -110,6 +112,7 @@ def bench(kind: str, n: int, args) -> dict:
                 if "error" not in row:
                     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=ndpe.attn_bias(pe(grid)).to(dtype))
                     row["flex err"] = (out - ref).abs().max().item()
+                minimal_flex(pe, kind, grid, q, k, v, row, timed_)
             except Exception as err:  # report, keep going
                 row["flex ms"] = f"unavailable: {type(err).__name__}: {str(err)[:200]}"
                 torch.cuda.empty_cache()
@@ -137,6 +140,10 @@ def materialized(pe, grid, q, k, v, row, timed_, args):
         probs = after_softmax(pe, grid)
         mask = (pos.prob_bias.unsqueeze(0) if probs else ndpe.attn_bias(pos)).to(dtype)  # (1, heads, N, N)
         row["sdpa+bias ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+        if not probs:  # the same values laid out heads-last (the old layout of relative / fire / cpb)
+            last = mask.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+            row["sdpa+heads-last ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=last))
+            del last
         del mask
         if probs:  # its attention is the explicit softmax, with the term added after it
             row["attend ms"] = timed_(lambda: attend(q, k, v, pos))
@@ -147,6 +154,35 @@ def materialized(pe, grid, q, k, v, row, timed_, args):
         if args.device == "cpu":
             mask3 = pe(grid).bias
             row["3-D bias ms"] = timed_(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask3))
+
+
+def minimal_flex(pe, kind: str, grid, q, k, v, row, timed_) -> None:
+    """Flex attention with no ``score_mod`` ("flex plain": flex's own cost beside SDPA's) and with a minimal hand-written
+    one of the same bias ("flex minimal": alibi's slope times the grid distance, relative's table row of the offset;
+    other kinds read their materialized mask), compiled once each: what ndpe's ``score_mod`` adds over them."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    compiled = torch.compile(flex_attention)
+    row["flex plain ms"] = timed_(lambda: compiled(q, k, v))
+    side = grid[-1]
+    if kind == "alibi" and len(grid) == 2:
+        slopes = (2.0 ** (-8.0 * torch.arange(1, q.shape[1] + 1) / q.shape[1])).to(q.device, torch.float32)
+
+        def mod(score, b, h, qi, ki):
+            return score - slopes[h] * ((qi // side - ki // side).abs() + (qi % side - ki % side).abs())
+    elif kind == "relative" and len(grid) == 2:
+        table, m = pe.table.detach(), grid[0] - 1  # (rows, heads); offsets clipped to +-m per axis
+
+        def mod(score, b, h, qi, ki):
+            dr = (qi // side - ki // side).clamp(-m, m) + m
+            dc = (qi % side - ki % side).clamp(-m, m) + m
+            return score + table[dr * (2 * m + 1) + dc, h]
+    else:
+        mask = pe(grid).bias.to(q.dtype)  # (heads, N, N)
+
+        def mod(score, b, h, qi, ki):
+            return score + mask[h, qi, ki]
+    row["flex minimal ms"] = timed_(lambda: compiled(q, k, v, score_mod=mod))
 
 
 def after_softmax(pe, grid) -> bool:
@@ -166,9 +202,10 @@ def main(args) -> list[dict]:
     print(f"torch {torch.__version__}, device {args.device}, {args.dtype}, {torch.get_num_threads()} threads, batch "
           f"{args.batch}, heads {args.heads}, head_dim {args.head_dim}, median of {args.repeats}, {args.clock} clock")
     cols = (["kind", "N", "bias MB", "build ms", "fwd ms"]
-            + (["sdpa ms", "sdpa+bias ms", "sdpa+build ms", "3-D bias ms"] if args.sdpa else [])
+            + (["sdpa ms", "sdpa+bias ms", "sdpa+heads-last ms", "sdpa+build ms", "3-D bias ms"] if args.sdpa else [])
             + (["attend ms"] if args.sdpa and "erpe" in args.kinds else [])
-            + (["eager flex ms", "flex ms", "compile s", "flex err"] if args.flex else [])
+            + (["eager flex ms", "flex ms", "flex plain ms", "flex minimal ms", "compile s", "flex err"]
+               if args.flex else [])
             + (["sdpa+build peak MiB", "flex peak MiB"] if args.device != "cpu" else []))
     print(" | ".join(f"{c:>12}" for c in cols))
     rows = []

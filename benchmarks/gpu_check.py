@@ -1,20 +1,25 @@
 """Everything ndpe should measure on a GPU, in one call: ``bash scripts/gpu_check.sh`` (this file does the work).
 
 Steps, in order (a step that fails is recorded and the next one runs; a step that would start after ``--budget``
-seconds is skipped and says so):
+seconds is skipped and says so; every step's file is written as soon as it has a row, and ``env.json`` and
+``summary.md`` after every step, so a run cut at any point keeps what it measured):
 
 1. ``env``      the GPU's name, torch / triton / Python versions, date, the commit (``NDPE_COMMIT`` or git).
-2. ``tests``    the tests that need CUDA (``pytest -m cuda``): their pass / fail / skip counts.
-3. ``rope``     ``benchmarks/bench_rope.py`` in float32 and bfloat16, forward and forward + backward: the floor
-                (``q.clone(); k.clone()``), eager, compile, triton, timm (and rotary-embedding-torch where it is
-                installed) side by side, as fractions of the floor's bandwidth, beside the CPU traffic proxy's
-                prediction (``benchmarks/rope_traffic.py``, committed in ``benchmarks/results/traffic.json``).
-4. ``bias``     ``benchmarks/bench_bias.py``: flex attention against SDPA with a materialized bias for alibi,
-                relative, fire and cpb at N = 1k, 4k, 16k tokens: time and peak memory.
-5. ``train``    a training step of the reference ViT-S (``benchmarks/bench_model.py``, bf16 autocast on CUDA):
-                rope, alibi and rope-mixed over none; the loss finite; a short run stopped, checkpointed and
-                resumed on the device against the same run uninterrupted.
-6. ``cells``    a few cells of the standard preset's image tasks on the device (bf16 autocast), with their time.
+2. ``tests``    the tests that need CUDA (``pytest -m cuda``, the kernels' 1-ulp checks among them): their counts.
+3. ``rope``     ``benchmarks/bench_device.py``: a contiguous copy and the strided clone of q and k beside ndpe's
+                eager, Triton, in-place packed-qkv and compiled RoPE at the ViT-S/16 B = 64 shape and at 1D 32k,
+                forward and forward + backward: device (CUDA events), kernel (profiler) and host time, the bytes each
+                really moves, as fractions of the HBM peak (``bench_device.GPUS``) and of the copy; then
+                ``benchmarks/kernel_ulps.py``: every kernel's error against a float64 reference, in ulps.
+4. ``bias``     ``benchmarks/bench_bias.py``: SDPA with no mask, with the heads-first mask and with the same mask
+                heads-last; ndpe's flex against flex with no score_mod and with a minimal one (alibi, relative at
+                N = 16k; fire, cpb at 4k): time and peak memory.
+5. ``train``    a training step of the reference ViT-S/16 at B = 64 (``benchmarks/bench_model.py``, bf16 autocast):
+                none, rope (auto and triton kernels), alibi and rope-mixed eager, then none and rope with
+                ``torch.compile(model)`` and with CUDA graphs (``reduce-overhead``): ms per step, GPU-busy time and
+                MFU; the loss finite; a short run stopped, checkpointed and resumed against the same run uninterrupted.
+6. ``cells``    cells of the standard preset's image tasks on the device (bf16 autocast), with their time, started
+                while time is left (the hook for the GPU benchmark record's cells).
 
 Files under ``--out`` (flat, at most 8): ``env.json`` (with each step's status and wall time), ``tests.xml``,
 ``rope.json``, ``bias.json``, ``train.json``, ``cells.csv``, ``summary.md``, ``log.txt`` (written by the shell
@@ -43,31 +48,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import bench_bias  # noqa: E402  (same folder)
+import bench_device  # noqa: E402
 import bench_model  # noqa: E402
-import bench_rope  # noqa: E402
+import kernel_ulps  # noqa: E402
 
 FILES = ("env.json", "tests.xml", "rope.json", "bias.json", "train.json", "cells.csv", "summary.md", "log.txt")
-TRAFFIC = ROOT / "benchmarks" / "results" / "traffic.json"  # the CPU proxy's figures (rope_traffic.py)
 STEPS = ("env", "tests", "rope", "bias", "train", "cells")
 
 
 def sizes(args) -> dict:
     """What each step runs: the GPU sizes, or tiny ones for ``--smoke``."""
     if args.smoke:
-        return dict(rope_shapes=["tiny 2x2"], rope_args=["--repeats", "2", "--no-compile", "--batch", "2",
-                                                          "--heads", "2", "--head-dim", "16"],
+        return dict(rope_args=["--shapes", "tiny", "--repeats", "2"],
                     bias_args=["--sizes", "16", "--repeats", "1", "--no-flex", "--heads", "2", "--head-dim", "8"],
-                    vit=["--grids", "4", "--dim", "32", "--depth", "1", "--heads", "2", "--patch", "4", "--batch",
-                         "2", "--repeats", "1", "--rope-kernels", "auto"],
-                    resume_steps=4, cells=[("image/shapes-zoom", "rope")],
+                    bias_small=[], vit=["--grids", "4", "--dim", "32", "--depth", "1", "--heads", "2", "--patch", "4",
+                                        "--batch", "2", "--repeats", "1", "--rope-kernels", "auto"],
+                    compiled=None, resume_steps=4, cells=[("image/shapes-zoom", "rope")],
                     cell_overrides=["default_steps=2", "steps={}", "items={}", "train_items=64", "test_items=16"])
-    return dict(rope_shapes=["vit-s 14x14", "32x32", "video 8x14x14", "1d 4096", "1d 32k"],
-                rope_args=["--repeats", "20", "--compile-rows", "kernel"],
-                bias_args=["--sizes", "1024", "4096", "16384", "--repeats", "5", "--no-eager-flex"],
-                vit=["--grids", "14", "--dim", "384", "--depth", "12", "--heads", "6", "--patch", "16", "--batch",
-                     "64", "--repeats", "10", "--rope-kernels", "auto", "triton", "compile"],
-                resume_steps=20, cells=[(t, k) for t in ("image/shapes-zoom", "image/digits-zoom")
-                                        for k in ("none", "rope")],
+    vit = ["--grids", "14", "--dim", "384", "--depth", "12", "--heads", "6", "--patch", "16", "--batch", "64",
+           "--repeats", "10", "--busy"]
+    return dict(rope_args=["--shapes", "vit-s B=64", "1d 32k", "--repeats", "20"],
+                bias_args=["--sizes", "16384", "--repeats", "5", "--no-eager-flex"], bias_small=["fire", "cpb"],
+                vit=vit + ["--rope-kernels", "auto", "triton"],
+                compiled=vit + ["--rope-kernels", "auto", "--kinds", "none", "rope", "--forms", "compile", "graphs"],
+                resume_steps=20, cells=[(t, k) for t in ("image/shapes-zoom", "image/digits-zoom") for k in ("none", "rope")],
                 cell_overrides=[])
 
 
@@ -114,30 +118,39 @@ def step_tests(args, out: Path) -> dict:
 
 
 def step_rope(args, out: Path, plan: dict) -> dict:
-    rows = []
-    for dtype in ("float32", "bfloat16"):
-        for grad in (False, True):
-            argv = ["--device", args.device, "--dtype", dtype, "--shapes", *plan["rope_shapes"], *plan["rope_args"]]
-            rows += bench_rope.main(bench_rope.get_args_parser().parse_args(argv + (["--grad"] if grad else [])))
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
-    (out / "rope.json").write_text(json.dumps({"rows": rows}, indent=1))
-    return {"rows": len(rows)}
+    path = out / "rope.json"
+    rows = bench_device.main(["--device", args.device, "--json", str(path), *plan["rope_args"]])
+    ulps = []
+    if args.device == "cuda":  # the CPU's interpreter runs are tests/test_kernel_ulps.py
+        ulps = kernel_ulps.main(["--device", "cuda"])
+    path.write_text(json.dumps({**json.loads(path.read_text()), "ulps": ulps}, indent=1))
+    return {"rows": len(rows), "worst_ulps": max((max(r["fwd_ulps"], r["bwd_ulps"]) for r in ulps), default=None)}
 
 
 def step_bias(args, out: Path, plan: dict) -> dict:
     dtype = "bfloat16" if args.device == "cuda" else "float32"
-    argv = ["--device", args.device, "--dtype", dtype, "--kinds", "alibi", "relative", "fire", "cpb",
-            "--json", str(out / "bias.json"), *plan["bias_args"]]
-    rows = bench_bias.main(bench_bias.get_args_parser().parse_args(argv))
+    common = ["--device", args.device, "--dtype", dtype]
+    rows = bench_bias.main(bench_bias.get_args_parser().parse_args(
+        common + ["--kinds", "alibi", "relative", *([] if plan["bias_small"] else ["fire", "cpb"]),
+                  "--json", str(out / "bias.json"), *plan["bias_args"]]))
+    if plan["bias_small"]:  # fire and cpb at 4k: their MLP over every pair is the cost, not the size
+        small = [a if a != "16384" else "4096" for a in plan["bias_args"]]
+        rows += bench_bias.main(bench_bias.get_args_parser().parse_args(common + ["--kinds", *plan["bias_small"], *small]))
+        (out / "bias.json").write_text(json.dumps({**json.loads((out / "bias.json").read_text()), "rows": rows}, indent=1))
     return {"rows": len(rows), "errors": sum("error" in r for r in rows)}
 
 
 def step_train(args, out: Path, plan: dict) -> dict:
     argv = ["--device", args.device, "--kinds", "none", "rope", "alibi", "rope-mixed", "--amp", *plan["vit"]]
     rows = bench_model.main(bench_model.get_args_parser().parse_args(argv))
+    result = {"steps": rows}
+    (out / "train.json").write_text(json.dumps(result, indent=1))  # kept before the compiled forms' compiles
+    if plan["compiled"]:
+        compiled = ["--device", args.device, "--amp", *plan["compiled"]]
+        rows += bench_model.main(bench_model.get_args_parser().parse_args(compiled))
+        (out / "train.json").write_text(json.dumps(result, indent=1))
     resume = exact_resume(args, out, plan["resume_steps"])
-    result = {"steps": rows, "resume": resume}
+    result["resume"] = resume
     (out / "train.json").write_text(json.dumps(result, indent=1))
     finite = all(math.isfinite(r["loss"]) for r in rows)
     if not finite:
@@ -170,16 +183,20 @@ def exact_resume(args, out: Path, steps: int) -> dict:
 
 
 def step_cells(args, out: Path, plan: dict) -> dict:
-    """Cells of the standard preset run through the benchmark's own cell function, on the device."""
+    """Cells of the standard preset run through the benchmark's own cell function, on the device, each started while
+    ``args.deadline`` (the run's budget) is ahead: the hook where the GPU benchmark record's cells take the time left."""
     import tempfile
 
     from train import bench
 
-    rows, failures = [], []
+    rows, failures, skipped = [], [], 0
     with tempfile.TemporaryDirectory() as tmp:
         cfg = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml", [
             f"out_root={tmp}", f"device={args.device}", "lr_search=[]", *plan["cell_overrides"]])
         for task, kind in plan["cells"]:
+            if time.perf_counter() > args.deadline:
+                skipped += 1
+                continue
             cell = bench.CellSpec(task, kind, seed=100, data_seed=0, lr=cfg.lr, weight_decay=cfg.weight_decay)
             start = time.perf_counter()
             cell_rows, _, error = bench.run_cell_safe((cfg, cell, tmp))
@@ -196,7 +213,7 @@ def step_cells(args, out: Path, plan: dict) -> dict:
             writer.writerows(rows)
     if failures:
         raise RuntimeError("; ".join(failures))
-    return {"cells": len(plan["cells"]), "rows": len(rows)}
+    return {"cells": len(plan["cells"]) - skipped, "skipped_out_of_time": skipped, "rows": len(rows)}
 
 
 def summary(env: dict, status: dict, out: Path) -> str:
@@ -210,39 +227,45 @@ def summary(env: dict, status: dict, out: Path) -> str:
         t = status["tests"]["result"]
         lines += ["", f"CUDA tests: {t['passed']} passed, {t['failures'] + t['errors']} failed, {t['skipped']} skipped."]
     if (out / "rope.json").exists():
-        predicted = {}
-        if TRAFFIC.exists():
-            for r in json.loads(TRAFFIC.read_text())["rows"]:
-                if "predicted_floor_fraction" in r:
-                    predicted[(r["shape"], r["dtype"], r["kernel"])] = r["predicted_floor_fraction"]
-        lines += ["", "## RoPE on q and k: fraction of the floor's bandwidth (floor time / time)", "",
-                  "| shape | dtype | pass | method | ms | fraction of floor | predicted (CPU proxy) |", "|---|---|---|---|---|---|---|"]
-        for r in json.loads((out / "rope.json").read_text())["rows"]:
-            if "floor_fraction" not in r:
-                continue
-            kernel = next((k for k in ("eager", "triton", "compile") if k in r["method"]), None)
-            pred = predicted.get((r["shape"], r.get("dtype"), kernel)) if "half" in r["method"] else None
-            lines.append(f"| {r['shape']} | {r.get('dtype')} | {'fwd+bwd' if r['grad'] else 'fwd'} | {r['method']} | "
-                         f"{r['ms']:.3f} | {r['floor_fraction']:.2f} | {'' if pred is None else f'{pred:.2f}'} |")
+        rope = json.loads((out / "rope.json").read_text())
+        hbm = rope.get("hbm_bytes_s")
+        lines += ["", f"## RoPE on q and k against the device ({rope.get('device')}, HBM peak "
+                      f"{'unknown' if hbm is None else f'{hbm / 1e12:.2f} TB/s'})", "",
+                  "bandwidth = bytes really moved / kernel time; 'of copy': over the measured contiguous copy's.", "",
+                  "| shape | pass | method | device ms | kernel ms | host ms | MB moved | x \\|q,k\\| | TB/s | of peak "
+                  "| of copy |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        fmt = lambda v: "" if v is None else f"{v:.3g}"  # noqa: E731
+        for r in rope["rows"]:
+            lines.append(f"| {r['shape']} | {r['pass']} | {r['method']} | " + " | ".join(fmt(r[c]) for c in (
+                "device_ms", "kernel_ms", "host_ms", "MB", "x_qk_bytes", "TB_s", "of_peak", "of_copy")) + " |")
+        if rope.get("ulps"):
+            lines += ["", "Worst error against a float64 reference (ulps of the output dtype, q and k, fwd / bwd): "
+                      + "; ".join(f"{k} {d} {max(r['fwd_ulps'] for r in rope['ulps'] if (r['kernel'], r['dtype']) == (k, d)):.2f}"
+                                  f" / {max(r['bwd_ulps'] for r in rope['ulps'] if (r['kernel'], r['dtype']) == (k, d)):.2f}"
+                                  for k, d in dict.fromkeys((r["kernel"], r["dtype"]) for r in rope["ulps"]))]
     if (out / "bias.json").exists():
         lines += ["", "## Bias kinds: flex attention vs SDPA with a materialized bias", "",
-                  "| kind | N | sdpa+bias ms | sdpa+build ms | flex ms | sdpa+build peak MiB | flex peak MiB |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| kind | N | sdpa ms | sdpa+bias ms | sdpa+heads-last ms | sdpa+build ms | flex ms | flex plain ms "
+                  "| flex minimal ms | sdpa+build peak MiB | flex peak MiB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v if v is not None else "")  # noqa: E731
         for r in json.loads((out / "bias.json").read_text())["rows"]:
             lines.append(f"| {r['kind']} | {r['N']} | " + " | ".join(fmt(r.get(c)) for c in (
-                "sdpa+bias ms", "sdpa+build ms", "flex ms", "sdpa+build peak MiB", "flex peak MiB"))
+                "sdpa ms", "sdpa+bias ms", "sdpa+heads-last ms", "sdpa+build ms", "flex ms", "flex plain ms",
+                "flex minimal ms", "sdpa+build peak MiB", "flex peak MiB"))
                 + (f" {r['error'][:60]}" if "error" in r else "") + " |")
     if (out / "train.json").exists():
         t = json.loads((out / "train.json").read_text())
-        lines += ["", "## A training step of the reference ViT-S", "", "| kind | ms / step | overhead vs none | loss |",
-                  "|---|---|---|---|"]
-        lines += [f"| {r['kind']} | {r['ms_per_step']:.1f} | {r['overhead_pct']:+.1f} % | {r['loss']:.4f} |"
+        lines += ["", "## A training step of the reference ViT-S", "",
+                  "| kind (form) | ms / step | overhead vs none (same form) | GPU busy ms | MFU | loss |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['kind']} | {r['ms_per_step']:.1f} | {r['overhead_pct']:+.1f} % | "
+                  f"{r.get('gpu_busy_ms', float('nan')):.1f} | {r.get('mfu', float('nan')):.3f} | {r['loss']:.4f} |"
                   for r in t["steps"]]
-        res = t["resume"]
-        lines += ["", f"Stopped at {res['steps'] // 2} of {res['steps']} steps and resumed: "
-                      f"{'exact' if res['exact'] else 'not exact'} (largest weight difference {res['max_diff']:.3g}, "
-                      f"{res['worst']})."]
+        res = t.get("resume")
+        if res:
+            lines += ["", f"Stopped at {res['steps'] // 2} of {res['steps']} steps and resumed: "
+                          f"{'exact' if res['exact'] else 'not exact'} (largest weight difference {res['max_diff']:.3g}, "
+                          f"{res['worst']})."]
     if (out / "cells.csv").exists() and (out / "cells.csv").stat().st_size:
         with open(out / "cells.csv") as f:
             cells = list(csv.DictReader(f))
@@ -259,7 +282,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu_check", help="folder for the files (flat)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
     p.add_argument("--smoke", action="store_true", help="every step at tiny sizes (the CPU dry run)")
-    p.add_argument("--budget", type=float, default=420.0, help="seconds; a step that would start later is skipped")
+    p.add_argument("--budget", type=float, default=480.0,
+                   help="seconds; a step that would start later is skipped, and cells stop starting (9 minutes in all)")
     p.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS)
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -267,6 +291,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan, start, status = sizes(args), time.perf_counter(), {}
+    args.deadline = start + args.budget
     env = step_env(args, out)
     for name in args.steps:
         if name == "env":
@@ -288,6 +313,7 @@ def main(argv=None) -> int:
             status[name] = {"status": f"failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}"}
         status[name]["seconds"] = round(time.perf_counter() - t0, 1)
         (out / "env.json").write_text(json.dumps({**env, "steps": status}, indent=1))  # kept at every step
+        (out / "summary.md").write_text(summary(env, status, out))
     env["wall_s"] = round(time.perf_counter() - start, 1)
     (out / "env.json").write_text(json.dumps({**env, "steps": status}, indent=1))
     (out / "summary.md").write_text(summary(env, status, out))

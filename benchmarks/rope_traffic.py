@@ -42,7 +42,7 @@ from ndpe.functional import rotary_kernel  # noqa: E402
 
 DEFAULT_SHAPES = ["vit-s 14x14", "32x32", "video 8x14x14", "1d 4096"]
 FREE = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "set_", "detach", "alias",
-        "lift_fresh")  # no bytes moved
+        "lift_fresh", "split", "split_with_sizes", "unbind", "chunk")  # no bytes moved (lists of views included)
 
 
 def footprint(t: torch.Tensor) -> int:
@@ -61,21 +61,25 @@ class OpTraffic(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         schema, name = func._schema, func.__name__.split(".")[0]
-        if name in FREE or all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+        if name in FREE or (schema.returns and all(r.alias_info is not None and not r.alias_info.is_write
+                                                    for r in schema.returns)):  # in-place foreach ops return nothing
             return out  # an allocation or a view: no kernel moves data
-        self.ops += 1
+        self.ops += len(args[0]) if name.startswith("_foreach") else 1  # a foreach op: a kernel per tensor (broadcast)
         values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
         for arg in schema.arguments:
-            t = values.get(arg.name)
-            if not isinstance(t, torch.Tensor):
-                continue
-            write = arg.alias_info is not None and arg.alias_info.is_write
+            value = values.get(arg.name)
+            ts = [t for t in value if isinstance(t, torch.Tensor)] if isinstance(value, (list, tuple)) else [value]
+            write = arg.alias_info is not None and arg.alias_info.is_write  # a foreach op's list: on the list's type
+            write = write or (name.endswith("_") and name.startswith("_foreach") and arg.name == "self")
             write_only = write and (arg.kwarg_only or name == "copy_")
-            self.read += 0 if write_only else footprint(t)
-            self.written += footprint(t) if write else 0
+            for t in ts:
+                if isinstance(t, torch.Tensor):
+                    self.read += 0 if write_only else footprint(t)
+                    self.written += footprint(t) if write else 0
         for r, t in zip(schema.returns, out if isinstance(out, tuple) else (out,)):
-            if r.alias_info is None and isinstance(t, torch.Tensor):
-                self.written += footprint(t)  # a fresh output
+            for fresh in (t if isinstance(t, (list, tuple)) else [t]):
+                if r.alias_info is None and isinstance(fresh, torch.Tensor):
+                    self.written += footprint(fresh)  # a fresh output (each of a foreach op's list)
         return out
 
 

@@ -27,6 +27,7 @@ __all__ = ["KERNELS", "apply_out", "apply_qk", "apply_rotary", "apply_rotary_man
            "rotary_kernel", "rotate_qk", "rotate_reference", "set_rotary_kernel", "transform_heads"]
 
 
+_CHECKED: dict = {}  # (id(pos), q.shape, k.shape) -> pos: the shape checks of apply_qk passed for them
 KERNELS = ("auto", "eager", "compile", "triton")
 """The rotary kernels :func:`set_rotary_kernel` takes."""
 _kernel = "auto"
@@ -39,13 +40,16 @@ def set_rotary_kernel(name: str) -> str:
       Triton's interpreter and compiled for sm_90, but has not run on a GPU yet; it becomes the CUDA
       choice of ``"auto"`` once measured there (``benchmarks/bench_rope.py --device cuda``).
     - ``"eager"``: PyTorch ops. Interleaved float32 pairs take one pass over x; half pairs take three
-      (no eager op reads channel i and i + rot_dim/2 together), about 3x a copy of q and k.
+      (no eager op reads channel i and i + rot_dim/2 together), about 3x a copy of q and k. The tables are cast to
+      x's dtype and joined once a grid (``ndpe.kernels.eager.prepare``): 3 kernels a block forward, 4 backward.
     - ``"compile"``: the plain formula compiled by ``torch.compile``; Inductor fuses forward and
       backward into one loop each (C++ on CPU, Triton on GPU). The first call compiles a graph for
       its shape (seconds), the first new shape a dynamic graph that later sizes reuse. For eager
       models on CPU.
-    - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles and arithmetic, stored
-      in x's dtype); CUDA tensors (CPU tensors only under ``TRITON_INTERPRET=1``), raises otherwise.
+    - ``"triton"``: ndpe's Triton kernel (q and k in one launch, float32 angles and arithmetic, float64 for
+      float32 q/k; one rounding to x's dtype: within 1 ulp of a float64 reference); CUDA tensors (CPU tensors only
+      under ``TRITON_INTERPRET=1``), raises otherwise. ``ndpe.kernels.qkv.rotary_qkv_`` rotates a packed qkv
+      buffer in place on it.
 
     Under ``torch.compile`` the formula is always traced into the surrounding graph.
 
@@ -118,20 +122,21 @@ def _rotate_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str)
     kernel = _kernel
     if kernel == "compile":
         return compile_kernel.compiled(_rotate_reference_many)(xs, cos.to(xs[0].dtype), sin.to(xs[0].dtype), pairing)
-    if kernel == "triton":
-        from .kernels import triton as fused
-        if not fused.available(*xs):
+    fused = kernel == "triton"
+    if fused:
+        from .kernels import triton as triton_kernel
+        if not triton_kernel.available(*xs):
             raise RuntimeError("set_rotary_kernel('triton') needs Triton and q/k as CUDA tensors of float32/float16/"
                                f"bfloat16 with unit channel stride; got {xs[0].device} {xs[0].dtype} tensors "
                                "(use 'auto', 'eager' or 'compile')")
-        cos, sin = cos.to(xs[0].device, torch.float32), sin.to(xs[0].device, torch.float32)  # float32 angles
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-            return Rotary.apply(cos, sin, pairing, True, *xs)
-        return fused.rotary(xs, cos, sin, pairing)
-    cos, sin = cos.to(xs[0].dtype), sin.to(xs[0].dtype)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (cos, sin, *xs)):
-        return Rotary.apply(cos, sin, pairing, False, *xs)
-    return eager.rotate_many(xs, cos, sin, pairing)
+        if cos.device != xs[0].device:
+            cos, sin = cos.to(xs[0].device), sin.to(xs[0].device)
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad or any(x.requires_grad for x in xs)):
+        return Rotary.apply(cos, sin, pairing, fused, *xs)
+    tables = eager.prepare(cos, sin, torch.float32 if fused else xs[0].dtype, pairing)  # cast and joined once a grid
+    if fused:
+        return triton_kernel.rotary(xs, tables.cos, tables.sin, pairing)
+    return eager.rotate_many(xs, tables, views=True)
 
 
 def _rotate_reference_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str) -> tuple[Tensor, ...]:
@@ -241,11 +246,18 @@ def _rotate_qk(q: Tensor, k: Tensor, pos: PosOut) -> tuple[Tensor, Tensor]:
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"q has batch {q.shape[0]} but k has batch {k.shape[0]}")
     cos, sin = rot
-    layout = ("B", "heads", "T", "head_dim") if q.dim() == 4 else ("B", "T", "head_dim")
-    check_token_count(q, cos.shape[-2], pos.num_prefix, "q", layout)  # first: a swapped layout is no heads mismatch
-    check_token_count(k, rot_k[0].shape[-2], pos.num_prefix, "k", layout)
-    check_leading(cos.shape[:-2], q, "rotation")
-    check_leading(rot_k[0].shape[:-2], k, "rotation")
+    compiling = torch.compiler.is_compiling()
+    key = None if compiling else (id(pos), q.shape, k.shape)
+    if compiling or _CHECKED.get(key) is not pos:  # once a forward: every block after the first meets the same shapes
+        layout = ("B", "heads", "T", "head_dim") if q.dim() == 4 else ("B", "T", "head_dim")
+        check_token_count(q, cos.shape[-2], pos.num_prefix, "q", layout)  # first: a swapped layout is no heads mismatch
+        check_token_count(k, rot_k[0].shape[-2], pos.num_prefix, "k", layout)
+        check_leading(cos.shape[:-2], q, "rotation")
+        check_leading(rot_k[0].shape[:-2], k, "rotation")
+        if not compiling:
+            _CHECKED[key] = pos  # holds pos: its id is not reused while the entry lives
+            if len(_CHECKED) > 16:
+                del _CHECKED[next(iter(_CHECKED))]
     if pos.basis is not None:  # a learned orthogonal change of basis first (STRING): one matmul each
         q, k = change_basis(q, pos.basis), change_basis(k, pos.basis)
     if pos.rot_k is not None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything ndpe measures on a GPU, in one call (about 7 minutes on an H100): benchmarks/gpu_check.py says what.
+# Everything ndpe measures on a GPU, in one call (at most 9 minutes; each part saved as it ends): benchmarks/gpu_check.py
+# says what.
 #   bash scripts/gpu_check.sh                           # on the GPU machine; files under $OUT (else runs/gpu_check)
 #   bash scripts/gpu_check.sh --device cpu --smoke      # the CPU dry run (tests/test_gpu_check.py)
 # Wheels carried in .gpu_wheels/ (scripts/gpu_wheels.sh) are installed first into .gpu_site/, for what the
@@ -16,5 +17,5 @@ if [ -d .gpu_wheels ]; then
     2>&1 | tail -2
 fi
 export NDPE_COMMIT=${NDPE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-"$PY" benchmarks/gpu_check.py --out "$OUT" "$@" 2>&1 | tee "$OUT/log.txt"
+timeout -k 10 "${GPU_CHECK_SECONDS:-540}" "$PY" benchmarks/gpu_check.py --out "$OUT" "$@" 2>&1 | tee "$OUT/log.txt"
 exit "${PIPESTATUS[0]}"

@@ -6,8 +6,9 @@ picks a path outside ``torch.compile``:
 - :mod:`.eager` — PyTorch ops near the memory floor;
 - :mod:`.compile` — the reference formula compiled by Inductor;
 - :mod:`.triton` — ndpe's Triton kernel for CUDA (q and k in one launch, float32 angles);
+- :mod:`.qkv` — the Triton kernel in place on a packed qkv buffer (``rotary_qkv_``, with its autograd);
 - :mod:`.autograd` — the autograd Function of the eager and Triton paths (the backward is the inverse rotation).
 
 Each is tested against the reference formula; none imports ``ndpe.functional``, and imports run one way:
-autograd -> triton -> eager.
+autograd -> triton -> eager, qkv -> triton.
 """

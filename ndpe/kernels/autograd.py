@@ -1,8 +1,10 @@
 """Autograd for the fast RoPE paths: :class:`Rotary` wraps the eager kernel and the Triton one.
 
-The backward of a rotation is the inverse rotation (the same kernel with ``inverse=True``); the gradients of
-cos and sin are sums over the rotated pairs, in at least float32. ``ndpe.functional`` applies it when q, k, cos
-or sin need gradients.
+The backward of a rotation is the inverse rotation (the same kernel with ``inverse=True``), for q's and k's
+gradients together (one Triton launch, or one stacked pass / one ``torch._foreach_*`` set of ops); the gradients
+of cos and sin are sums over the rotated pairs in at least float32, for q and k at once:
+``gsin + i gcos = sum (g2 + i g1) (x1 + i x2)`` over the batch, heads and both tensors (:func:`table_grads`).
+``ndpe.functional`` applies it when q, k, cos or sin need gradients.
 """
 from __future__ import annotations
 
@@ -14,51 +16,76 @@ from . import eager
 
 
 class Rotary(torch.autograd.Function):
-    """Rotation with a hand-written backward: d/dx is the inverse rotation, d/dcos and d/dsin are sums."""
+    """Rotation with a hand-written backward: d/dx is the inverse rotation, d/dcos and d/dsin are sums.
+
+    ``cos`` / ``sin`` come in their own dtype; the forward prepares them once (:func:`ndpe.kernels.eager.prepare`:
+    cast to the compute dtype, joined, kept per grid when fixed) and keeps them for the backward."""
 
     @staticmethod
     def forward(ctx, cos, sin, pairing, fused, *xs):
-        ctx.pairing, ctx.fused = pairing, fused
+        ctx.pairing, ctx.fused, ctx.cos_dtype = pairing, fused, cos.dtype
         ctx.shapes = [x.shape for x in xs]
-        ctx.save_for_backward(cos, sin, *(xs if any(ctx.needs_input_grad[:2]) else ()))
+        ctx.tables = tables = eager.prepare(cos, sin, torch.float32 if fused else xs[0].dtype, pairing)
+        if any(ctx.needs_input_grad[:2]):
+            ctx.save_for_backward(*xs)
         if fused:
             from . import triton  # lazily: it imports the triton package
-            return triton.rotary(xs, cos, sin, pairing)
-        return eager.rotate_many(xs, cos, sin, pairing)
+            return triton.rotary(xs, tables.cos, tables.sin, pairing)
+        return eager.rotate_many(xs, tables)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads):
-        cos, sin, *xs = ctx.saved_tensors
-        need_x = ctx.needs_input_grad[4:]
-        todo = [i for i, (g, need) in enumerate(zip(grads, need_x)) if g is not None and need]
+        tables, need_tables = ctx.tables, any(ctx.needs_input_grad[:2])
+        todo = [i for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[4:])) if g is not None and need]
         gxs: list[Tensor | None] = [None] * len(grads)
-        if ctx.fused and todo:
-            from . import triton
-            # incoming gradients may have any strides (expanded, transposed by q @ k.mT): the kernel
-            # needs unit channel stride
-            gs = tuple(grads[i] if grads[i].stride(-1) == 1 else grads[i].contiguous() for i in todo)
-            rotated = triton.rotary(gs, cos, sin, ctx.pairing, inverse=True)
-        else:
-            rotated = tuple(eager.rotate(grads[i], cos, sin, ctx.pairing, inverse=True) for i in todo)
-        for i, r in zip(todo, rotated):
-            gxs[i] = r.sum_to_size(ctx.shapes[i])
+        # q's and k's gradients stacked once, in float32, when the tables need them too: the rotation reads the stack
+        stack = stacked(grads) if need_tables and not ctx.fused and len(grads) > 1 and all(
+            g is not None for g in grads) and len({g.shape for g in grads}) == 1 else None
+        if todo:
+            gs = tuple(grads[i] for i in todo)
+            if stack is not None and len(todo) == len(grads):
+                rotated = eager.rotate_with(stack, tables, inverse=True, dtype=grads[0].dtype).unbind(0)
+            elif ctx.fused:
+                from . import triton
+                # incoming gradients may have any strides (expanded, transposed by q @ k.mT): the kernel
+                # needs unit channel stride
+                gs = tuple(g if g.stride(-1) == 1 else g.contiguous() for g in gs)
+                rotated = triton.rotary(gs, tables.cos, tables.sin, ctx.pairing, inverse=True)
+            else:
+                rotated = eager.rotate_many(gs, tables, inverse=True, stack=True, views=True)  # q's and k's at once
+            for i, r in zip(todo, rotated):
+                gxs[i] = r if r.shape == ctx.shapes[i] else r.sum_to_size(ctx.shapes[i])
         gcos = gsin = None
-        if any(ctx.needs_input_grad[:2]):
-            acc = torch.promote_types(cos.dtype, torch.float32)  # sums over batch and heads: at least float32
-            gcos, gsin = cos.new_zeros(cos.shape, dtype=acc), sin.new_zeros(sin.shape, dtype=acc)
-            for g, x in zip(grads, xs):
-                if g is not None:
-                    x1, x2 = (t.to(acc) for t in pairs(x, cos.shape[-1], ctx.pairing))
-                    g1, g2 = (t.to(acc) for t in pairs(g, cos.shape[-1], ctx.pairing))
-                    gcos += (g1 * x1 + g2 * x2).sum_to_size(cos.shape)
-                    gsin += (g2 * x1 - g1 * x2).sum_to_size(sin.shape)
-            gcos, gsin = gcos.to(cos.dtype), gsin.to(sin.dtype)
+        if need_tables:
+            xs = ctx.saved_tensors
+            if stack is not None:
+                x = eager.stacked_view(xs)
+                groups = [(stack, stacked(xs) if x is None else x)]
+            else:
+                groups = [(g, x) for g, x in zip(grads, xs) if g is not None]
+            gcos, gsin = table_grads(groups, tables.cos.shape, tables.half, ctx.pairing, ctx.cos_dtype)
         return (gcos, gsin, None, None, *gxs)
 
 
-def pairs(t: Tensor, half: int, pairing: str) -> tuple[Tensor, Tensor]:
-    """The two channel views ``(..., half)`` that one frequency rotates together."""
-    if pairing == "half":
-        return t[..., :half], t[..., half:2 * half]
-    return t[..., 0:2 * half:2], t[..., 1:2 * half:2]
+def table_grads(groups: list[tuple[Tensor, Tensor]], shape: torch.Size, half: int, pairing: str,
+                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """d/dcos and d/dsin ``shape`` of the rotation of each ``x`` of ``(gradient, x)`` (q and k, or their stacks):
+    ``gsin + i gcos`` is the sum of ``(g2 + i g1)(x1 + i x2)`` over the pairs, accumulated in at least float32
+    (for stacked q and k: a cast, two ``complex``, a product and a sum)."""
+    acc = torch.promote_types(dtype, torch.float32)
+    rot, total = 2 * half, None
+    for g, x in groups:
+        g1, g2 = eager.pairs(g[..., :rot].to(acc), half, pairing)
+        x1, x2 = eager.pairs(x[..., :rot].to(acc), half, pairing)
+        w = (torch.complex(g2, g1) * torch.complex(x1, x2)).sum_to_size(shape)
+        total = w if total is None else total + w
+    assert total is not None
+    return total.imag.to(dtype), total.real.to(dtype)
+
+
+def stacked(ts) -> Tensor:
+    """The tensors stacked on a new first axis, in at least float32 (one op: the cast happens in the copy)."""
+    ts = list(ts)
+    out = ts[0].new_empty((len(ts), *ts[0].shape), dtype=torch.promote_types(ts[0].dtype, torch.float32))
+    return torch.stack(ts, out=out)

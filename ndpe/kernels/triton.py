@@ -7,9 +7,10 @@ projection are read in place; the last stride must be 1). The grid is 1-D: progr
 lead row ``r = pid % (L0 L1 L2)`` and token block ``pid // (L0 L1 L2)`` (``BLOCK_T`` tokens), so
 neighbouring programs share a token block (and its cos/sin tile, from L2). Each program
 
-- loads its ``(BLOCK_T, HALF_P)`` cos and sin tiles once, in float32 whatever their dtype
+- loads its ``(BLOCK_T, HALF_P)`` cos and sin tiles once, in float32 whatever their dtype (float64 for float32 q/k)
   (``HALF_P`` = ``half`` padded to a power of two, masked), negating sin for ``inverse``;
-- for q and then k (``NUM`` = 2; 1 for a single tensor) loads the pairs, rotates them in float32
+- for q and then k (``NUM`` = 2; 1 for a single tensor) loads the pairs, rotates them in float32 (float64 for
+  float32 q/k, so that every output is one rounding of the exact rotation of its tables: within 1 ulp)
   and stores them in x's dtype: "half" pairs as two ``(BLOCK_T, HALF_P)`` loads at channels
   ``c`` and ``c + half``; "interleaved" pairs as one contiguous ``(BLOCK_T, 2 HALF_P)`` load
   split into even and odd channels (joined back for the store);
@@ -17,8 +18,8 @@ neighbouring programs share a token block (and its cos/sin tile, from L2). Each 
 
 The output is a new tensor in x's memory order (``eager.empty_in_memory_order``), or dense in the
 broadcast shape when cos/sin widen x. No autograd: callers wrap it (the backward is
-``inverse=True``). Supported dtypes: float32, float16, bfloat16 (float64 is not: the kernel computes
-in float32; the eager path keeps it). At most 4 lead axes after broadcasting (``x.dim() <= 5``).
+``inverse=True``; :mod:`.qkv` rotates a packed qkv buffer in place through :func:`rotary_into`). Supported dtypes:
+float32, float16, bfloat16 (float64 is not; the eager path keeps it). At most 4 lead axes after broadcasting (``x.dim() <= 5``).
 
 Triton is optional: without it ``available`` is False. ``triton.jit`` picks compiled or interpreted
 when it decorates, from ``TRITON_INTERPRET``, so the kernel is decorated lazily, once per value of
@@ -83,9 +84,23 @@ def rotary(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str,
     return tuple(outs)
 
 
-def _launch(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str, inverse: bool) -> list[Tensor]:
-    """One kernel launch rotating ``x`` (and ``k``, same shape/dtype/strides as ``x``)."""
-    outs, args, grid = _prepare(x, k, cos, sin, pairing, inverse)
+def rotary_into(xs: tuple[Tensor, Tensor], outs: tuple[Tensor, Tensor], cos: Tensor, sin: Tensor, pairing: str,
+                inverse: bool = False) -> None:
+    """q and k (``xs``, one shape, dtype and strides) rotated into ``outs`` (one layout; ``outs is xs``: in place, the
+    flash-attn / Liger design on a packed qkv buffer) in one launch; cos / sin must not widen them."""
+    check_pairing(pairing)
+    x, k = xs
+    if k.shape != x.shape or k.dtype != x.dtype or k.stride() != x.stride():
+        raise ValueError("rotary_into takes q and k of one shape, dtype and strides (views of one packed buffer)")
+    if outs[0].stride() != outs[1].stride() or any(o.shape != x.shape or o.dtype != x.dtype for o in outs):
+        raise ValueError("rotary_into writes q and k into two outputs of their shape and dtype, with one layout")
+    _launch(x, k, cos, sin, pairing, inverse, outs)
+
+
+def _launch(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str, inverse: bool,
+            into: tuple[Tensor, ...] | None = None) -> list[Tensor]:
+    """One kernel launch rotating ``x`` (and ``k``, same shape/dtype/strides as ``x``), into ``into`` if given."""
+    outs, args, grid = _prepare(x, k, cos, sin, pairing, inverse, into)
     if grid[0] > 0:
         kernel = _kernel()
         if x.is_cuda and x.device.index != torch.cuda.current_device():
@@ -96,8 +111,10 @@ def _launch(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str,
     return outs
 
 
-def _prepare(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str, inverse: bool):
-    """Outputs, kernel keyword arguments and grid for one launch (the launch itself is ``_launch``)."""
+def _prepare(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str, inverse: bool,
+             into: tuple[Tensor, ...] | None = None):
+    """Outputs, kernel keyword arguments and grid for one launch (the launch itself is ``_launch``); ``into``: the
+    outputs to write (x's shape; ``x`` itself rotates in place and its pass-through channels are left as they are)."""
     half, head_dim = cos.shape[-1], x.shape[-1]
     if 2 * half > head_dim:
         raise ValueError(f"rotation needs {2 * half} channels but x has head_dim {head_dim}")
@@ -115,12 +132,19 @@ def _prepare(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str
         cos, sin = torch.broadcast_tensors(cos, sin)
     if cos.stride() != sin.stride():  # the kernel takes one set of strides for both tables
         cos, sin = cos.contiguous(), sin.contiguous()
-    outs = [new_out(x)]
-    if k is not None:  # same shape and strides as x: same layout
-        outs.append(torch.empty_strided(outs[0].shape, outs[0].stride(), dtype=k.dtype, device=k.device))
+    if into is not None:
+        if lead != x.shape[:-1]:
+            raise ValueError(f"cos/sin of shape {tuple(cos.shape)} widen x {tuple(x.shape)}: no output of x's shape")
+        outs = list(into)
+    else:
+        outs = [new_out(x)]
+        if k is not None:  # same shape and strides as x: same layout
+            outs.append(torch.empty_strided(outs[0].shape, outs[0].stride(), dtype=k.dtype, device=k.device))
     sizes = (1,) * (4 - len(lead)) + tuple(lead)
     sx, so, sc = _lead_strides(x, lead), _lead_strides(outs[0], lead), _lead_strides(cos, lead)
     half_p, tail = _pow2(half), head_dim - 2 * half
+    if into is not None and outs[0].data_ptr() == x.data_ptr():
+        tail = 0  # in place: the pass-through channels are already where they belong
     block_t = min(_pow2(sizes[3]), max(1, _TILE // half_p))
     rows = sizes[0] * sizes[1] * sizes[2]
     args = dict(
@@ -130,7 +154,7 @@ def _prepare(x: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, pairing: str
         so0=so[0], so1=so[1], so2=so[2], sot=so[3],
         sc0=sc[0], sc1=sc[1], sc2=sc[2], sct=sc[3], scc=sc[4],
         NUM=len(outs), HALF=half, TAIL=tail, INTERLEAVED=pairing == "interleaved", INVERSE=bool(inverse),
-        BLOCK_T=block_t, HALF_P=half_p, TAIL_P=_pow2(tail),
+        BLOCK_T=block_t, HALF_P=half_p, TAIL_P=_pow2(tail), WIDE=x.dtype == torch.float32,
     )
     return outs, args, (rows * -(-sizes[3] // block_t),)
 
@@ -163,7 +187,8 @@ def _rope_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr,
                  sc0, sc1, sc2, sct, scc,
                  NUM: tl.constexpr, HALF: tl.constexpr, TAIL: tl.constexpr,
                  INTERLEAVED: tl.constexpr, INVERSE: tl.constexpr,
-                 BLOCK_T: tl.constexpr, HALF_P: tl.constexpr, TAIL_P: tl.constexpr):
+                 BLOCK_T: tl.constexpr, HALF_P: tl.constexpr, TAIL_P: tl.constexpr, WIDE: tl.constexpr):
+    acc = tl.float64 if WIDE else tl.float32  # float32 q/k: float64 math, so one rounding (<= 0.5 ulp) at the store
     pid = tl.program_id(0).to(tl.int64)
     r = pid % R
     i2 = r % L2
@@ -174,8 +199,8 @@ def _rope_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr,
     c = tl.arange(0, HALF_P)[None, :]                                   # (1, HALF_P) frequencies
     m = rows & (c < HALF)
     cs = i0 * sc0 + i1 * sc1 + i2 * sc2 + t * sct + c * scc
-    cos = tl.load(cos_ptr + cs, mask=m, other=0.0).to(tl.float32)
-    sin = tl.load(sin_ptr + cs, mask=m, other=0.0).to(tl.float32)
+    cos = tl.load(cos_ptr + cs, mask=m, other=0.0).to(acc)
+    sin = tl.load(sin_ptr + cs, mask=m, other=0.0).to(acc)
     if INVERSE:
         sin = -sin
     x_off = i0 * sx0 + i1 * sx1 + i2 * sx2 + t * sxt
@@ -191,11 +216,11 @@ def _rope_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr,
             src = k_ptr
             dst = ok_ptr
         if INTERLEAVED:
-            xw = tl.load(src + x_off + cw, mask=mw, other=0.0).to(tl.float32)
+            xw = tl.load(src + x_off + cw, mask=mw, other=0.0).to(acc)
             x1, x2 = tl.split(tl.reshape(xw, (BLOCK_T, HALF_P, 2)))
         else:
-            x1 = tl.load(src + x_off + c, mask=m, other=0.0).to(tl.float32)
-            x2 = tl.load(src + x_off + HALF + c, mask=m, other=0.0).to(tl.float32)
+            x1 = tl.load(src + x_off + c, mask=m, other=0.0).to(acc)
+            x2 = tl.load(src + x_off + HALF + c, mask=m, other=0.0).to(acc)
         o1 = x1 * cos - x2 * sin
         o2 = x2 * cos + x1 * sin
         if INTERLEAVED:

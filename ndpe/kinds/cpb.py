@@ -49,8 +49,6 @@ import math
 from typing import Any, Sequence, cast
 
 import torch
-import torch.nn.functional as F
-from einops import rearrange
 from torch import Tensor, nn
 
 from ..base import Encoding
@@ -60,6 +58,7 @@ from ..coords import FLOAT32_MAX, pair_limit, tightest
 from ..memory import check_memory
 from ..pairs import pair_axes
 from ..registry import register
+from .relative import gather_heads_first, heads_first
 
 STYLES = ("swin", "dynamic")
 _SWIN_HIDDEN = 512
@@ -257,16 +256,14 @@ class ContinuousBias(Encoding):
                 self._check_pairs(math.prod(q.shape[:-1]) * k.shape[-2])
             offsets = q[..., :, None, :] - k[..., None, :, :]  # (..., Nq, Nk, dims)
             div = None if divisor is None else divisor[..., None, None, :]
-            bias = self.offset_bias(offsets, div)  # (..., Nq, Nk, heads)
+            return PosOut(bias=heads_first(self.offset_bias(offsets, div)))  # from (..., Nq, Nk, heads)
         else:
             table = self._table(extent, divisor, q.device)
             index = self.pair_row(*pair_axes(q.long(), k.long()), extent)  # (..., Nq, Nk)
             if table.ndim == 2:
-                bias = F.embedding(index, table)  # (..., Nq, Nk, heads): the gather, fastest on CPU
-            else:  # one table per sample
-                batch = torch.arange(table.shape[0], device=q.device)[:, None, None]
-                bias = table[batch, index]
-        return PosOut(bias=rearrange(bias, "... i j h -> ... h i j"))
+                return PosOut(bias=gather_heads_first(index, table))
+            batch = torch.arange(table.shape[0], device=q.device)[:, None, None]  # one table per sample
+            return PosOut(bias=heads_first(table[batch, index]))
 
     def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
         """``(b, h, i, j) -> table[row(i, j), h]`` for flex attention (see :meth:`Encoding.score_bias`): the MLP runs

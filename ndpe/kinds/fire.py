@@ -46,7 +46,6 @@ import math
 from typing import Any, cast
 
 import torch
-from einops import rearrange
 from torch import Tensor, nn
 
 from ..base import Encoding
@@ -56,6 +55,7 @@ from ..coords import FLOAT32_MAX, pair_limit, tightest
 from ..memory import check_tables
 from ..pairs import euclidean, pair_axes, token_axes
 from ..registry import register
+from .relative import heads_first
 
 EPS = 1e-6  # added to the denominator, as the paper's code
 
@@ -177,7 +177,7 @@ class FIRE(Encoding):
         k = q if key_positions is None else key_positions.float()
         norm = self._normalizer(self._ranges(q, k))[..., None]  # (..., Nq, 1)
         bias = self.pair_bias(*pair_axes(q, k), norm)  # (..., Nq, Nk, heads)
-        return PosOut(bias=rearrange(bias, "... i j h -> ... h i j"))
+        return PosOut(bias=heads_first(bias))
 
     def score_bias(self, coords: Tensor, *, q: Tensor | None = None, k: Tensor | None = None):
         """``(b, h, i, j) -> f(psi(d_ij) / psi(max(L, r_i)))[h]`` for flex attention (see :meth:`Encoding.score_bias`):

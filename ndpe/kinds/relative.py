@@ -192,8 +192,7 @@ class RelativeBias(Encoding):
             index = self._cached_index(positions, grid_shape)  # (..., N, N)
         else:  # decoding: new queries against every cached key
             index = self.index(positions, key_positions)  # (..., n, M)
-        bias = F.embedding(index, self.table)  # (..., N, N, heads): the gather, fastest on CPU
-        return PosOut(bias=rearrange(bias, "... i j h -> ... h i j"))
+        return PosOut(bias=gather_heads_first(index, self.table))
 
     def clear_cache(self) -> None:
         super().clear_cache()
@@ -204,3 +203,17 @@ class RelativeBias(Encoding):
         """``(b, h, i, j) -> table[row(i, j), h]`` for flex attention (see :meth:`Encoding.score_bias`)."""
         table, axes = self.table, token_axes(coords.round().long())  # (entries, heads), per-axis (N,)
         return lambda b, h, i, j: table[self.pair_index([ax[i] for ax in axes], [ax[j] for ax in axes]), h]
+
+
+def gather_heads_first(index: Tensor, table: Tensor) -> Tensor:
+    """``table[index]`` moved to ``(..., heads, i, j)`` and contiguous (``index`` ``(..., i, j)``, ``table``
+    ``(rows, heads)``): SDPA reads a mask row by row, and a heads-last one (strides ``(h, 1, j h, h)``) strides
+    across memory on every read. One gather for one grid; per-sample indices gather and then lay the heads out."""
+    if index.dim() == 2:
+        return table.t().contiguous().index_select(1, index.flatten()).view(table.shape[1], *index.shape)
+    return heads_first(F.embedding(index, table))
+
+
+def heads_first(bias: Tensor) -> Tensor:
+    """A pair bias ``(..., i, j, heads)`` as the contiguous ``(..., heads, i, j)`` attention masks take."""
+    return rearrange(bias, "... i j h -> ... h i j").contiguous()

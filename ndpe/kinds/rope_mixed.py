@@ -32,6 +32,7 @@ from typing import Sequence, cast
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ..base import Encoding
 from ..contract import PosOut
@@ -110,6 +111,36 @@ class RoPEMixed(Encoding):
     def encode(self, positions: Tensor, grid_shape) -> PosOut:
         pos = positions.float()  # (..., N, dims)
         freqs = self.freqs.float()  # (H, dims, rot_dim / 2); elementwise, so autocast keeps float32
-        # angle[..., h, n, j] = sum_a pos[..., n, a] * freqs[h, a, j]          -> (..., H, N, rot/2)
-        angle = cast(Tensor, sum(pos[..., None, :, a, None] * freqs[:, None, a, :] for a in range(self.dims)))
-        return PosOut(rot=(angle.cos(), angle.sin()), pairing=self.pairing)
+        if torch.compiler.is_compiling() or not torch.is_grad_enabled() or not freqs.requires_grad or pos.requires_grad:
+            angle = mixed_angle(pos, freqs)
+            return PosOut(rot=(angle.cos(), angle.sin()), pairing=self.pairing)
+        return PosOut(rot=MixedCosSin.apply(pos, freqs), pairing=self.pairing)
+
+
+def mixed_angle(pos: Tensor, freqs: Tensor) -> Tensor:
+    """``angle[..., h, n, j] = sum_a pos[..., n, a] * freqs[h, a, j]`` ``(..., H, N, rot/2)``, summed elementwise in
+    float32 (a matmul may run in TF32 on a GPU: 1e-3 relative on the angles)."""
+    return cast(Tensor, sum(pos[..., None, :, a, None] * freqs[:, None, a, :] for a in range(pos.shape[-1])))
+
+
+class MixedCosSin(torch.autograd.Function):
+    """``cos`` and ``sin`` of :func:`mixed_angle` with the frequencies' gradient in two ops: the angle's,
+    ``gsin cos - gcos sin`` (one ``addcmul`` on a product), then its contraction with the positions (one matmul)."""
+
+    @staticmethod
+    def forward(ctx, pos, freqs):
+        angle = mixed_angle(pos, freqs)
+        cos, sin = angle.cos(), angle.sin()
+        ctx.save_for_backward(pos, cos, sin)
+        return cos, sin
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gcos, gsin):
+        pos, cos, sin = ctx.saved_tensors
+        grad = torch.addcmul(gsin * cos if gsin is not None else torch.zeros_like(cos), gcos, sin, value=-1) \
+            if gcos is not None else gsin * cos  # d angle
+        # d freqs[h, a, j] = sum over samples and tokens n of pos[..., n, a] * d angle[..., h, n, j]
+        if pos.dim() == 2:  # one bmm over the heads (pos broadcast, not copied)
+            return None, torch.bmm(pos.mT.expand(grad.shape[0], -1, -1), grad)
+        return None, torch.einsum("...na,...hnj->haj", pos, grad)
