@@ -50,10 +50,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import bench_bias  # noqa: E402  (same folder)
 import bench_device  # noqa: E402
 import bench_model  # noqa: E402
+import gpu_record  # noqa: E402
 import kernel_ulps  # noqa: E402
 
 FILES = ("env.json", "tests.xml", "rope.json", "bias.json", "train.json", "cells.csv", "summary.md", "log.txt")
-STEPS = ("env", "tests", "rope", "bias", "train", "cells")
+STEPS = ("env", "tests", "rope", "bias", "train", "cells", "record")
 
 
 def sizes(args) -> dict:
@@ -305,7 +306,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         try:
             fn = {"tests": step_tests, "rope": step_rope, "bias": step_bias, "train": step_train,
-                  "cells": step_cells}[name]
+                  "cells": step_cells, "record": gpu_record.step_record}[name]
             result = fn(args, out) if name == "tests" else fn(args, out, plan)
             status[name] = {"status": "ok", "result": result}
         except Exception as err:  # recorded; the next step runs

@@ -25,15 +25,17 @@ def test_smoke_run_writes_every_step(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = tmp_path / "out"
-    files = sorted(p.name for p in out.iterdir())
-    assert all(p.is_file() for p in out.iterdir()) and len(files) <= 8  # flat, at most 8 files
+    files = sorted(p.name for p in out.iterdir() if p.name != "gpu-v3")  # the GPU record's run directory apart
+    assert all(p.is_file() for p in out.iterdir() if p.name != "gpu-v3") and len(files) <= 8  # flat, at most 8 files
     assert set(files) == {"env.json", "tests.xml", "rope.json", "bias.json", "train.json", "cells.csv", "summary.md",
                           "log.txt"}
     info = json.loads((out / "env.json").read_text())
     assert {"device", "torch", "triton", "python", "commit", "date"} <= set(info) and info["smoke"]
     assert info["commit"] != "unknown"
     assert {s: v["status"] for s, v in info["steps"].items()} == dict.fromkeys(
-        ["env", "tests", "rope", "bias", "train", "cells"], "ok")
+        ["env", "tests", "rope", "bias", "train", "cells", "record"], "ok")
+    record = info["steps"]["record"]["result"]  # the GPU record's path: its run directory kept in the output
+    assert record["exit"] == 0 and record["rows"] > 0 and (out / "gpu-v3" / "results.csv").exists()
     suite = ET.parse(out / "tests.xml").getroot()
     assert int((suite if suite.tag == "testsuite" else suite.find("testsuite")).get("tests")) >= 13  # the CUDA tests
     rope = json.loads((out / "rope.json").read_text())["rows"]
