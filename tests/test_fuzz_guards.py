@@ -458,6 +458,7 @@ def rerun_check_with(edit_config=None, edit_results=None):
         if edit_results:
             (rerun / "results.csv").write_text(edit_results((rerun / "results.csv").read_text()))
         return rerun_check.main(["--record", str(record), "--rerun", str(rerun)])
+    run.command = True  # a command line's main (scripts/fuzz_outcomes.py counts an exception out of it as obscure)
     return run
 
 
@@ -476,12 +477,15 @@ WORKS.append(("rerun_check whole", rerun_check_with(), lambda rc: rc == 0))
 def sized(kind: str, model: str, data: str):
     """``model.pe.options`` after train.main has read the training data (``resolve_model_config``)."""
     def run(tmp):
+        from models import build_model
         from train.config import load_config
         from train.main import build_data, resolve_model_config
 
         cfg = load_config(None, ["data.name=tests.test_train:fake", "data.allow_import=true", f"data.options.kind={data}",
-                                 f"model.name={model}", "model.patch_size=4", f"model.pe.kind={kind}"])
+                                 f"model.name={model}", f"model.pe.kind={kind}",
+                                 *(["model.patch_size=4"] if model == "vit" else [])])
         resolve_model_config(cfg, build_data(cfg, "train"))
+        build_model(cfg.model)
         return dict(cfg.model.pe.options)
     return run
 
