@@ -464,14 +464,67 @@ def rerun_check_with(edit_config=None, edit_results=None):
 
 REFUSED += [
     ("rerun_check bench_config with a python tag", rerun_check_with(
-        lambda b: b"x: !!python/object/apply:os.system [echo]\n" + b), SystemExit, "2"),
-    ("rerun_check bench_config not UTF-8", rerun_check_with(lambda b: b"\xff\xfe" + b), SystemExit, "2"),
+        lambda b: b"x: !!python/object/apply:os.system [echo]\n" + b), SystemExit, "could not determine a constructor for the tag"),
+    ("rerun_check bench_config not UTF-8", rerun_check_with(lambda b: b"\xff\xfe" + b), SystemExit,
+     "bench_config.yaml is not UTF-8 text"),
     ("rerun_check last row cut in the provenance columns", rerun_check_with(
         edit_results=lambda t: t.rstrip("\n")[:-6]), SystemExit, "the last row is cut"),
     ("rerun_check a rerun row twice", rerun_check_with(edit_results=duplicate_line(2)), SystemExit,
      "two rows with the same key"),
 ]
 WORKS.append(("rerun_check whole", rerun_check_with(), lambda rc: rc == 0))
+
+
+def bench_cli(*argv: str, invocation: dict | None = None, results: str | None = "csv", info: str | None = None):
+    """``python -m train.bench --quick out_root=<tmp> name=r ...`` on a run directory holding a start line (or
+    ``invocation``), results.csv (``"csv"``: three rows, ``"twice"``: the first twice, ``"nan"``: its value nan;
+    ``"folder"``: a folder) and run_info.json (``info``)."""
+    def run(tmp):
+        from train import bench
+
+        folder = tmp / "r"
+        folder.mkdir()
+        (folder / provenance.INVOCATIONS).write_text(json.dumps(invocation or START) + "\n")
+        if results == "folder":
+            (folder / "results.csv").mkdir()
+        elif results is not None:
+            append_rows(folder / "results.csv", [row(0), row(1), row(2)])
+            edit = {"csv": lambda t: t, "twice": duplicate_line(2), "nan": line_edit(2, ",0.5,", ",nan,")}[results]
+            (folder / "results.csv").write_text(edit((folder / "results.csv").read_text()))
+        if info is not None:
+            (folder / "run_info.json").write_text(info)
+        return bench.main(["--quick", f"out_root={tmp}", "name=r", *argv])
+    run.command = True
+    return run
+
+
+def bench_name(name: str, *argv: str):
+    def run(tmp):
+        from train import bench
+
+        return bench.main(["--quick", f"out_root={tmp}", f"name={name}", *argv])
+    run.command = True
+    return run
+
+
+REFUSED += [
+    ("bench --report-only results.csv a folder", bench_cli("--report-only", results="folder"), SystemExit,
+     "cannot be read as a results CSV"),
+    ("bench --report-only invocations line mistyped", bench_cli("--report-only", invocation={**END, "wall_s": "x"}),
+     SystemExit, "holds wall_s as str"),
+    ("bench --report-only run_info.json not JSON", bench_cli("--report-only", info="{"), SystemExit,
+     "run_info.json is damaged"),
+    ("bench --report-only run_info.json a list", bench_cli("--report-only", info="[1]"), SystemExit,
+     "run_info.json is damaged"),
+    ("bench --report-only a results.csv row twice", bench_cli("--report-only", results="twice"), SystemExit,
+     "repeats the measurement of line 2"),
+    ("bench a results.csv row twice", bench_cli(results="twice"), SystemExit, "repeats the measurement of line 2"),
+    ("bench a results.csv value nan", bench_cli(results="nan"), SystemExit, "value=nan is not a finite number"),
+]
+for name in ("/abs/x", "../escape", "..", "a/../../b"):
+    REFUSED += [(f"bench name={name}", bench_name(name), SystemExit, "must be a run name"),
+                (f"bench name={name} --report-only", bench_name(name, "--report-only"), SystemExit,
+                 "must be a run name")]
 
 
 def sized(kind: str, model: str, data: str):
@@ -498,9 +551,19 @@ WORKS += [("train.main sizes erpe's table from the series", sized("erpe", "text"
 
 @pytest.mark.parametrize("name, thunk, exc, fragment", REFUSED, ids=[r[0] for r in REFUSED])
 def test_bad_input_raises_a_clear_error(name, thunk, exc, fragment, tmp_path, capsys):
-    raises_one_line(name, lambda: thunk(tmp_path), exc, fragment)
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "Traceback" not in err, err  # what a command printed on its way out: one line
+    """A function raises ``exc`` with one line holding ``fragment``; a command exits (not 0) with one ``error:``
+    line on stderr holding it (argparse's usage above it aside) and no traceback."""
+    if not getattr(thunk, "command", False):
+        raises_one_line(name, lambda: thunk(tmp_path), exc, fragment)
+        return
+    with pytest.raises(SystemExit) as info:
+        thunk(tmp_path)
+    err = capsys.readouterr().err
+    if isinstance(info.value.code, str):  # SystemExit("error: ..."): Python prints it to stderr on the way out
+        err += info.value.code + "\n"
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert info.value.code not in (0, None) and "Traceback" not in err and len(lines) == 1, err
+    assert fragment in lines[0], f"{name}: {lines[0]!r} lacks {fragment!r}"
 
 
 @pytest.mark.parametrize("name, thunk, check", WORKS, ids=[r[0] for r in WORKS])
