@@ -12,8 +12,9 @@
 Rows written before these columns existed hold "" in each ("from before provenance was recorded").
 
 **Invocations.** Every ``python -m train.bench`` run appends one JSON object per line to
-``<run dir>/invocations.jsonl`` when it ends (finished, failed or interrupted by an exception or Ctrl-C: it is
-written from a ``finally``), in one ``write`` to a file opened for appending, then flushed and fsynced. A
+``<run dir>/invocations.jsonl`` when it ends (finished, failed or interrupted by an exception, Ctrl-C or
+SIGTERM, which the driver raises as Ctrl-C: it is written from a ``finally``), in one ``write`` to a file opened
+for appending, then flushed and fsynced. A
 process killed outright loses only its own line; a line cut mid-write is skipped when read, and the next
 append starts on a new line. ``--report-only`` appends nothing: it rewrites only report.md and the plots,
 which it derives from results.csv and this file. The keys of a line:

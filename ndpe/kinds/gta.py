@@ -22,6 +22,9 @@ Cameras: ``pe(grid_shape, extrinsics=E)`` with ``E`` ``(N, 4, 4)`` or ``(B, N, 4
 camera repeated over its patches). Without them (a model given no cameras, ``ndpe viz``), view ``v`` of a
 ``(views, rows, cols)`` grid is seen from the default ring :func:`ring_extrinsics` and a 2D grid is view 0.
 Positions are ``(view, row, col)`` (2D: ``(row, col)``) indices; only the camera and the patch are encoded.
+Cameras are finite or refused in one line, as positions are (:meth:`position_limit`): extrinsics rigid (``det R =
++1``, ``R R^T = I`` within :func:`rigid_tolerance` of their dtype, so float16 cameras pass), and every entry of ``P``
+and ``P^-1`` within a quarter of what the output dtype holds (:func:`check_frames`).
 
 >>> import ndpe, torch
 >>> pe = ndpe.make(dims=3, kind="gta", dim=64, heads=2)
