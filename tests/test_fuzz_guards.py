@@ -145,6 +145,11 @@ for kind in ("gta", "prope"):
         (f"{kind} translation 1e30 float32", camera_call(kind, e=edited(eye(), 0, 3, 1e30)), finite_frame),
         (f"{kind} rotations in float32 keep D D^-1 = I", camera_call(kind, e=rotations(torch.float32)), inverse_pairs),
         (f"{kind} positions 1e6 with cameras", camera_call(kind, positions=torch.full((N, 3), 1e6)), finite_frame),
+        (f"{kind} batched positions, shared cameras", camera_call(kind, positions=torch.zeros(2, N, 3)),
+         lambda out: out.frame[0].shape[0] == 2),
+        (f"{kind} one batch of positions, batched cameras", camera_call(
+            kind, e=eye().expand(3, N, 4, 4), k=intrinsics().expand(3, N, 3, 3) if kind == "prope" else None,
+            positions=torch.zeros(1, N, 3)), lambda out: out.frame[0].shape[0] == 3),
     ]
 
 K = intrinsics()

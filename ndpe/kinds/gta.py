@@ -201,8 +201,9 @@ class GTA(Encoding):
 
 
 def check_batches(positions: Tensor, cameras: Tensor) -> None:
-    """Batched positions ``(B, N, dims)`` and batched cameras ``(B', N, 4, 4)`` must agree on the batch."""
-    if positions.dim() == 3 and cameras.dim() == 4 and positions.shape[0] != cameras.shape[0]:
+    """Batched positions ``(B, N, dims)`` and batched cameras ``(B', N, 4, 4)`` must agree on the batch (or one of
+    them be 1, broadcast)."""
+    if positions.dim() == 3 and cameras.dim() == 4 and 1 != positions.shape[0] != cameras.shape[0] != 1:
         raise ValueError(f"positions hold a batch of {positions.shape[0]} but the cameras one of {cameras.shape[0]}: "
                          "pass one camera set per sample (or one shared (N, 4, 4) set)")
 
