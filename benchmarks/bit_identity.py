@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import yaml  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train.provenance of this checkout
 from train import provenance  # noqa: E402
+from train.results import MEASUREMENT  # noqa: E402
 
 PRESET = Path(__file__).resolve().parents[1] / "configs" / "bench" / "standard.yaml"
 
@@ -50,7 +52,7 @@ KINDS = {"image/shapes-zoom": ["rope", "learned"], "image/digits-zoom": ["rope@c
 # reset only where the checkout's preset has it): the LM's own grid gives way to the sample's one-point search
 RESET = {"lr_searches": "{}"}
 IGNORED = ("train_time_s", "ndpe_version", "commit", "protocol")  # when and by which code, not what was measured
-KEY = ("task", "kind", "variant", "seed", "data_seed", "split", "train_size", "test_size", "lr", "weight_decay")
+KEY = MEASUREMENT  # what identifies a row: its cell and measurement (train/results.py)
 
 
 def overrides(out_root: Path, steps: int, items: int, test_items: int, skip: tuple[str, ...] = ()) -> list[str]:
@@ -90,9 +92,29 @@ def run_checkout(checkout: Path, out_root: Path, args: argparse.Namespace) -> Pa
 
 
 def read(path: Path, tasks: set[str] | None = None) -> dict[tuple, dict[str, str]]:
-    """The rows of a results.csv (of ``tasks`` only, when given), keyed by :data:`KEY`."""
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if tasks is None or r["task"] in tasks]
+    """The rows of a results.csv (of ``tasks`` only, when given), keyed by :data:`KEY`. A file that is not UTF-8
+    text, lacks the key's columns, ends inside a row (no newline at its end) or holds a row of another width or two
+    rows of one key is refused in one line (``SystemExit``): a row cut inside the ignored columns compares equal."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SystemExit(f"error: {path}: byte {e.start} is not UTF-8 text; expected a results.csv") from None
+    except OSError as e:
+        raise SystemExit(f"error: {path} cannot be read ({e.strerror or e}); expected a results.csv") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, [])
+    if missing := [k for k in KEY if k not in header]:
+        raise SystemExit(f"error: {path}: line 1 is not a results header (it lacks {', '.join(missing)})")
+    if not text.endswith("\n"):
+        raise SystemExit(f"error: {path}: the last row is cut (no newline at its end); rerun its cell or drop it")
+    rows = []
+    for values in reader:
+        if len(values) != len(header):
+            raise SystemExit(f"error: {path}: line {reader.line_num} has {len(values)} fields, expected "
+                             f"{len(header)} (a cut or damaged row)")
+        row = dict(zip(header, values))
+        if tasks is None or row["task"] in tasks:
+            rows.append(row)
     keyed = {tuple(r[k] for k in KEY): r for r in rows}
     if len(keyed) != len(rows):
         raise SystemExit(f"error: {path} holds two rows with the same key {KEY}")

@@ -22,8 +22,9 @@ import bit_identity  # noqa: E402
 import record_cost  # noqa: E402
 
 from train.bench import load_bench_config  # noqa: E402
-from train.provenance import read_invocations  # noqa: E402
-from train.results import FLOOR, read_rows  # noqa: E402
+from train.config import ConfigError  # noqa: E402
+from train.provenance import ProvenanceError, read_invocations  # noqa: E402
+from train.results import FLOOR, ResultsError, read_rows  # noqa: E402
 
 
 def compare(record: Path, rerun: Path) -> tuple[int, int, list[str], set[str]]:
@@ -61,12 +62,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"expected a run directory holding results.csv, got {d}")
     if not (args.rerun / "bench_config.yaml").is_file():
         parser.error(f"expected the rerun's bench_config.yaml in {args.rerun} (train.bench writes it)")
-    compared, same, problems, tasks = compare(args.record, args.rerun)
+    try:
+        compared, same, problems, tasks = compare(args.record, args.rerun)
+        t = timing(args.record, args.rerun)
+    except (ConfigError, ResultsError, ProvenanceError, UnicodeDecodeError, OSError) as e:  # a damaged file
+        parser.exit(2, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
     for line in problems:
         print(line)
     print(f"{', '.join(sorted(tasks))}: {compared} rows compared, {same} identical, {len(problems)} difference(s) or "
           f"missing row(s) (ignored columns: {', '.join(bit_identity.IGNORED)})")
-    t = timing(args.record, args.rerun)
     overhead = (f"overhead {t['wall_h'] / t['train_h'] - 1:.1%}" if t["wall_h"] and t["train_h"] else
                 "no finished invocation yet" if not t["wall_h"] else "no cell trained")
     print(f"rerun: {t['wall_h']:.2f} h wall over its finished invocations; its {t['cells']} cells trained "

@@ -91,6 +91,10 @@ class PosOut:
     (``pe((n,), past=p)``) those are ``n`` new queries against ``p + n`` keys, while the per-token fields
     cover the ``n`` new tokens.
 
+    The constructor checks types, shapes and dtypes, never values (that would wait on the accelerator at every
+    call): a ``PosOut`` built by hand with NaN in a field carries it. The kinds return finite fields or refuse
+    their inputs in one line (``tests/test_finite.py``).
+
     Each field's declaration (its :class:`~ndpe.fields.Field`) says what it is per token, pair or head, its
     identity, and how it merges, packs and stacks; a subclass declaring one more field is carried by every
     operation (``tests/test_contract_fields.py``).
@@ -143,6 +147,9 @@ class PosOut:
                     count = n
             elif value is not None and spec.role == "term" and not callable(value):
                 raise TypeError(f"PosOut.{name} must be a callable term, got {type(value).__name__}")
+        if self.frame is not None and self.frame[0].shape[-1] % 16:
+            raise ValueError(f"PosOut.frame holds 4 x 4 blocks per token, (*, T, 16 n): got width "
+                             f"{self.frame[0].shape[-1]}, not a multiple of 16")
         if self.rot_k is not None and self.rot is None:
             raise ValueError("PosOut.rot_k (the keys' rotation) needs rot (the queries' rotation)")
         if self.basis is not None and (self.rot is None or self.basis.dim() < 2 or self.basis.shape[-1] != self.basis.shape[-2]

@@ -69,6 +69,7 @@ def stack(outs: Sequence[PosOut], length: int | None = None, sizes: Sequence[int
     size_list = _samples(outs, sizes, "stack")
     longest = max(size_list)
     length = longest if length is None else check_int(length, "stack() length", low=longest)
+    check_stack_memory(outs, length)
 
     def along_batch(spec: Field, name: str, values: list[Any]) -> Any:
         if values[0] is None:  # a pair field no sample has: no mask needed along the batch
@@ -194,6 +195,22 @@ def check_mask_memory(lead: tuple[int, ...], sizes: Sequence[int], dtype: torch.
                  lambda: f"the packed bias of {len(sizes)} samples ({floats((*lead, total, total))} {dtype}, the mask "
                          "that keeps them apart)", "pack fewer tokens per sequence, or attend with "
                  "ndpe.flex.packed_attention, which builds no bias")
+
+
+def check_stack_memory(outs: Sequence[PosOut], length: int) -> None:
+    """Refuse the stacked fields of ``outs`` padded to ``length`` tokens over the memory budget, before any is built:
+    ``(B, *, length, C)`` per token field, ``(B, *, length, length)`` per pair field."""
+    nbytes = 0
+    for name, spec, _ in specs(type(outs[0])):
+        value = getattr(outs[0], name)
+        if spec.role not in ("token", "pair") or not isinstance(value, (Tensor, tuple)):
+            continue
+        for t in parts(value):
+            lead = math.prod(t.shape[:-2][-len(spec.lead):]) if spec.lead and t.dim() > 2 else 1
+            width = length if spec.role == "pair" else t.shape[-1]
+            nbytes += len(outs) * lead * length * width * t.element_size()
+    check_memory(nbytes, lambda: f"stack() of {len(outs)} samples padded to length={length} tokens",
+                 "stack to a shorter length (the longest sample's, by default)")
 
 
 def _one_sample(spec: Field, name: str, t: Tensor) -> Tensor:

@@ -84,7 +84,7 @@ def test_equals_the_reference(train):
 
 
 def test_digits_of_one_place_share_a_row_wherever_they_sit():
-    pe = ndpe.make(dims=1, kind="abacus", dim=8, size=32).eval()
+    pe = ndpe.make(dims=1, kind="abacus", dim=8, size=32, max_k=9).eval()
     place = torch.tensor([[1.0], [2.0], [0.0], [0.0], [0.0], [1.0], [2.0], [3.0]])  # a number shifted along
     out = pe(positions=place).add
     torch.testing.assert_close(out[0], out[5]), torch.testing.assert_close(out[1], out[6])
@@ -124,7 +124,7 @@ def test_the_text_model_hands_the_datas_positions_to_its_encoding():
         model = TextTransformer(vocab_size=13, num_classes=10, pe={"kind": kind}, dim=16, depth=1, heads=2,
                                 causal=True).eval()
         torch.testing.assert_close(model(as_grid), model(items[..., 0]))
-    model = TextTransformer(vocab_size=13, num_classes=10, pe={"kind": "abacus", "options": {"size": 64}}, dim=16,
+    model = TextTransformer(vocab_size=13, num_classes=10, pe={"kind": "abacus", "options": {"size": 64, "max_k": 9}}, dim=16,
                             depth=1, heads=2, causal=True).eval()
     seen = {}
     model.encoder.pe.register_forward_hook(lambda m, args, kwargs, out: seen.update(kwargs), with_kwargs=True)

@@ -115,3 +115,66 @@ def test_a_grid_call_reads_no_limit(kind, dims, monkeypatch):
             pe((2,), past=3, dtype=torch.float16)
         except ValueError:
             pass  # a kind that cannot decode (or not with these options) refuses it, for reasons of its own
+
+
+# -- every other tensor a kind reads: cameras (gta, prope) and slopes (great-circle), at every magnitude and dtype
+CAMERA_VALUES = (0.0, 1e-45, 1e-3, 1.0, 1e3, 7e4, 1e10, 1e30, 3e38, float("inf"), float("nan"), -1e4)
+CAMERA_ENTRIES = {"translation": ("extrinsics", 0, 3), "fx": ("intrinsics", 0, 0), "fy": ("intrinsics", 1, 1),
+                  "cx": ("intrinsics", 0, 2), "cy": ("intrinsics", 1, 2)}
+
+
+def cameras(n: int, entry: str, value: float) -> dict[str, torch.Tensor]:
+    """Identity extrinsics and a 64 x 64 image's intrinsics (fx = fy = 64, c = (32, 32)) for ``n`` tokens, one entry
+    set to ``value``."""
+    e = torch.eye(4).repeat(n, 1, 1)
+    k = torch.tensor([[64.0, 0.0, 32.0], [0.0, 64.0, 32.0], [0.0, 0.0, 1.0]]).repeat(n, 1, 1)
+    name, i, j = CAMERA_ENTRIES[entry]
+    (e if name == "extrinsics" else k)[-1, i, j] = value
+    return {"extrinsics": e, "intrinsics": k}
+
+
+def blocks(t: torch.Tensor) -> torch.Tensor:
+    """A ``frame`` tensor ``(..., N, 16 n)`` as its ``(..., N, n, 4, 4)`` blocks, the identity added back."""
+    return t.double().unflatten(-1, (-1, 4, 4)) + torch.eye(4, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("kind", ["gta", "prope"])
+def test_camera_inputs_are_finite_or_refused(kind):
+    """Any translation or intrinsic: refused in one line, or every frame entry finite in the output dtype; and in
+    float32 each token's ``D D^-1`` within 1e-2 of the identity (intrinsics too ill-conditioned for that are
+    refused)."""
+    pe = ndpe.make(dims=3, kind=kind, dim=32, heads=2, **({"image_size": 64} if kind == "prope" else {}))
+    entries = CAMERA_ENTRIES if kind == "prope" else {"translation": CAMERA_ENTRIES["translation"]}
+    for dtype in DTYPES:
+        for entry in entries:
+            for value in CAMERA_VALUES:
+                cams = cameras(8, entry, value)
+                if kind == "gta":
+                    cams.pop("intrinsics")
+                try:
+                    out = pe((2, 2, 2), dtype=dtype, **cams)
+                except ValueError as err:
+                    assert "\n" not in str(err).strip(), err
+                    continue
+                d, d_inv = out.frame
+                assert torch.isfinite(d).all() and torch.isfinite(d_inv).all(), f"{entry}={value:g} in {dtype}"
+                if dtype == torch.float32 and entry != "translation":
+                    eye = torch.eye(4, dtype=torch.float64)
+                    assert (blocks(d) @ blocks(d_inv) - eye).abs().max() < 1e-2, f"{entry}={value:g}: D D^-1 != I"
+
+
+@pytest.mark.parametrize("unit", ["degree", "radian", "km"])
+def test_great_circle_slopes_are_finite_or_refused(unit):
+    """Any finite slope, either sign, in every output dtype: the bias over the whole sphere is finite, or the call is
+    refused in one line (the slope's limit is the dtype's range over the longest distance)."""
+    grid = (6, 12)  # cell centres 15 degrees apart in latitude: the farthest pair 165 degrees apart
+    for slope in (1e-3, 1.0, 3.0, 300.0, 1e4, 1e30, 1e36):
+        for sign in (1.0, -1.0):
+            pe = ndpe.make(dims=2, kind="great-circle", dim=8, heads=2, unit=unit, slopes=[sign * slope, 0.5])
+            for dtype in DTYPES:
+                try:
+                    bias = pe(grid, dtype=dtype).bias
+                except ValueError as err:
+                    assert "\n" not in str(err).strip() and "slopes" in str(err), err
+                    continue
+                assert torch.isfinite(bias).all(), f"slope {sign * slope:g} per {unit} in {dtype}"

@@ -147,3 +147,18 @@ def test_a_head_dim_8_does_not_divide():
     before, after = (attend(pe(GRID, extrinsics=cams).to(torch.float64), q, k, v) for cams in (e, e @ world))
     assert pe(GRID).frame[0].shape[-1] == 12 * 4
     assert (after - before).abs().max() < 1e-4 < (before - attend(pe(GRID).to(torch.float64), q, k, v)).abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_extrinsics_are_rigid_at_their_dtype(dtype):
+    """Rotations rounded to float16 (R R^T off by up to 8e-4) or bfloat16 (6e-3) are rigid at their dtype's tolerance
+    and give the float32 cameras' frame to that rounding; a squashed axis (off by 0.1) is still refused."""
+    rotations = random_rotation(torch.Generator().manual_seed(3), N)
+    e = rigid(rotations, torch.randn(N, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    pe, eps = gta(), torch.finfo(dtype).eps
+    low = pe(GRID, extrinsics=e.to(dtype)).frame[0]
+    torch.testing.assert_close(low, pe(GRID, extrinsics=e.float()).frame[0], rtol=0, atol=8 * eps)
+    squashed = e.clone()
+    squashed[:, 0, :3] *= 1.1
+    with pytest.raises(ValueError, match="rigid transforms"):
+        pe(GRID, extrinsics=squashed.to(dtype))

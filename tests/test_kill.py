@@ -53,16 +53,25 @@ def run_to_end(module: str, *args: str) -> float:
     return time.monotonic() - t0
 
 
-def kill_at_random(module: str, args, rng: random.Random, window: tuple[float, float]) -> bool:
-    """Start the command, SIGKILL it after a random delay; False when it finished first."""
+def written_at(path: Path | None) -> float | None:
+    return path.stat().st_mtime_ns if path is not None and path.exists() else None
+
+
+def kill_at_random(module: str, args, rng: random.Random, window: tuple[float, float], after: Path | None = None,
+                   sig: int = signal.SIGKILL) -> bool:
+    """Start the command, send it ``sig`` after a random delay (counted from the moment it has written ``after``
+    anew, when given: a kill that lands after a checkpoint of its own); False when it finished first."""
     proc = start(module, *args)
+    before = written_at(after)
+    while after is not None and written_at(after) == before and proc.poll() is None:
+        time.sleep(0.01)
     deadline = time.monotonic() + rng.uniform(*window)
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.01)
     if proc.poll() is not None:
         assert proc.returncode == 0, proc.stderr.read()
         return False
-    proc.send_signal(signal.SIGKILL)
+    proc.send_signal(sig)
     proc.wait(timeout=60)
     return True
 
@@ -82,13 +91,17 @@ def test_killed_training_resumes_to_the_same_result(tmp_path, train):
     wall = run_to_end("train.main", *train, f"train.out_dir={ref}")
     run = tmp_path / "killed"
     ckpt = run / "checkpoint.pt"
-    kills = 0
-    for _ in range(KILLS):
+    epoch_s = max(r["train_time"] for r in epoch_records(ref))  # one epoch's training, checkpoint apart
+    kills = []
+    for i in range(KILLS):
         resume = [f"train.resume={ckpt}"] if ckpt.exists() else []
-        kills += kill_at_random("train.main", [*train, f"train.out_dir={run}", *resume], rng, (0.5 * wall, 0.85 * wall))
+        # the first kill at any moment (a fresh start, or mid-way); the others within two epochs of a checkpoint
+        # their own run wrote, so that a resumed run is killed and resumed again
+        window, wait = ((0.3 * wall, 0.7 * wall), None) if i == 0 else ((0.0, 2 * epoch_s), ckpt)
+        kills.append(kill_at_random("train.main", [*train, f"train.out_dir={run}", *resume], rng, window, after=wait))
         if ckpt.exists():
             load_checkpoint(ckpt)  # whatever moment the kill hit, the checkpoint on disk is whole
-    assert kills >= 1
+    assert sum(kills[1:]) >= 1  # at least one kill after a checkpoint of its own run
     resume = [f"train.resume={ckpt}"] if ckpt.exists() else []
     run_to_end("train.main", *train, f"train.out_dir={run}", *resume)
 
@@ -125,3 +138,16 @@ def test_killed_benchmark_reruns_to_whole_results(tmp_path):
     assert (out / "quick" / "report.md").is_file()
     for ckpt in (out / "quick").rglob("checkpoint.pt"):
         load_checkpoint(ckpt)
+
+
+def test_sigterm_ends_the_benchmark_as_ctrl_c_does(tmp_path):
+    """SIGTERM (a scheduler's stop, ``kill``) on ``python -m train.bench``: the pool stops, the invocation's end line
+    is written with status ``interrupted`` (as for Ctrl-C), the exit status is 128 + 15, and the rerun finishes."""
+    out = tmp_path / "out"
+    rng = random.Random(0)
+    assert kill_at_random("train.bench", [*BENCH, f"out_root={out}"], rng, (0.5, 1.0),
+                          after=out / "quick" / "invocations.jsonl", sig=signal.SIGTERM)
+    lines = [json.loads(line) for line in (out / "quick" / "invocations.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in lines] == ["started", "interrupted"] and lines[0]["id"] == lines[1]["id"]
+    run_to_end("train.bench", *BENCH, f"out_root={out}")
+    assert json.loads((out / "quick" / "invocations.jsonl").read_text().splitlines()[-1])["status"] == "finished"

@@ -33,7 +33,9 @@ import dataclasses
 import json
 import os
 import platform
+import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -54,7 +56,7 @@ from .evaluate import _row, cell_dir, cell_grids, data_cell, pe_config, run_cell
 from .explore import write_bench_data
 from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
-from .results import FLOOR, SEARCH, SEARCH_LOSS, ResultsError, Row, append_rows, read_rows
+from .results import FLOOR, SEARCH, SEARCH_LOSS, ResultsError, Row, append_rows, check_finite, read_rows
 
 # what the benchmark's callers and tests import from train.bench (defined in its pieces)
 __all__ = ["CONFIG_DIR", "FLOOR", "TASKS", "BenchConfig", "CellSpec", "ConfigError", "Task", "_row", "bench_dataset",
@@ -68,6 +70,7 @@ def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
     start = time.perf_counter()
     try:
         rows, seconds = run_cell(args)
+        check_finite(rows)  # a measurement that is not a number fails its cell (retried on the next run)
         return rows, seconds, None
     except Exception as e:  # reported per cell and in report.md; the cell is retried on the next run
         _, cell, _ = args
@@ -91,7 +94,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     if cfg.executor == "ray" and importlib.util.find_spec("ray") is None:
         raise SystemExit(f"error: {INSTALL_HINT}")
     cell_fn = cell_fn or run_cell_safe
-    run_dir = Path(cfg.out_root) / cfg.name
+    run_dir = Path(cfg.out_root) / provenance.check_run_name(cfg.name)
     results = run_dir / "results.csv"
     check_fingerprint(cfg, run_dir, resuming=results.exists())
     done = {r.cell for r in read_rows(results)}
@@ -197,8 +200,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall),
                 **({"executor": workers_text} if on_ray else {})}
         info_path.write_text(json.dumps(info) + "\n")
-    info = json.loads(info_path.read_text())
-    head = header(cfg, info)
+    head = header(cfg, provenance.read_run_info(run_dir))
     if failures:
         head += "\n- **failed cells** (rerun the same command to retry them):\n" + "\n".join(f"  - {f}" for f in failures)
     report = write_report(run_dir, head, select=lambda rows: selected_rows(cfg, rows), test_items=cfg.test_items)
@@ -327,24 +329,42 @@ def main(argv: list[str] | None = None) -> Path:
     path = CONFIG_DIR / "quick.yaml" if args.quick else args.config
     try:
         cfg = load_bench_config(path, args.overrides)
+        provenance.check_run_name(cfg.name)
     except (ConfigError, FileNotFoundError) as e:
         parser.error(str(e))
     command = "python -m train.bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.report_only:
-        run_dir = Path(cfg.out_root) / cfg.name
-        info_path = run_dir / "run_info.json"
-        if not info_path.exists() and not provenance.read_invocations(run_dir):
-            parser.error(f"{run_dir} holds no run (run_info.json, {provenance.INVOCATIONS}): run the benchmark first")
-        info = json.loads(info_path.read_text()) if info_path.exists() else None
-        report = write_report(run_dir, header(cfg, info), select=lambda rows: selected_rows(cfg, rows),
-                              test_items=cfg.test_items)
-        write_explorer_tab(run_dir)
-        return report
+    on_main = threading.current_thread() is threading.main_thread()  # signal handlers are set there only
+    previous = signal.signal(signal.SIGTERM, _terminate) if on_main else None
     try:
+        if args.report_only:
+            run_dir = Path(cfg.out_root) / cfg.name
+            info = provenance.read_run_info(run_dir)
+            if info is None and not provenance.read_invocations(run_dir):
+                parser.error(f"{run_dir} holds no run (run_info.json, {provenance.INVOCATIONS}): run the benchmark "
+                             "first")
+            report = write_report(run_dir, header(cfg, info), select=lambda rows: selected_rows(cfg, rows),
+                                  test_items=cfg.test_items)
+            write_explorer_tab(run_dir)
+            return report
         return run(cfg, command)
-    except (ConfigError, ResultsError, FileNotFoundError) as e:  # other settings, a damaged results.csv, no dataset
+    except (ConfigError, ResultsError, provenance.ProvenanceError, OSError) as e:  # other settings, a damaged file
         print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+    except Terminated:  # run()'s finally wrote the invocation's end line, status "interrupted"
+        print(f"{parser.prog}: terminated (SIGTERM); the same command resumes the run", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the driver as Ctrl-C's KeyboardInterrupt is: the pool is stopped and the invocation's end
+    line written (status ``interrupted``) before the process exits."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 if __name__ == "__main__":

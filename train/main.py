@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
 import random
 import shutil
@@ -137,6 +138,24 @@ def resolve_model_config(cfg: Config, dataset: Dataset) -> None:
         m.vocab_size = int(dataset.vocab_size)
     if m.name == "timm" and m.img_size is None:
         m.img_size = list(dataset[0][0].shape[-2:])
+    size_tables(m, dataset)
+
+
+def size_tables(m, dataset: Dataset) -> None:
+    """Give the encoding the options it requires and ``model.pe.options`` lacks (erpe's ``length``, learned's
+    ``grid_shape``) from its ``task_options`` for the grid of the training items, as ``ndpe viz`` and the benchmark
+    size them; saved with the run's config, so a resumed run or :func:`load_trained` builds the same table."""
+    from models import grid_shape
+    from ndpe.registry import kind_class, options
+
+    pe = m.pe
+    if not isinstance(pe.kind, str):  # per-axis kinds take their sizes per axis
+        return
+    lacking = [k for k, v in options(pe.kind).items() if v is inspect.Parameter.empty and k not in pe.options]
+    grid = grid_shape(m, dataset[0][0].shape) if lacking else None
+    if grid is not None:
+        sized = kind_class(pe.kind).task_options(dims=len(grid), causal=bool(m.causal), train_grid=grid, max_grid=grid)
+        pe.options = {**pe.options, **{k: sized[k] for k in lacking if k in sized}}
 
 
 # -- setup -----------------------------------------------------------------------------------

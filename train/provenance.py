@@ -12,8 +12,9 @@
 Rows written before these columns existed hold "" in each ("from before provenance was recorded").
 
 **Invocations.** Every ``python -m train.bench`` run appends one JSON object per line to
-``<run dir>/invocations.jsonl`` when it ends (finished, failed or interrupted by an exception or Ctrl-C: it is
-written from a ``finally``), in one ``write`` to a file opened for appending, then flushed and fsynced. A
+``<run dir>/invocations.jsonl`` when it ends (finished, failed or interrupted by an exception, Ctrl-C or
+SIGTERM, which the driver raises as Ctrl-C: it is written from a ``finally``), in one ``write`` to a file opened
+for appending, then flushed and fsynced. A
 process killed outright loses only its own line; a line cut mid-write is skipped when read, and the next
 append starts on a new line. ``--report-only`` appends nothing: it rewrites only report.md and the plots,
 which it derives from results.csv and this file. The keys of a line:
@@ -51,6 +52,49 @@ PROTOCOL_SOURCES = ("train/protocol.py", "train/floors.py", "train/data", "model
 UNKNOWN = "unknown"
 INVOCATIONS = "invocations.jsonl"
 EQUIVALENCES = "equivalences.jsonl"
+# the types of an invocation line's keys (:func:`read_invocations` refuses a line holding another)
+TYPES = {"command": str, "id": str, "start": str, "end": str, "status": str, "commit": str, "ndpe_version": str,
+         "protocol": str, "settings": str, "executor": str, "wall_s": (int, float), "cells_trained": int,
+         "rows_written": int, "cells_failed": int, "machine": dict, "dirty": (bool, type(None))}
+
+
+class ProvenanceError(ValueError):
+    """A provenance file (invocations.jsonl, equivalences.jsonl) that cannot be read, or a line of it whose keys hold
+    values of the wrong type (an edit: the driver writes none)."""
+
+
+def check_run_name(name) -> str:
+    """A run's name is one folder under the output root (``out_root/<name>``): a plain name as ``ndpe viz --name``
+    takes (no ``/``, ``\\`` or NUL), and not empty, ``.`` or ``..``, so the run directory never leaves the root;
+    else :class:`~train.config_yaml.ConfigError`."""
+    from ndpe.viz.figures import check_prefix
+
+    from .config_yaml import ConfigError
+
+    try:
+        check_prefix(name)
+        if name in ("", ".", ".."):
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"name={name!r} must be a run name, one folder under out_root (e.g. quick or mine): no "
+                          "'/', '\\' or NUL, and not '.' or '..' (set out_root= to write elsewhere)") from None
+    return name
+
+
+def read_run_info(run_dir: Path) -> dict | None:
+    """``run_dir/run_info.json`` (the last invocation that trained: its command, date and wall time); None without
+    it. A damaged one is a :class:`ProvenanceError` naming it."""
+    path = Path(run_dir) / "run_info.json"
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(info, dict) or not isinstance(info.get("command"), str):
+            raise ValueError("not an object with a command")
+        return info
+    except (OSError, ValueError) as e:
+        raise ProvenanceError(f"{path} is damaged ({' '.join(str(e).split())}); move it away (the benchmark "
+                              "rewrites it on its next run that trains)") from None
 
 
 def protocol_fingerprint(root: Path = ROOT) -> str:
@@ -138,8 +182,12 @@ def _read_lines(path: Path) -> list[dict]:
     """The JSON objects of ``path``'s lines, in order ([] without the file); damaged lines are skipped."""
     if not path.exists():
         return []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:  # a folder, no permission
+        raise ProvenanceError(f"{path} cannot be read ({e.strerror or e}); move it away") from None
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except ValueError:
@@ -197,9 +245,20 @@ def read_invocations(run_dir: Path) -> list[dict]:
     ``id``: the end line stands for it. A start line without its end is an invocation killed outright (its process
     got no chance to write): it is listed with status :data:`KILLED`, its cells and rows uncounted."""
     records = [r for r in _read_lines(Path(run_dir) / INVOCATIONS) if "command" in r]
+    for r in records:
+        wrong = {k: type(r[k]).__name__ for k, kind in TYPES.items() if k in r and (
+            not isinstance(r[k], kind) or (kind is int and isinstance(r[k], bool)))}
+        if wrong:
+            raise ProvenanceError(f"{Path(run_dir) / INVOCATIONS}: the line of invocation {r.get('id', '?')!r} holds "
+                                  f"{', '.join(f'{k} as {t}' for k, t in wrong.items())} (the driver writes "
+                                  f"{', '.join(f'{k}: {_type_name(TYPES[k])}' for k in wrong)}); fix or remove it")
     ended = {r["id"] for r in records if "id" in r and r.get("status") != STARTED}
     return [{**r, "status": KILLED} if r.get("status") == STARTED else r for r in records
             if not (r.get("status") == STARTED and r.get("id") in ended)]
+
+
+def _type_name(kind) -> str:
+    return " or ".join(t.__name__ for t in kind) if isinstance(kind, tuple) else kind.__name__
 
 
 def _commits(check: dict) -> str:

@@ -70,6 +70,19 @@ class Row:
 
 FIELDS = [f.name for f in fields(Row)]
 REQUIRED = FIELDS[:12]  # older results.csv files lack the later columns: they take the defaults
+MEASUREMENT = ("task", "kind", "variant", "seed", "data_seed", "split", "train_size", "test_size", "lr", "weight_decay")
+"""The columns that identify a row (a cell's measurement): no two rows of a results.csv share them."""
+NUMBERS = ("size_ratio", "value", "train_time_s", "lr", "weight_decay")  # finite in every row
+
+
+def check_finite(rows: list[Row]) -> None:
+    """Refuse (``ValueError``, one line) a row with a NaN or infinite number: the driver writes none (a measurement
+    that is not a number fails its cell, which is trained again on the next run)."""
+    for r in rows:
+        bad = [name for name in NUMBERS if not math.isfinite(getattr(r, name))]
+        if bad:
+            raise ValueError(f"{r.task} {r.kind} seed {r.seed} data {r.data_seed} ({r.split}, {r.test_size}): "
+                             f"{', '.join(f'{n}={getattr(r, n)}' for n in bad)} is not a finite number")
 SEARCH = "lr-search"  # the variant of a learning-rate search row
 SEARCH_LOSS = "val-loss"  # the split of a search cell's second row: its validation loss (breaks ties of the metric)
 
@@ -141,8 +154,8 @@ def read_rows(path: Path) -> list[Row]:
 
     A damaged last line (cut mid-row) is dropped together with every row of the cell it follows, and
     so is a cell with fewer rows than it wrote (``cell_rows``: the file was cut at a line end), so
-    that cell is trained again; a damaged header or a damaged row before the last is an error that
-    names the file and the line.
+    that cell is trained again; a damaged header, a damaged row before the last (a number that is not finite
+    included) or two rows of one measurement (:data:`MEASUREMENT`) is an error that names the file and the line.
     """
     if not path.exists():
         return []
@@ -151,6 +164,9 @@ def read_rows(path: Path) -> list[Row]:
     except UnicodeDecodeError as e:
         raise ResultsError(f"{path} is not a results CSV (byte {e.start} is not UTF-8 text); move the file away "
                            "(the benchmark then starts a new one)") from None
+    except OSError as e:  # a folder, no permission
+        raise ResultsError(f"{path} cannot be read as a results CSV ({e.strerror or e}); move it away (the benchmark "
+                           "then starts a new one)") from None
     lines = text.splitlines()
     if not lines or (len(lines) == 1 and not text.endswith("\n")):
         return []  # nothing, or a header cut before its end: no rows were ever complete
@@ -158,13 +174,16 @@ def read_rows(path: Path) -> list[Row]:
     if header[:len(REQUIRED)] != REQUIRED or not set(header) <= set(FIELDS):
         raise ResultsError(f"{path}: line 1 is not the results header {','.join(FIELDS)}; move the file away "
                            "(the benchmark then starts a new one)")
-    out, damaged = [], None
+    out: list[tuple[int, Row]] = []  # (line number, row)
+    damaged = None
     for number, line in enumerate(lines[1:], start=2):
         try:
             values = next(csv.reader([line]))
             if len(values) != len(header):
                 raise ValueError(f"{len(values)} fields, expected {len(header)}")
-            out.append(_parse(dict(zip(header, values))))
+            row = _parse(dict(zip(header, values)))
+            check_finite([row])
+            out.append((number, row))
         except (ValueError, StopIteration) as e:
             if number != len(lines):
                 raise ResultsError(f"{path}: line {number} is damaged ({e}); only a cut last line is repaired "
@@ -174,12 +193,26 @@ def read_rows(path: Path) -> list[Row]:
         damaged = len(lines)  # a last row without its newline may be cut inside its last field
         out.pop()
     if damaged is not None and out:
-        last = out[-1].cell
-        out = [r for r in out if r.cell != last]
+        last = out[-1][1].cell
+        out = [(n, r) for n, r in out if r.cell != last]
+    check_unique(path, out)
+    rows = [r for _, r in out]
     counts: dict = defaultdict(int)
-    for r in out:
+    for r in rows:
         counts[r.cell] += 1
-    return [r for r in out if counts[r.cell] >= r.cell_rows]
+    return [r for r in rows if counts[r.cell] >= r.cell_rows]
+
+
+def check_unique(path: Path, rows: list[tuple[int, Row]]) -> None:
+    """Refuse (:class:`ResultsError`) two rows (``(line number, row)``) of one measurement (:data:`MEASUREMENT`):
+    the driver writes each once, so a second is an edit or another file's rows appended."""
+    seen: dict[tuple, int] = {}
+    for number, r in rows:
+        key = tuple(str(getattr(r, k)) for k in MEASUREMENT)
+        if key in seen:
+            raise ResultsError(f"{path}: line {number} repeats the measurement of line {seen[key]} "
+                               f"({', '.join(f'{k}={v}' for k, v in zip(MEASUREMENT, key))}); remove one of them")
+        seen[key] = number
 
 
 @dataclass

@@ -41,13 +41,26 @@ def check_place_ids(positions: Tensor, kind: str) -> None:
                          f"number); got values from {positions.amin().item()} to {positions.amax().item()}")
 
 
+class PlaceIds(Encoding):
+    """Base of the kinds whose positions are place ids (``abacus``, ``coupling``): numbers, not flags, so a bool
+    tensor (``True`` read as 1, the units digit) is refused before it is converted."""
+
+    def explicit_positions(self, positions: Tensor, grid_shape: tuple[int, ...] | None,
+                           dtype: torch.dtype | None) -> Tensor:
+        if isinstance(positions, Tensor) and positions.dtype == torch.bool:
+            raise TypeError(f"{self.kind} positions are place ids, integers >= 0 (0: not a digit, i + 1: the i-th "
+                            "digit of its number), got a bool tensor: pass the ids (e.g. AdditionTask(place=True))")
+        return super().explicit_positions(positions, grid_shape, dtype)
+
+
 @register("abacus", dims=(1,))
-class Abacus(Encoding):
+class Abacus(PlaceIds):
     """A learned table indexed by each digit's place in its number, shifted by a random offset in training.
 
     Args:
         size: rows of the table (the reference's ``max_seq_length``, 1024): ids plus the offset stay below it.
-        max_k: the largest training offset (the reference's default 99; the paper trains on 20 digits with 100).
+        max_k: the largest training offset (the reference's default 99; the paper trains on 20 digits with 100), below
+            ``size - 1`` (the first digit's id 1 plus it indexes the table).
 
     >>> import ndpe, torch
     >>> pe = ndpe.make(dims=1, kind="abacus", dim=16, size=32, max_k=8).eval()
@@ -65,6 +78,9 @@ class Abacus(Encoding):
     def __init__(self, *, dims: int, dim: int, heads: int = 1, size: int = 1024, max_k: int = 99):
         super().__init__(dims=dims, dim=dim, heads=heads)
         self.size, self.max_k = check_int(size, "size", low=2), check_int(max_k, "max_k", low=0)
+        if self.max_k + 1 >= self.size:
+            raise ValueError(f"abacus max_k={max_k} leaves no row of its table (size={size}) for a digit in training: "
+                             f"the first digit's id 1 plus the offset up to max_k needs size > max_k + 1 = {max_k + 1}")
         check_tables("abacus", {"table": (self.size, dim)}, "build it with a smaller size")
         self.embedding = nn.Embedding(self.size, dim)  # N(0, 1) rows, as the reference's nn.Embedding
 

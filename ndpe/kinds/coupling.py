@@ -34,12 +34,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..base import Encoding
 from ..checks import check_bool, check_choice, check_int
 from ..contract import PosOut
 from ..memory import check_tables
 from ..registry import register
-from .abacus import check_place_ids
+from .abacus import PlaceIds, check_place_ids
 
 
 CONVENTIONS = ("down", "up")
@@ -69,7 +68,7 @@ def coupled_ids(place: Tensor, start: Tensor | int, convention: str = "down") ->
 
 
 @register("coupling", dims=(1,))
-class PositionCoupling(Encoding):
+class PositionCoupling(PlaceIds):
     """A learned table indexed by coupled position ids: digits of equal significance share a row.
 
     Args:

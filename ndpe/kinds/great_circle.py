@@ -13,7 +13,8 @@ loses half the digits near antipodes). The distance wraps at the date line and s
 rotation of the sphere leaves it unchanged: the bias is rotation invariant, as ALiBi's is translation invariant.
 
 Slopes: ALiBi's (:func:`ndpe.kinds.alibi.alibi_slopes`, ``2 ** (-8 h / H)`` for 8 heads: 1/2 .. 1/256 per degree
-with the default unit) or the caller's ``slopes=`` (one finite number per head). Parameter-free; the base caches the
+with the default unit) or the caller's ``slopes=`` (one finite number per head; an output ``dtype`` whose range the
+bias at the antipodes passes is refused). Parameter-free; the base caches the
 bias per grid. Output ``(heads, N, N)`` float32 (``(B, heads, N, N)`` for batched positions); :mod:`ndpe.flex` gives
 a ``score_mod`` from the same formula that never builds it.
 """
@@ -27,7 +28,7 @@ from torch import Tensor
 
 from ..checks import check_choice
 from ..contract import PosOut
-from ..coords import check_latlon, unit_vectors
+from ..coords import check_latlon, output_max, unit_vectors
 from ..pairs import pair_axes, sum_of, token_axes
 from ..registry import register
 from .alibi import alibi_slopes, check_slopes
@@ -70,6 +71,18 @@ class GreatCircle(OnTheSphere):
         self.unit = check_choice(unit, "unit", tuple(UNITS))
         chosen = alibi_slopes(heads) if slopes is None else check_slopes(slopes, heads)
         self.register_buffer("slopes", torch.tensor(chosen, dtype=torch.float32), persistent=False)
+        self.steepest = max(abs(s) for s in chosen)  # the largest |slope|, for check_range without reading a buffer
+
+    def check_range(self, positions: Tensor, dtype: torch.dtype) -> None:
+        """Refuse (one line) slopes whose bias at the longest distance (half the circumference, ``pi`` radii) passes
+        what ``dtype`` holds: ``+inf`` for a negative slope (then NaN out of the softmax), ``-inf`` for a positive."""
+        longest = math.pi * UNITS[self.unit]
+        if self.steepest * longest > output_max(dtype):
+            name = str(dtype).removeprefix("torch.")
+            raise ValueError(f"great-circle slopes up to {self.steepest:.3g} give biases up to "
+                             f"{self.steepest * longest:.3g} at the antipodes ({longest:.5g} {self.unit}), past "
+                             f"{name}'s {output_max(dtype):.3g}: use |slopes| <= {output_max(dtype) / longest:.3g} "
+                             f"per {self.unit}, or return float32")
 
     def pair_words(self) -> int:
         """Float32 words per pair at the peak: the three components of the cross product, its norm and the dot

@@ -22,6 +22,9 @@ Cameras: ``pe(grid_shape, extrinsics=E)`` with ``E`` ``(N, 4, 4)`` or ``(B, N, 4
 camera repeated over its patches). Without them (a model given no cameras, ``ndpe viz``), view ``v`` of a
 ``(views, rows, cols)`` grid is seen from the default ring :func:`ring_extrinsics` and a 2D grid is view 0.
 Positions are ``(view, row, col)`` (2D: ``(row, col)``) indices; only the camera and the patch are encoded.
+Cameras are finite or refused in one line, as positions are (:meth:`position_limit`): extrinsics rigid (``det R =
++1``, ``R R^T = I`` within :func:`rigid_tolerance` of their dtype, so float16 cameras pass), and every entry of ``P``
+and ``P^-1`` within a quarter of what the output dtype holds (:func:`check_frames`).
 
 >>> import ndpe, torch
 >>> pe = ndpe.make(dims=3, kind="gta", dim=64, heads=2)
@@ -40,6 +43,7 @@ from torch import Tensor
 
 from ..base import Encoding, pad_prefix
 from ..checks import check_number
+from ..coords import angle_limit, output_max
 from ..contract import PosOut
 from ..registry import register
 
@@ -56,8 +60,9 @@ def ring_extrinsics(view: Tensor) -> Tensor:
     >>> ring.shape, torch.equal(ring[0, :3, :3], torch.eye(3)), ring[0, 2, 3].item()
     (torch.Size([8, 4, 4]), True, 2.0)
     """
-    phi = view.float() * RING_STEP
-    c, s, zero, one = phi.cos(), phi.sin(), torch.zeros_like(phi), torch.ones_like(phi)
+    phi = view.double() * RING_STEP  # float64 angles, so that a far view index keeps its place on the ring
+    c, s = phi.cos().float(), phi.sin().float()
+    zero, one = torch.zeros_like(c), torch.ones_like(c)
     rows = torch.stack([torch.stack([c, zero, s], -1), torch.stack([zero, one, zero], -1),
                         torch.stack([-s, zero, c], -1)], -2)  # camera axes in world coordinates: right, down, forward
     centre = RING_RADIUS * torch.stack([s, zero, -c], -1)
@@ -73,23 +78,51 @@ def invert_se3(e: Tensor) -> Tensor:
     return torch.cat([top, e[..., 3:, :]], -2)
 
 
+def rigid_tolerance(dtype: torch.dtype) -> float:
+    """The ``R R^T = I`` tolerance of extrinsics given in ``dtype``: 1e-4, or twice the epsilon of a coarser dtype
+    (a rotation rounded to float16 is off by up to 8e-4, to bfloat16 by 6e-3)."""
+    return max(1e-4, 2 * torch.finfo(dtype).eps)
+
+
 def check_extrinsics(extrinsics, num_tokens: int) -> Tensor:
-    """World-to-camera SE(3) matrices ``(N, 4, 4)`` or ``(B, N, 4, 4)``, one per grid token; returned as float32."""
+    """World-to-camera SE(3) matrices ``(N, 4, 4)`` or ``(B, N, 4, 4)``, one per grid token: finite, rigid (``R`` a
+    rotation, ``det R = +1``, within :func:`rigid_tolerance` of their dtype); returned as float32."""
     if not isinstance(extrinsics, Tensor) or not extrinsics.is_floating_point() or extrinsics.dim() not in (3, 4) \
-            or extrinsics.shape[-3:] != (num_tokens, 4, 4):
+            or extrinsics.shape[-3:] != (num_tokens, 4, 4) or extrinsics.numel() == 0:
         got = tuple(extrinsics.shape) if isinstance(extrinsics, Tensor) else type(extrinsics).__name__
         raise ValueError(f"extrinsics must be a floating (N, 4, 4) or (B, N, 4, 4) tensor of world-to-camera matrices, "
-                         f"one per grid token (N = {num_tokens}), got {got}")
+                         f"one per grid token (N = {num_tokens}, B >= 1), got {got}")
+    if extrinsics.device.type == "meta":
+        raise ValueError("extrinsics are on the meta device (shape only, no values); pass real cameras")
     e = extrinsics.float()
+    if torch.compiler.is_compiling():
+        return e
+    if not bool(torch.isfinite(e).all()):
+        raise ValueError("extrinsics contain NaN or inf; expected finite world-to-camera matrices")
     eye = torch.eye(3, device=e.device)
     bottom = torch.tensor([0.0, 0.0, 0.0, 1.0], device=e.device)
-    if not torch.compiler.is_compiling() and not (
-            torch.allclose(e[..., 3, :], bottom.expand_as(e[..., 3, :]))
-            and torch.allclose(e[..., :3, :3] @ e[..., :3, :3].transpose(-1, -2), eye.expand_as(e[..., :3, :3]),
-                               atol=1e-4)):
+    r = e[..., :3, :3]
+    if not (torch.allclose(e[..., 3, :], bottom.expand_as(e[..., 3, :]))
+            and torch.allclose(r @ r.transpose(-1, -2), eye.expand_as(r), atol=rigid_tolerance(extrinsics.dtype))):
         raise ValueError("extrinsics must be rigid transforms [R | t; 0 0 0 1] with R a rotation (R R^T = I); "
                          "a camera-to-world pose becomes world-to-camera by inverting it")
+    if not bool((torch.linalg.det(r) > 0).all()):
+        raise ValueError("extrinsics' R must be a rotation (det R = +1), got a reflection (det R = -1): flip an axis "
+                         "of the camera frame to make it right-handed")
     return e
+
+
+def check_frames(kind: str, p: Tensor, p_inv: Tensor, dtype: torch.dtype) -> None:
+    """Refuse (one line) camera matrices ``P`` and ``P^-1`` with an entry past a quarter of what ``dtype`` (the
+    output's) holds: a 4 x 4 block applied to channels of magnitude 1 then stays finite."""
+    if torch.compiler.is_compiling():
+        return
+    reach = max(float(p.abs().amax()), float(p_inv.abs().amax()))
+    limit = output_max(dtype) / 4
+    if not reach <= limit:
+        name = str(dtype).removeprefix("torch.")
+        raise ValueError(f"{kind}'s camera matrices P and P^-1 reach {reach:g}, past {limit:.3g}, where a block "
+                         f"applied to q, k, v overflows {name}: express the translations in larger units")
 
 
 @register("gta", dims=(2, 3))
@@ -131,9 +164,16 @@ class GTA(Encoding):
             positions = self.coords(cast(tuple, shape))
         else:
             positions = self.explicit_positions(positions, shape, dtype)
-        frames = self.projections(check_extrinsics(extrinsics, positions.shape[-2]), intrinsics)
+        cameras = check_extrinsics(extrinsics, positions.shape[-2])
+        check_batches(positions, cameras)
+        frames = self.projections(cameras, intrinsics)
+        check_frames(self.kind, *frames, dtype or torch.float32)
         out = pad_prefix(self.encode_frames(positions, *frames), num_prefix)
         return out if dtype is None else out.to(dtype)
+
+    def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
+        """The patch rotations' (fastest frequency 1 rad per unit), and the default ring's view angle (pi / 4)."""
+        return angle_limit(self.kind, 1.0)
 
     def projections(self, extrinsics: Tensor, intrinsics: Tensor | None) -> tuple[Tensor, Tensor]:
         """Each token's camera matrix ``P`` and its inverse, ``(..., N, 4, 4)``: GTA's ``P = E``."""
@@ -149,15 +189,23 @@ class GTA(Encoding):
         each ``(..., N, 4, 4)``: ``P`` repeated over half the channels, then the patch rotations."""
         pairs = self.head_dim // 4 - self.head_dim // 8  # rotated pairs per patch axis (head_dim / 8 if it divides)
         freqs = self.theta ** (-torch.arange(pairs, dtype=torch.float64, device=positions.device) / pairs)
-        angles = (positions[..., -2:, None].double() * freqs).float()  # (..., N, 2, pairs): row, col
+        angles = positions[..., -2:, None].double() * freqs  # (..., N, 2, pairs): row, col, in float64
         angles = rearrange(angles.flip(-2), "... a f -> ... (a f)")  # the column's first, as the reference's x
-        cos, sin = angles.cos(), angles.sin()
+        cos, sin = angles.cos().float(), angles.sin().float()
         rot, rot_inv = rotation_blocks(cos, sin), rotation_blocks(cos, -sin)  # (..., N, pairs, 4, 4)
         lead = torch.broadcast_shapes(p.shape[:-3], rot.shape[:-4])  # per-sample cameras or positions: (B,)
         heads = 0 if not lead else 1  # the heads axis (one map for every head), after the batch's
         blocks = self.head_dim // 8  # the camera's
         return PosOut(frame=(tiled(p, rot, blocks, lead).unsqueeze(heads),
                              tiled(p_inv, rot_inv, blocks, lead).unsqueeze(heads)))
+
+
+def check_batches(positions: Tensor, cameras: Tensor) -> None:
+    """Batched positions ``(B, N, dims)`` and batched cameras ``(B', N, 4, 4)`` must agree on the batch (or one of
+    them be 1, broadcast)."""
+    if positions.dim() == 3 and cameras.dim() == 4 and 1 != positions.shape[0] != cameras.shape[0] != 1:
+        raise ValueError(f"positions hold a batch of {positions.shape[0]} but the cameras one of {cameras.shape[0]}: "
+                         "pass one camera set per sample (or one shared (N, 4, 4) set)")
 
 
 def tiled(cam: Tensor, turn: Tensor, blocks: int, lead: tuple[int, ...]) -> Tensor:

@@ -3,7 +3,8 @@ Russwurm et al. 2024, "Geographic Location Encoding with Spherical Harmonics and
 
 Positions are (latitude, longitude) in degrees, ``(N, 2)`` or ``(B, N, 2)``, latitude in [-90, 90] and longitude in
 [-180, 180] (other values raise). Without ``positions=``, a grid ``(H, W)`` is the equiangular grid of cell centres
-over the whole sphere, row 0 the northernmost (:func:`ndpe.coords.latlon_grid`). Position augmentation (CAPE,
+over the whole sphere, row 0 the northernmost (:func:`ndpe.coords.latlon_grid`). Integer positions are whole
+degrees (converted to float32, as every kind's positions). Position augmentation (CAPE,
 randomized positions: made for grid coordinates) is refused; pass augmented ``positions=`` (:class:`OnTheSphere`, the
 base of ``great-circle`` too).
 

@@ -33,6 +33,7 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 MARKER = ".ndpe-complete"
@@ -144,9 +145,25 @@ def glob_escape(name: str) -> str:
 
 
 # ------------------------------------------------------------------ extraction
+class _Header(tarfile.TarInfo):
+    """A member that remembers whether its header's name fields held a NUL before their last byte: tarfile cuts a
+    name there (``a\\0b`` is read as ``a``), which the name alone no longer shows."""
+
+    cut_name = False
+
+    @classmethod
+    def frombuf(cls, buf, encoding, errors):
+        member = super().frombuf(buf, encoding, errors)
+        member.cut_name = any(b"\0" in field.rstrip(b"\0") for field in (buf[0:100], buf[345:500]))
+        return member
+
+
 def _parts(member: tarfile.TarInfo) -> tuple[str, ...]:
     """The normalised path components of ``member`` (``.`` dropped); raise for any unsafe name or type."""
     name = member.name
+    if getattr(member, "cut_name", False):
+        raise ValueError(f"unsafe tar member {name!r}...: a NUL inside the name in its header (tarfile reads the name "
+                         "up to it; expected a relative path)")
     if member.issym() or member.islnk():
         raise ValueError(f"unsafe tar member {name!r}: link to {member.linkname!r} (links are refused; expected regular files and directories only)")
     if member.sparse is not None or not (member.type in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE) or member.isdir()):
@@ -195,8 +212,8 @@ def _check_layout(member: tarfile.TarInfo, parts: tuple[str, ...], seen: dict, t
 def _members(archive: Path, max_members: int, max_bytes: int):
     """Yield ``(tar, member, parts)`` streaming through ``archive``, checking each member and the running limits first."""
     count = total = 0
-    with tarfile.open(archive, "r|*") as tar:  # stream mode: headers read one by one, nothing seeks back
-        while (member := tar.next()) is not None:
+    with _read(archive, tarfile.open, archive, "r|*", tarinfo=_Header) as tar:  # stream: headers one by one
+        while (member := _read(archive, tar.next)) is not None:
             count += 1
             if count > max_members:
                 raise ValueError(f"tar archive {archive.name} has more than max_members={max_members} members (refusing to extract; raise the limit if the archive is trusted)")
@@ -206,6 +223,17 @@ def _members(archive: Path, max_members: int, max_bytes: int):
                 raise ValueError(f"tar archive {archive.name} holds more than max_bytes={max_bytes} bytes of files (refusing to extract; raise the limit if the archive is trusted)")
             yield tar, member, parts
             tar.members.clear()  # TarFile keeps every header it read; the checks need none of them
+
+
+def _read(archive: Path, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with tarfile's errors on a file that is no (or a damaged) tar archive as one line."""
+    try:
+        return fn(*args, **kwargs)
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        if isinstance(err, OSError) and err.errno is not None:
+            raise  # a file that cannot be read (missing, a folder, no permission): the OSError says so
+        raise ValueError(f"{archive.name} is not a readable tar archive (tarfile: {err}); expected a .tar, .tar.gz, "
+                         ".tar.bz2 or .tar.xz") from None
 
 
 def _inside(path: str, root: str) -> bool:
