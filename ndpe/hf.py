@@ -37,6 +37,7 @@ torch.Size([1, 10, 64])
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, cast
 
 import torch
@@ -307,6 +308,19 @@ def _own_rope(pe: RoPE, rotary_emb: Any, config: Any, head_dim: int) -> RoPE:
     return full
 
 
+CACHE_NAMES = ("cache", "past_key_values")  # the decoder's KV-cache argument: transformers >= 5.24, and before
+
+
+def _cache_argument(forward: Any, args: tuple, kwargs: dict) -> Any:
+    """The KV cache a decoder's ``forward`` receives, by keyword or by position, under either of its names
+    (:data:`CACHE_NAMES`: transformers 5.24 renamed ``past_key_values`` to ``cache``); None without one."""
+    for name in CACHE_NAMES:
+        if kwargs.get(name) is not None:
+            return kwargs[name]
+    names = list(inspect.signature(forward).parameters)
+    return next((a for name, a in zip(names, args) if name in CACHE_NAMES), None)
+
+
 def use(model: Any, kind: str, **options: Any) -> Any:
     """Make a Hugging Face decoder of the Llama family (Llama, Qwen2, Mistral, Gemma: ``model.model.rotary_emb``,
     ``embed_tokens`` and attention modules calling transformers' attention interface) use ndpe's ``kind``; returns
@@ -323,8 +337,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
 
     ``generate()`` with the KV cache works for every 1D kind that decodes. Positions count from the first token of
     each row: other ``position_ids`` (left-padded batches, packed rows) are refused in one line, except by the kinds
-    that go through ``rotary_emb``, which take them as HF's rope does. Pinned against
-    transformers 5.23 (``tests/test_hf_use.py``).
+    that go through ``rotary_emb``, which take them as HF's rope does. Tested against transformers 5.23 and
+    5.24, whose decoder's cache argument is named ``past_key_values`` and ``cache`` (``tests/test_hf_use.py``).
     """
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
@@ -381,7 +395,7 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     inner.rotary_emb.forward = rotary
 
     def remember_past(module, args, kwargs):  # the cache length before this forward's tokens
-        cache = kwargs.get("past_key_values")
+        cache = _cache_argument(module.forward, args, kwargs)
         state["past"] = int(cache.get_seq_length()) if cache is not None else 0
         encoded.clear()  # parameters may have changed since the last forward
 

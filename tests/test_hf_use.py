@@ -1,7 +1,10 @@
-"""``ndpe.hf.use(model, kind)``: any 1D kind in a Hugging Face decoder of the Llama family (transformers 5.23):
+"""``ndpe.hf.use(model, kind)``: any 1D kind in a Hugging Face decoder of the Llama family (the installed transformers:
+5.23 pinned, 5.24 the newest, which renamed the cache argument):
 Llama, Qwen2, Mistral and Gemma. ``rope`` (from the config) gives the model's own logits; every kind that decodes
 generates the same tokens with and without the KV cache, and its cached logits equal the full forward's."""
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -108,13 +111,18 @@ def skip_unless_it_decodes(kind: str) -> None:
 # every 1D kind that keeps the width; the test asks each whether it decodes (a refusal skips it, never collection)
 DECODING = [k for k, dims in ndpe.available().items() if 1 in dims and build(k, 1).cat_dim == 0]
 
+# the KV cache's name in the installed transformers: ``cache`` from 5.24 on, ``past_key_values`` before
+CACHE = next(n for n in ("cache", "past_key_values") if n in inspect.signature(LlamaForCausalLM.forward).parameters)
+
+
 def cached_logits(model, ids, split):
-    """Logits of ``ids`` fed as a prompt of ``split`` tokens, then one token at a time through the KV cache."""
+    """Logits of ``ids`` fed as a prompt of ``split`` tokens, then one token at a time through the KV cache, passed
+    under the name the installed transformers takes."""
     out = model(ids[:, :split], use_cache=True)
-    cache, steps = out.past_key_values, [out.logits]
+    cache, steps = out[CACHE], [out.logits]
     for i in range(split, ids.shape[1]):
-        out = model(ids[:, i:i + 1], past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+        out = model(ids[:, i:i + 1], use_cache=True, **{CACHE: cache})
+        cache = out[CACHE]
         steps.append(out.logits)
     return torch.cat(steps, dim=1)
 
