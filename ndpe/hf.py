@@ -343,9 +343,9 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
-    from .attention import additive_mask, attend_probs
-    from .contract import apply_tokens, attn_term
-    from .functional import apply_qk
+    from . import apply
+    from .apply import token_fields
+    from .contract import apply_tokens
 
     inner = getattr(model, "model", None)
     if inner is None or not all(hasattr(inner, a) for a in ("rotary_emb", "embed_tokens", "layers")):
@@ -416,19 +416,10 @@ def use(model: Any, kind: str, **options: Any) -> Any:
             if groups > 1:
                 key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
             n, total = query.shape[-2], key.shape[-2]
-            if probe.rot is not None:  # every key by its position (cached unrotated), the queries by theirs
-                full = encode(total, 0)
-                rot = cast(tuple, full.rot)
-                pos = PosOut(rot=(rot[0][..., total - n:, :], rot[1][..., total - n:, :]), rot_k=full.rot_k or rot,
-                             pairing=full.pairing, basis=full.basis)  # the new queries, every key
-                query, key = apply_qk(query, key, pos)
-            pos = encode(n, total - n)
-            bias = attn_term(pos, query.dtype, q=query, k=key, causal=True)
-            mask = None if attention_mask is None else additive_mask(attention_mask, query.dtype)
-            if bias is not None:
-                mask = bias if mask is None else mask + bias
-            out = attend_probs(query, key, value, pos, attn_mask=mask, dropout_p=dropout, scale=scaling,
-                               is_causal=mask is None and n == total)
+            pos = encode(n, total - n)  # the new queries against every key
+            keys = encode(total, 0) if total > n and token_fields(pos) else None  # the cache holds raw keys, values
+            out = apply.attention(query, key, value, pos, keys=keys, attn_mask=attention_mask, is_causal=True,
+                                  dropout_p=dropout, scale=scaling)
             return out.transpose(1, 2).contiguous(), None
 
         AttentionInterface.register(name, attention)

@@ -39,9 +39,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import additive_mask, attend_probs
-from .contract import PosOut, apply_tokens, attention_fields, attn_term
-from .functional import apply_out, apply_qk, apply_v
+from . import apply
+from .contract import PosOut, apply_tokens, attention_fields
 from .kinds.learned import Learned
 from .packing import stack
 from .registry import make
@@ -68,7 +67,7 @@ class _Holder:
 
 class NdpeAttention(nn.Module):
     """A timm ``Attention``, ``AttentionRope`` or ``EvaAttention`` with ndpe's encoding: the wrapped module's own weights and q, k, v,
-    q/k norms, gate, output norm and projection, with ``apply_qk`` and ``attn_bias`` between."""
+    q/k norms, gate, output norm and projection, with the encoding applied between by :func:`ndpe.apply.attention`."""
 
     def __init__(self, attn: nn.Module, holder: _Holder):
         super().__init__()
@@ -107,16 +106,8 @@ class NdpeAttention(nn.Module):
         B, N, _ = x.shape
         gate = a.gate(x).sigmoid() if getattr(a, "gate", None) is not None else None
         q, k, v = self._qkv(x)  # (B, heads, N, head_dim)
-        pos = self._holder.pos
-        q, k = apply_qk(q, k, pos)
-        bias = attn_term(pos, q.dtype, q=q, k=k, causal=is_causal, x=x)
-        if attn_mask is not None:
-            extra = additive_mask(attn_mask, q.dtype)
-            bias = extra if bias is None else bias + extra
         drop = a.attn_drop.p if self.training else 0.0
-        out = attend_probs(q, k, apply_v(v, pos), pos, attn_mask=bias, dropout_p=drop,
-                           is_causal=is_causal and bias is None)
-        out = apply_out(out, pos)
+        out = apply.attention(q, k, v, self._holder.pos, attn_mask=attn_mask, is_causal=is_causal, dropout_p=drop, x=x)
         out = a.norm(out.transpose(1, 2).reshape(B, N, -1))
         if gate is not None:
             out = out * gate
