@@ -178,3 +178,66 @@ def test_refusals():
         ndpe.hf.use(fresh("llama"), "coord")
     with pytest.raises(TypeError, match="Llama family"):
         ndpe.hf.use(torch.nn.Linear(2, 2), "rope")
+
+
+class ShearFrame(ndpe.Encoding):
+    """A 1D kind with a ``frame``, written here: token ``p``'s map of each 4-channel block is the shear
+    ``D = I + 0.3 p E_01`` (``D^-1 = I - 0.3 p E_01``), so that it reaches the logits, the values and the output."""
+
+    def encode(self, positions, grid_shape):
+        blocks = self.head_dim // 4
+        shear = torch.zeros(16)
+        shear[1] = 0.3
+        delta = positions[..., :1] * shear.repeat(blocks)  # (N, 16 blocks), row-major blocks
+        return ndpe.PosOut(frame=(delta, -delta))
+
+
+def by_hand(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """HF's attention with ShearFrame's maps written out: ``q D^T``... as rows, causal softmax, ``D`` on the output."""
+    n, total = query.shape[-2], key.shape[-2]
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    p = torch.arange(total, dtype=query.dtype)
+    eye = torch.eye(4)
+    shear = torch.zeros(4, 4)
+    shear[0, 1] = 0.3
+    d = eye + p[:, None, None] * shear  # (total, 4, 4)
+    d_inv = eye - p[:, None, None] * shear
+
+    def blocks(t, m):  # each token's rows t[..., i, :] in blocks of 4 channels, times m[i]^T (m applied per token)
+        shape = t.shape
+        t = t.reshape(*shape[:-1], -1, 4)
+        return torch.einsum("bhtcj,tij->bhtci", t, m[-shape[-2]:]).reshape(shape)
+    q, k, v = blocks(query, d.transpose(-1, -2)), blocks(key, d_inv), blocks(value, d_inv)
+    logits = (q @ k.transpose(-1, -2)) * scaling + torch.full((n, total), float("-inf")).triu(total - n + 1)
+    out = blocks(logits.softmax(-1) @ v, d)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def test_a_frame_kind_is_applied_in_hf():
+    """A 1D kind with a frame (q, k, v and the output mapped per token) in a HF decoder: equal to HF's attention with
+    the maps written by hand, and far from the model without positions; cached decoding equals the full forward (the
+    cache holds the raw keys and values, mapped by each key's frame). It used to give the "none" model's logits."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+
+    ndpe.register("test-shear-frame", dims=(1,))(ShearFrame)
+    try:
+        ids = torch.randint(0, 61, (2, 10))
+        with torch.no_grad():
+            model = ndpe.hf.use(sharp("llama"), "test-shear-frame")
+            out = model(ids).logits
+            cached = cached_logits(model, ids, 4)
+            plain = ndpe.hf.use(sharp("llama"), "none")(ids).logits
+            ref = sharp("llama")
+            ones = lambda x, position_ids, *a, **k: (x.new_ones(*position_ids.shape, 8),) * 1 + (  # noqa: E731
+                x.new_zeros(*position_ids.shape, 8),)
+            ref.model.rotary_emb.forward = ones
+            AttentionInterface.register("test-by-hand", by_hand)
+            ALL_MASK_ATTENTION_FUNCTIONS.register("test-by-hand", eager_mask)
+            ref.set_attn_implementation("test-by-hand")
+            expected = ref(ids).logits
+        assert_tells_apart(out, plain, expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(cached, out, rtol=1e-4, atol=1e-4)
+    finally:
+        ndpe.registry.unregister("test-shear-frame")
