@@ -159,7 +159,8 @@ def test_positions_reach_the_model():
         assert (model(ids).logits - plain(ids).logits).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("kind,opts,match", [("xpos", {}, "fixed center"), ("fire", {}, "causal=True"),
+@pytest.mark.parametrize("kind,opts,match", [("xpos", {"center": None}, "fixed center"),
+                                             ("fire", {"causal": False}, "causal=True"),
                                              ("learned", {"grid_shape": (8,), "resize": "linear"}, "resize=None")])
 def test_refused_options(kind, opts, match):
     """Options that cannot decode pass a full forward and refuse the cached step in one line."""
@@ -241,3 +242,47 @@ def test_a_frame_kind_is_applied_in_hf():
         torch.testing.assert_close(cached, out, rtol=1e-4, atol=1e-4)
     finally:
         ndpe.registry.unregister("test-shear-frame")
+
+
+def test_models_of_one_config_stay_independent():
+    """``use`` sets the attention implementation on the model's own copy of its config: a model built from the same
+    config object runs transformers' own attention, takes another kind, and the config itself is left alone."""
+    config = LlamaConfig(**SMALL)
+    torch.manual_seed(0)
+    first, second, third = (LlamaForCausalLM(config).eval() for _ in range(3))
+    ids = torch.randint(0, 61, (1, 8))
+    with torch.no_grad():
+        before = second(ids).logits
+        ndpe.hf.use(first, "fire", causal=True)
+        torch.testing.assert_close(second(ids).logits, before, rtol=0, atol=0)  # still transformers' own
+        assert config._attn_implementation != first.config._attn_implementation
+        ndpe.hf.use(third, "alibi")
+        assert first.config._attn_implementation != third.config._attn_implementation
+        first(ids), third(ids)
+
+
+def registered() -> set[str]:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    return set(AttentionInterface._global_mapping) | set(type(ALL_MASK_ATTENTION_FUNCTIONS)._global_mapping)
+
+
+def test_use_leaves_nothing_registered_and_keeps_no_model_alive():
+    """What ``use`` registers in transformers' global attention and mask interfaces goes with its model: nothing
+    there keeps the model alive (a weak reference dies with it), and ``close()`` unregisters at once."""
+    import gc
+    import weakref
+
+    before = registered()
+    model = ndpe.hf.use(fresh("llama"), "alibi")
+    name = model.config._attn_implementation
+    assert name in registered() - before
+    with torch.no_grad():
+        model(torch.randint(0, 61, (1, 5)))
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None and registered() == before
+    other = ndpe.hf.use(fresh("llama"), "sinusoidal")
+    other.ndpe_adapter.close()
+    assert registered() == before
