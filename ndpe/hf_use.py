@@ -23,7 +23,7 @@ from .registry import make, options as kind_options
 __all__ = ["Adapter", "use"]
 
 CACHE_NAMES = ("cache", "past_key_values")  # the decoder's KV-cache argument: transformers >= 5.24, and before
-DECODER_DEFAULTS: dict = {}  # the options a decoder needs, where the kind takes them
+DECODER_DEFAULTS = {"causal": True, "center": 0}  # the options a decoder needs, where the kind takes them
 _names = itertools.count()  # one attention implementation name per adapter, never reused
 
 
@@ -156,7 +156,7 @@ class Adapter:
         return out.transpose(1, 2).contiguous(), None
 
 
-def _interfaces() -> tuple[type, type]:
+def _interfaces() -> tuple[Any, Any]:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     return AttentionInterface, type(ALL_MASK_ATTENTION_FUNCTIONS)

@@ -286,3 +286,15 @@ def test_use_leaves_nothing_registered_and_keeps_no_model_alive():
     other = ndpe.hf.use(fresh("llama"), "sinusoidal")
     other.ndpe_adapter.close()
     assert registered() == before
+
+
+@pytest.mark.parametrize("kind,option", [("fire", {"causal": True}), ("xpos", {"center": 0})])
+def test_decoder_defaults(kind, option):
+    """Under ``use``, a kind that takes ``causal`` is causal and xPos's center is 0 unless given: the model equals
+    the one built with the option and decodes with the cache."""
+    ids = torch.randint(0, 61, (1, 9))
+    with torch.no_grad():
+        model = ndpe.hf.use(sharp("llama"), kind)
+        given = ndpe.hf.use(sharp("llama"), kind, **option)(ids).logits
+        torch.testing.assert_close(model(ids).logits, given, rtol=0, atol=0)
+        torch.testing.assert_close(cached_logits(model, ids, 4), given, rtol=1e-4, atol=1e-4)
