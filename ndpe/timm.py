@@ -32,7 +32,7 @@ torch.Size([1, 1000])
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -175,7 +175,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
         _take_any_size(model)
         model._ndpe_from_table = isinstance(pe, Learned) and not pe.factorized and model.pos_embed is not None
         if model._ndpe_from_table:
-            _start_from_table(pe, model)
+            _start_from_table(cast(Learned, pe), model)
         model.register_load_state_dict_pre_hook(_load_timm_table)  # a timm checkpoint loaded after use()
     holder = _Holder()
     keep_table = _keeps_table(model, pe)
@@ -255,7 +255,8 @@ def _from_timm_table(pe: Learned, model: Any, pos_embed: Tensor, tokens: dict[st
                          f"{tuple(pos_embed.shape)}")
     prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]  # (1, P, C), (1, h * w, C)
     patches = resample_abs_pos_embed(patches, new_size=list(pe.table_shape), old_size=grid, num_prefix_tokens=0)
-    folded, start = {}, 0
+    folded: dict[str, Tensor] = {}
+    start = 0
     for name in ("cls_token", "reg_token"):
         if getattr(model, name) is not None and num_prefix:
             n = getattr(model, name).shape[1]
