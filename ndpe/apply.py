@@ -8,7 +8,10 @@
 cannot carry. None of them names a field: a field's act is declared beside it, in ``PosOut``'s table
 (:class:`~ndpe.fields.Field`), so a new field is one declaration and its act, and every integration applies it.
 
-The masks: a boolean mask (True: attend) or an additive float one, as SDPA takes them.
+The masks: a boolean mask (True: attend) or an additive one of q's dtype, as SDPA takes them; a key is hidden (from
+a term after the softmax too) where the boolean mask is False or the additive one at or below :data:`HIDDEN`. An
+integer mask is neither: refused, as SDPA refuses it. :func:`check_call` checks q, k, v, the mask and the options in
+one line each.
 """
 from __future__ import annotations
 
@@ -18,11 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import check_bool, check_devices, check_number
 from .contract import QK, PosOut, attn_term, check_pos, derive, prob_fields
 from .fields import acting, specs
 from .functional import rotate_qk, transform_heads
 
-__all__ = ["attend", "attend_probs", "attention", "causal_mask", "refuse", "token_fields"]
+__all__ = ["HIDDEN", "attend", "attend_probs", "attention", "causal_mask", "check_call", "refuse", "token_fields"]
+
+
+HIDDEN = -1e4  # an additive mask value at or below this hides its key from a term after the softmax too
 
 
 class Cache(Protocol):
@@ -53,6 +60,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, keys: PosO
         v = transform_heads(v, pos if keys is None else keys, "v")
     if cache is not None:
         k, v = cache.update(k, v)
+    check_call(q, k, v, attn_mask, dropout_p, is_causal, scale)
     out = attend_checked(q, k, v, pos, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                          x=x)
     return transform_heads(out, pos, "out") if maps else out
@@ -106,13 +114,54 @@ def attend(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_mask: Te
     >>> ndpe.attend(q, k, v, pe((6,)), attn_mask=keep, is_causal=True).shape
     torch.Size([2, 4, 6, 8])
     """
-    for t, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a (B, heads, T, head_dim) tensor, got {type(t).__name__}")
+    check_call(q, k, v, attn_mask, dropout_p, is_causal, scale)
     if pos is not None:
         check_pos(pos)
     return attend_checked(q, k, v, pos, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                           x=x)
+
+
+def check_call(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float, is_causal: bool,
+               scale: float | None) -> None:
+    """Attention's door: ``q``, ``k``, ``v`` floating ``(B, heads, T, d)`` tensors of one dtype, device, batch and
+    heads, k and v one length, q and k one head_dim; the mask boolean or additive (of q's dtype or float32, as SDPA
+    takes it), on their device,
+    broadcasting to ``(B, heads, Tq, Tk)``; ``dropout_p`` in ``[0, 1]``; each refused in one line."""
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a (B, heads, T, head_dim) tensor, got {type(t).__name__}")
+        if not t.is_floating_point() or t.dim() != q.dim() or t.dim() < 3:
+            raise ValueError(f"{name} must be a floating (B, heads, T, head_dim) tensor like q, got {t.dtype} "
+                             f"{tuple(t.shape)} (q: {q.dtype} {tuple(q.shape)})")
+    if len({q.dtype, k.dtype, v.dtype}) > 1:
+        raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2] or k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match: one batch and "
+                         "heads, k and v one number of keys, q and k one head_dim")
+    check_devices("attention", q=q, k=k, v=v, **({} if attn_mask is None or not isinstance(attn_mask, Tensor)
+                                                 else {"attn_mask": attn_mask}))
+    check_bool(is_causal, "is_causal")
+    check_number(dropout_p, "dropout_p", low=0.0, high=1.0)
+    if scale is not None:
+        check_number(scale, "scale")
+    if attn_mask is None:
+        return
+    if not isinstance(attn_mask, Tensor):
+        raise TypeError(f"attn_mask must be a tensor (boolean, True: attend; or additive of q's dtype) or None, got "
+                        f"{type(attn_mask).__name__}")
+    if attn_mask.dtype not in (torch.bool, q.dtype, torch.float32):  # SDPA's choices (float32 under autocast)
+        what = "an integer mask is neither (as SDPA, ndpe refuses it): pass mask.bool()" if not \
+            attn_mask.is_floating_point() else f"cast it with mask.to({q.dtype})"
+        raise ValueError(f"attn_mask must be boolean (True: attend) or additive of q's dtype {q.dtype} (or float32), "
+                         f"got {attn_mask.dtype}: {what}")
+    scores = (*q.shape[:-2], q.shape[-2], k.shape[-2])
+    try:
+        fits = torch.broadcast_shapes(attn_mask.shape, scores) == scores
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores {scores} "
+                         "(B, heads, queries, keys)")
 
 
 def attend_checked(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_mask: Tensor | None,
@@ -151,8 +200,10 @@ def attend_probs(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_ma
     ``q``, ``k`` as attention uses them (after :func:`ndpe.apply_qk`), ``attn_mask`` with the encoding's logits term
     already added (:func:`attend` adds it). Without such a field this is fused SDPA itself. With one, the same
     attention written out: ``softmax(q.k * scale + mask)``, then each field's act, then the keys the mask hides
-    (``-inf``: causal, packed samples, padding) set back to 0, so a term added after the softmax never reaches them;
-    dropout; times v.
+    (causal, packed samples, padding) set back to 0, so a term added after the softmax never reaches them; dropout;
+    times v. A key is hidden where a boolean mask is False or an additive one at or below :data:`HIDDEN` (-1e4: the
+    conventions -1e4, -65504 and ``finfo.min`` of float16, ``finfo.min`` of every dtype as transformers' masks,
+    -1e9, -inf).
 
     >>> import ndpe
     >>> pe = ndpe.make(dims=1, kind="erpe", dim=16, heads=2, length=5)
@@ -170,10 +221,12 @@ def attend_probs(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_ma
     hidden = None  # the keys the mask hides, (Tq, Tk) or as attn_mask
     if is_causal:  # SDPA's is_causal: query i sees keys j <= i
         hidden = torch.ones(logits.shape[-2:], dtype=torch.bool, device=logits.device).triu(1)
+    if attn_mask is not None:  # False, or an additive value at or below HIDDEN (-1e4, finfo.min, -inf)
+        masked = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask <= HIDDEN
+        hidden = masked if hidden is None else hidden | masked
+        logits = logits if attn_mask.dtype == torch.bool else logits + attn_mask
+    if hidden is not None:
         logits = logits.masked_fill(hidden, float("-inf"))
-    if attn_mask is not None:
-        logits = logits.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
-        hidden = torch.isneginf(logits)
     probs = logits.softmax(-1)
     for act, value in acts:
         probs = act(probs, value)

@@ -298,3 +298,18 @@ def test_decoder_defaults(kind, option):
         given = ndpe.hf.use(sharp("llama"), kind, **option)(ids).logits
         torch.testing.assert_close(model(ids).logits, given, rtol=0, atol=0)
         torch.testing.assert_close(cached_logits(model, ids, 4), given, rtol=1e-4, atol=1e-4)
+
+
+def test_a_term_after_the_softmax_stays_causal():
+    """eRPE's term after the softmax under transformers' mask (finfo.min, not -inf): earlier tokens' logits do not
+    move when later tokens change, and the cached decoding equals the full forward. It used to leak (0.3)."""
+    ids = torch.randint(0, 61, (1, 10))
+    later = ids.clone()
+    later[:, 6:] = (later[:, 6:] + 7) % 61
+    with torch.no_grad():
+        model = ndpe.hf.use(sharp("llama"), "erpe", **options("erpe"))
+        model.ndpe_pe.table.normal_(std=0.3)  # it starts at 0
+        out, moved = model(ids).logits, model(later).logits
+        torch.testing.assert_close(moved[:, :6], out[:, :6], rtol=1e-5, atol=1e-5)
+        assert (moved[:, 6:] - out[:, 6:]).abs().max() > 1e-2
+        torch.testing.assert_close(cached_logits(model, ids, 4), out, rtol=1e-4, atol=1e-4)

@@ -420,3 +420,23 @@ def test_a_timm_checkpoint_loads_after_use(config):
     with pytest.raises(RuntimeError, match='Unexpected key.*"pos_embed"'):
         alibi.load_state_dict(checkpoint)
     assert alibi.load_state_dict(checkpoint, strict=False).unexpected_keys == ["pos_embed"]
+
+
+def test_a_term_after_the_softmax_is_hidden_by_timms_float_mask():
+    """timm's masks (NaFlex padding) may be additive with finfo.min: the attention hides those keys from a term after
+    the softmax (eRPE's prob_bias) as from the logits, equal to the boolean mask's result."""
+    torch.manual_seed(0)
+    model = tiny_models()["vit"]()
+    attn = ndpe.timm.use(model, "none").blocks[0].attn
+    pe = ndpe.make(dims=1, kind="erpe", dim=attn.attn.num_heads * attn.attn.head_dim, heads=attn.attn.num_heads,
+                   length=8)
+    with torch.no_grad():
+        pe.table.normal_()
+    attn._holder.pos = pe((8,))
+    keep = torch.ones(2, 1, 1, 8, dtype=torch.bool)
+    keep[0, ..., 5:] = False
+    x = torch.randn(2, 8, attn.attn.num_heads * attn.attn.head_dim)
+    with torch.no_grad():
+        ref = attn(x, attn_mask=keep)
+        additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+        torch.testing.assert_close(attn(x, attn_mask=additive), ref)
