@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_bool, check_devices, check_number
-from .contract import QK, PosOut, attn_term, check_pos, derive, prob_fields
-from .fields import acting, specs
+from .contract import QK, PosOut, attn_term, check_pos, check_token_count, derive, prob_fields
+from .fields import acting, parts, specs
 from .functional import rotate_qk, transform_heads
 
 __all__ = ["HIDDEN", "attend", "attend_probs", "attention", "causal_mask", "check_call", "refuse", "token_fields"]
@@ -48,9 +48,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, keys: PosO
     (mapped), before attending. ``attn_mask``, ``is_causal``, ``dropout_p``, ``scale``, ``x``: as
     :func:`attend`.
     """
-    for p in (pos, keys):
-        if p is not None:
-            check_pos(p)
+    if pos is not None:
+        check_meets(pos, keys, q, k, cache, x)
     if keys is None or pos is None:
         q, k = rotate_qk(q, k, pos)
     else:
@@ -64,6 +63,34 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, keys: PosO
     out = attend_checked(q, k, v, pos, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                          x=x)
     return transform_heads(out, pos, "out") if maps else out
+
+
+def check_meets(pos: PosOut, keys: PosOut | None, q: Tensor, k: Tensor, cache: Cache | None, x: Tensor | None) -> None:
+    """The encoding at the door: a ``PosOut`` (and ``keys``), built for the keys before the queries (``pos.past``:
+    the cache's length plus the keys ``k`` holds beyond the queries) and, with ``x``, for its tokens where a field acts in
+    attention (what was added to the tokens may have followed a subset of them: timm's patch dropout)."""
+    check_pos(pos)
+    if keys is not None:
+        check_pos(keys)
+    length = getattr(cache, "length", None)
+    if cache is not None and (not callable(getattr(cache, "update", None)) or not isinstance(length, int)):
+        raise TypeError(f"cache must be an ndpe.KVCache (update(k, v), length) or None, got {type(cache).__name__}")
+    before = (length or 0) + k.shape[-2] - q.shape[-2]  # the keys before the first query
+    if pos.past != before and cache is None and before == 0:
+        raise ValueError(f"the encoding was built for decoding after {pos.past} cached tokens (past=) but no "
+                         "KVCache was given: pass the cache the earlier tokens filled")
+    if pos.past != before:
+        held = f"the KVCache holds {length}" if cache is not None else f"the attention has {before} keys before its queries"
+        raise ValueError(f"the encoding was built for {pos.past} cached tokens but {held}: encode the new tokens with "
+                         "pe((n,), past=cache.length) (past=cache.length - num_prefix with num_prefix= when the prefix "
+                         "is cached)")
+    if x is None:
+        return
+    covered = next((parts(value)[0].shape[-2] for name, spec, _ in specs(type(pos))  # the fields acting here
+                    if spec.lead == QK and spec.role in ("token", "pair") and not spec.keys
+                    and (value := getattr(pos, name)) is not None), None)
+    if covered is not None:
+        check_token_count(x, covered, pos.num_prefix, "x", ("B", "T", "dim"))
 
 
 def queries_only(pos: PosOut) -> PosOut:

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from . import apply
 from .apply import add_masks, additive_mask, attend, attend_probs, causal_mask  # noqa: F401  (ndpe.attention's API)
 from .checks import check_bool, check_heads, check_number
-from .contract import PosOut, check_pos, check_token_count, token_count
+from .contract import PosOut
 
 
 class Attention(nn.Module):
@@ -61,35 +61,10 @@ class Attention(nn.Module):
         >>> attn(torch.randn(2, 6, 32), pe((6,))).shape
         torch.Size([2, 6, 32])
         """
-        check_cache(pos, cache)  # apply.attention relates pos to q, k and x
-        if pos is not None and (covered := token_count(pos)) is not None:
-            check_token_count(x, covered, pos.num_prefix, "x", ("B", "T", "dim"))
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         drop = self.attn_drop if self.training else 0.0
         out = apply.attention(q, k, v, pos, cache=cache, dropout_p=drop, is_causal=self.causal, x=x)
         return self.proj_drop(self.proj(rearrange(out, "b h t d -> b t (h d)")))
-
-
-def check_cache(pos: PosOut | None, cache: "KVCache | None") -> None:
-    """Refuse an encoding built for another KV-cache length than ``cache`` holds (``pos.past``).
-
-    Without this, a forgotten ``past=`` rotates the new tokens as if they came first: outputs off by the
-    whole cache, no error. ``pos=None`` (no encoding) decodes with any cache.
-    """
-    if pos is None:
-        return
-    check_pos(pos)
-    if cache is None:
-        if pos.past:
-            raise ValueError(f"the encoding was built for decoding after {pos.past} cached tokens (past=) but no "
-                             "KVCache was given: pass the cache the earlier tokens filled")
-        return
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be an ndpe.KVCache or None, got {type(cache).__name__}")
-    if pos.past != cache.length:
-        raise ValueError(f"the encoding was built for {pos.past} cached tokens but the KVCache holds {cache.length}: "
-                         "encode the new tokens with pe((n,), past=cache.length) (past=cache.length - num_prefix "
-                         "with num_prefix= when the prefix is cached)")
 
 
 class KVCache:
