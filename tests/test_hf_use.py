@@ -313,3 +313,14 @@ def test_a_term_after_the_softmax_stays_causal():
         torch.testing.assert_close(moved[:, :6], out[:, :6], rtol=1e-5, atol=1e-5)
         assert (moved[:, 6:] - out[:, 6:]).abs().max() > 1e-2
         torch.testing.assert_close(cached_logits(model, ids, 4), out, rtol=1e-4, atol=1e-4)
+
+
+def test_the_cache_given_by_position():
+    """The decoder's cache passed by position (its fourth argument, ``past_key_values`` in 5.23, ``cache`` in 5.24)
+    is seen as by keyword: the step's logits equal the full forward's."""
+    model = ndpe.hf.use(fresh("llama"), "alibi")
+    ids = torch.randint(0, 61, (1, 7))
+    with torch.no_grad():
+        first = model.model(ids[:, :6], use_cache=True)
+        hidden = model.model(ids[:, 6:], None, None, first[CACHE], use_cache=True).last_hidden_state
+        torch.testing.assert_close(model.lm_head(hidden)[:, -1], model(ids).logits[:, -1], rtol=1e-4, atol=1e-4)
