@@ -33,7 +33,8 @@ from torch import Tensor
 
 from .base import Encoding
 from .checks import check_bool, check_devices, check_float_tensor, check_int
-from .contract import attn_term, logit_fields, prob_fields
+from .apply import refuse
+from .contract import attn_term, logit_fields
 from .memory import check_memory
 
 __all__ = ["attention", "flex_available", "packed_attention", "score_mod"]
@@ -67,9 +68,7 @@ def grid_term(pe: Encoding, grid_shape: Sequence[int], *, q: Tensor | None = Non
     if type(pe).has_score_bias():
         return pe.score_bias(pe.coords(grid_shape), q=q, k=k)
     out = pe(grid_shape)
-    if after := prob_fields(out):
-        raise ValueError(f"kind {pe.kind!r} acts on the attention probabilities after the softmax ({after[0]}), which a "
-                         "flex score_mod cannot: use ndpe.attend (or ndpe.Attention)")
+    refuse(out, f"kind {pe.kind!r}", "a flex score_mod", "use ndpe.attend (or ndpe.Attention)")
     if not logit_fields(out):
         return None
     if out.logits is not None and out.logits.uses_states:

@@ -32,16 +32,15 @@ torch.Size([1, 1000])
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import additive_mask, attend_probs
-from .contract import PosOut, apply_tokens, attention_fields, attn_term
-from .functional import apply_out, apply_qk, apply_v
+from . import apply
+from .contract import PosOut, apply_tokens, attention_fields
 from .kinds.learned import Learned
 from .packing import stack
 from .registry import make
@@ -68,7 +67,7 @@ class _Holder:
 
 class NdpeAttention(nn.Module):
     """A timm ``Attention``, ``AttentionRope`` or ``EvaAttention`` with ndpe's encoding: the wrapped module's own weights and q, k, v,
-    q/k norms, gate, output norm and projection, with ``apply_qk`` and ``attn_bias`` between."""
+    q/k norms, gate, output norm and projection, with the encoding applied between by :func:`ndpe.apply.attention`."""
 
     def __init__(self, attn: nn.Module, holder: _Holder):
         super().__init__()
@@ -77,6 +76,8 @@ class NdpeAttention(nn.Module):
                             f"{type(attn).__name__}")
         self.attn = attn
         self._holder = holder
+        self.register_state_dict_post_hook(_timm_keys)  # its weights under timm's names: a timm checkpoint loads
+        self.register_load_state_dict_pre_hook(_wrapped_keys)
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k, v ``(B, heads, N, head_dim)`` as the wrapped module computes them (key/value heads repeated for
@@ -107,20 +108,28 @@ class NdpeAttention(nn.Module):
         B, N, _ = x.shape
         gate = a.gate(x).sigmoid() if getattr(a, "gate", None) is not None else None
         q, k, v = self._qkv(x)  # (B, heads, N, head_dim)
-        pos = self._holder.pos
-        q, k = apply_qk(q, k, pos)
-        bias = attn_term(pos, q.dtype, q=q, k=k, causal=is_causal, x=x)
-        if attn_mask is not None:
-            extra = additive_mask(attn_mask, q.dtype)
-            bias = extra if bias is None else bias + extra
         drop = a.attn_drop.p if self.training else 0.0
-        out = attend_probs(q, k, apply_v(v, pos), pos, attn_mask=bias, dropout_p=drop,
-                           is_causal=is_causal and bias is None)
-        out = apply_out(out, pos)
+        out = apply.attention(q, k, v, self._holder.pos, attn_mask=attn_mask, is_causal=is_causal, dropout_p=drop, x=x)
         out = a.norm(out.transpose(1, 2).reshape(B, N, -1))
         if gate is not None:
             out = out * gate
         return a.proj_drop(a.proj(out))
+
+
+def _timm_keys(module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:
+    """``NdpeAttention``'s state-dict keys as the wrapped attention's in timm (``attn.qkv.weight``, not
+    ``attn.attn.qkv.weight``), the dict's order kept."""
+    inner = prefix + "attn."
+    items = [(prefix + k[len(inner):] if k.startswith(inner) else k, v) for k, v in state_dict.items()]
+    state_dict.clear()
+    state_dict.update(items)
+
+
+def _wrapped_keys(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    """Load timm's keys (and those ndpe saved before it used them) into the wrapped attention."""
+    inner = prefix + "attn."
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
+        state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
 def use(model: Any, kind: str, **options: Any) -> Any:
@@ -164,8 +173,10 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     if not isinstance(model, NaFlexVit):  # NaFlexVit takes any size as it is
         _check_patch_drop(model, pe, kind)
         _take_any_size(model)
-        if isinstance(pe, Learned) and not pe.factorized and model.pos_embed is not None:
-            _start_from_table(pe, model)
+        model._ndpe_from_table = isinstance(pe, Learned) and not pe.factorized and model.pos_embed is not None
+        if model._ndpe_from_table:
+            _start_from_table(cast(Learned, pe), model)
+        model.register_load_state_dict_pre_hook(_load_timm_table)  # a timm checkpoint loaded after use()
     holder = _Holder()
     keep_table = _keeps_table(model, pe)
     model.ndpe_pe = pe
@@ -226,16 +237,48 @@ def _start_from_table(pe: Learned, model: Any) -> None:
     """Copy the model's ``pos_embed`` into ``pe``'s table (resampled by timm's ``resample_abs_pos_embed`` to another
     ``grid_shape``) and fold its class / register rows into those tokens, as timm's ``_load_weights`` does for a
     table without them: the model's outputs stay what they were."""
+    tokens = {name: token for name in ("cls_token", "reg_token") if (token := getattr(model, name)) is not None}
+    table, folded = _from_timm_table(pe, model, model.pos_embed, tokens)
+    pe.table.copy_(table)
+    for name, token in folded.items():
+        getattr(model, name).copy_(token)
+
+
+def _from_timm_table(pe: Learned, model: Any, pos_embed: Tensor, tokens: dict[str, Tensor]
+                     ) -> tuple[Tensor, dict[str, Tensor]]:
+    """``pe``'s table from a timm ``pos_embed`` ``(1, P + h * w, C)`` at the model's grid, and the class / register
+    tokens (``tokens``, by name) with the table's prefix rows folded in (timm's prefix order: class, then registers)."""
     num_prefix = 0 if model.no_embed_class else model.num_prefix_tokens
-    prefix, patches = model.pos_embed[:, :num_prefix], model.pos_embed[:, num_prefix:]  # (1, P, C), (1, h * w, C)
-    patches = resample_abs_pos_embed(patches, new_size=list(pe.table_shape), old_size=list(model.patch_embed.grid_size),
-                                     num_prefix_tokens=0)
-    pe.table.copy_(rearrange(patches, "1 (h w) c -> h w c", h=pe.table_shape[0]))
+    grid = list(model.patch_embed.grid_size)
+    if pos_embed.dim() != 3 or pos_embed.shape[1] != num_prefix + grid[0] * grid[1]:
+        raise ValueError(f"a timm pos_embed for this model is (1, {num_prefix} + {grid[0]} x {grid[1]}, C), got "
+                         f"{tuple(pos_embed.shape)}")
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]  # (1, P, C), (1, h * w, C)
+    patches = resample_abs_pos_embed(patches, new_size=list(pe.table_shape), old_size=grid, num_prefix_tokens=0)
+    folded: dict[str, Tensor] = {}
     start = 0
-    for token in (model.cls_token, model.reg_token):  # timm's prefix order: class, then registers
-        if token is not None and num_prefix:
-            token.add_(prefix[:, start:start + token.shape[1]])
-            start += token.shape[1]
+    for name in ("cls_token", "reg_token"):
+        if getattr(model, name) is not None and num_prefix:
+            n = getattr(model, name).shape[1]
+            if name not in tokens:
+                raise ValueError(f"a timm checkpoint's pos_embed holds {name}'s position, which ndpe folds into "
+                                 f"{name}: load {name} with it")
+            folded[name] = tokens[name] + prefix[:, start:start + n]
+            start += n
+    return rearrange(patches, "1 (h w) c -> h w c", h=pe.table_shape[0]), folded
+
+
+def _load_timm_table(model: Any, state_dict: dict, prefix: str, *args: Any) -> None:
+    """A ``load_state_dict`` pre-hook of a model whose ``pos_embed`` ``use`` removed: a timm checkpoint's table
+    becomes ``learned``'s (as at ``use``: resampled, its prefix rows folded into the checkpoint's class / register
+    tokens); another kind has no place for it (an unexpected key: load with ``strict=False``)."""
+    key = prefix + "pos_embed"
+    if key not in state_dict or getattr(model, "pos_embed", None) is not None or not model._ndpe_from_table:
+        return
+    tokens = {name: state_dict[prefix + name] for name in ("cls_token", "reg_token") if prefix + name in state_dict}
+    table, folded = _from_timm_table(model.ndpe_pe, model, state_dict.pop(key), tokens)
+    state_dict[prefix + "ndpe_pe.table"] = table
+    state_dict.update({prefix + name: token for name, token in folded.items()})
 
 
 def _keeps_table(model: Any, pe: Any) -> bool:

@@ -102,7 +102,9 @@ def test_attend_without_encoding_is_sdpa(kw):
 def test_attend_adds_the_callers_padding_mask(kind, causal):
     """A boolean padding mask ``(B, 1, 1, T)`` (each sample its own padded keys) with the kind's bias, or with its
     term after the softmax (0 on padded keys), causal or not, equals the written-out attention; so does the same
-    mask given as an additive float mask."""
+    mask given as an additive float mask, with any value at or below ``apply.HIDDEN`` hiding a key (-inf,
+    transformers' finfo.min, float16's -65504, -1e9, -1e4): a term after the softmax (erpe) never reaches it. eRPE's
+    term used to leak through every finite value (up to 2.2 from the boolean mask's result)."""
     pe, pos = encoding(kind, 1, (8,))
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, HEADS, 8, HEAD_DIM, generator=g) for _ in range(3))
@@ -111,8 +113,11 @@ def test_attend_adds_the_callers_padding_mask(kind, causal):
     expected = written_out(q, k, v, pos, keep=keep, causal=causal)
     got = ndpe.attend(q, k, v, pos, attn_mask=keep, is_causal=causal)
     assert_tells_apart(got, ndpe.attend(q, k, v, pos, is_causal=causal), expected, rtol=1e-5, atol=1e-5)
-    additive = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
-    torch.testing.assert_close(ndpe.attend(q, k, v, pos, attn_mask=additive, is_causal=causal), expected)
+    hides = [torch.zeros(keep.shape).masked_fill(~keep, hide) for hide in (
+        float("-inf"), torch.finfo(torch.float32).min, torch.finfo(torch.float16).min, -1e9, -1e4)]
+    for attention in (ndpe.attend, lambda *a, **kw: ndpe.apply.attention(*a, **kw)):
+        for additive in hides:
+            torch.testing.assert_close(attention(q, k, v, pos, attn_mask=additive, is_causal=causal), expected)
 
 
 def test_causal_decoding_takes_the_queries_as_the_last_keys():
@@ -161,3 +166,40 @@ def test_attend_refuses_bad_input_in_one_line():
         ndpe.attend(q, q, q, {"bias": alibi.bias})
     with pytest.raises(ValueError, match=r"^tokens have length 5 \(keys 5\) but the encoding's bias covers \(6, 6\)"):
         ndpe.attend(q, q, q, alibi)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.int32])
+def test_an_integer_mask_is_refused(dtype):
+    """An integer mask is neither boolean nor additive: refused in one line, as SDPA refuses it, with a bias, a term
+    after the softmax or neither (it used to be added as 0 / 1, attending the hidden keys)."""
+    for kind in ("alibi", "erpe", None):
+        pos = encoding(kind, 1, (6,))[1] if kind else None
+        q = torch.randn(1, HEADS, 6, HEAD_DIM)
+        with pytest.raises(ValueError, match=r"^attn_mask must be boolean .* an integer mask is neither[^\n]*$"):
+            ndpe.attend(q, q, q, pos, attn_mask=torch.ones(6, 6, dtype=dtype))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda q: ndpe.attend(q, q.double(), q, None), ValueError, r"^q, k, v must have one dtype"),
+    (lambda q: ndpe.attend(q, q[..., :5, :], q, None), ValueError, r"^q \(1, 4, 6, 8\), k \(1, 4, 5, 8\), v .* do not match"),
+    (lambda q: ndpe.attend(q, q, q[..., :4], None), None, None),  # v may have its own head_dim
+    (lambda q: ndpe.attend(q, q[..., :4], q[..., :4], None), ValueError, r"q and k one head_dim"),
+    (lambda q: ndpe.attend(q, q, q, None, attn_mask=torch.zeros(5, 6)), ValueError, r"^attn_mask of shape \(5, 6\) does not broadcast"),
+    (lambda q: ndpe.attend(q, q, q, None, attn_mask=torch.zeros(6, 6, dtype=torch.float64)), ValueError, r"cast it with mask.to\(torch.float32\)"),
+    (lambda q: ndpe.attend(q, q, q, None, attn_mask=torch.zeros(6, 6, device="meta")), ValueError, r"^attention needs one device"),
+    (lambda q: ndpe.attend(q, q, q, None, attn_mask=[[True]]), TypeError, r"^attn_mask must be a tensor"),
+    (lambda q: ndpe.attend(q, q, q, None, dropout_p=2), ValueError, r"dropout_p"),
+    (lambda q: ndpe.attend(q, q, q, None, is_causal=1), TypeError, r"is_causal"),
+    (lambda q: ndpe.attend(q, q, q.long(), None), ValueError, r"^v must be a floating"),
+    (lambda q: ndpe.attend(q[0], q, q, None), ValueError, r"^k must be a floating .* like q"),
+])
+def test_attend_checks_its_inputs_at_its_door(call, error, match):
+    """q, k, v, the mask and the options, each refused in one line naming what was expected (SDPA's raw errors used
+    to pass through)."""
+    q = torch.randn(1, HEADS, 6, HEAD_DIM)
+    if error is None:
+        assert call(q).shape == (1, HEADS, 6, 4)
+        return
+    with pytest.raises(error, match=match) as err:
+        call(q)
+    assert "\n" not in str(err.value)

@@ -195,6 +195,37 @@ def test_decoding_with_a_kv_cache_equals_the_full_sequence():
     torch.testing.assert_close(torch.cat([first, last], 1), whole, rtol=1e-5, atol=1e-5)
 
 
+def test_every_integration_applies_the_field():
+    """The field acts in ``ndpe.timm.use`` and ``ndpe.hf.use`` (cached decoding included) with no edit of either: each
+    calls the one apply layer. (HF's attention used to apply a few fields by name and drop the others.)"""
+    timm = pytest.importorskip("timm")
+    transformers = pytest.importorskip("transformers")
+    import ndpe.timm
+
+    ndpe.register("test-gain-bias", dims=(1, 2))(GainBias)
+    try:
+        torch.manual_seed(0)
+        vit = ndpe.timm.use(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1,
+                                              global_pool="avg", num_classes=3).eval(), "test-gain-bias")
+        config = transformers.LlamaConfig(vocab_size=61, hidden_size=DIM, intermediate_size=32, num_hidden_layers=2,
+                                          num_attention_heads=HEADS, num_key_value_heads=HEADS)
+        llama = ndpe.hf.use(transformers.LlamaForCausalLM(config).eval(), "test-gain-bias")
+        image, ids = torch.randn(1, 3, 32, 32), torch.randint(0, 61, (1, 9))
+        with torch.no_grad():
+            first = llama(ids[:, :5], use_cache=True)
+            cache = next(first[name] for name in ("cache", "past_key_values") if name in first)
+            step = llama(ids[:, 5:], use_cache=True, **{"cache" if "cache" in first else "past_key_values": cache})
+            gained = vit(image), llama(ids).logits
+            torch.testing.assert_close(torch.cat([first.logits, step.logits], 1), gained[1], rtol=1e-4, atol=1e-4)
+            for model in (vit, llama):
+                model.ndpe_pe.rates.zero_()  # no gain: only the bias is left
+            plain = vit(image), llama(ids).logits
+        for a, b in zip(gained, plain):  # small random models: 4e-4 and more apart, rounding 1e-7
+            assert (a - b).abs().max() > 1e-5
+    finally:
+        ndpe.registry.unregister("test-gain-bias")
+
+
 rot = (torch.ones(4, 2), torch.zeros(4, 2))
 
 

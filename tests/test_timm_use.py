@@ -393,3 +393,50 @@ def test_the_trained_at_224_run_at_320_recipe_runs():
     assert scope["plain"].shape == scope["zoomed"].shape == (1, 10)
     assert (scope["plain"] - scope["zoomed"]).abs().max() > 1e-4
     assert scope["vit"].ndpe_pe is scope["trained"] and scope["trained"].rope_scaling is None
+
+
+@pytest.mark.parametrize("config", [dict(reg_tokens=1), dict(no_embed_class=True, reg_tokens=1)])
+def test_a_timm_checkpoint_loads_after_use(config):
+    """A timm checkpoint loaded after ``use(model, "learned")`` becomes ndpe's table as at ``use`` (resampled to its
+    grid_shape, the prefix rows folded into the checkpoint's class / register tokens): the outputs are the
+    checkpoint's model's. Every kind loads timm's attention weights (ndpe's wrapper saves and loads them under timm's
+    names); a kind with no place for the table leaves it out with ``strict=False``."""
+    _, native = vit_pair(**config)
+    x, other = torch.randn(2, 3, 32, 32), torch.randn(2, 3, 48, 40)
+    checkpoint = native.state_dict()
+    build = lambda: VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=2,  # noqa: E731
+                                      num_classes=5, **config).eval()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        model = ndpe.timm.use(build(), "learned")
+        model.load_state_dict(checkpoint)
+        for image in (x, other):
+            torch.testing.assert_close(model(image), native(image), rtol=1e-5, atol=2e-5)
+        resized = ndpe.timm.use(build(), "learned", grid_shape=(6, 6), resize=None)
+        resized.load_state_dict(checkpoint)
+        y = torch.randn(2, 3, 48, 48)
+        torch.testing.assert_close(resized(y), native(y), rtol=1e-5, atol=2e-5)  # the table resampled as timm does
+    alibi = ndpe.timm.use(build(), "alibi")
+    with pytest.raises(RuntimeError, match='Unexpected key.*"pos_embed"'):
+        alibi.load_state_dict(checkpoint)
+    assert alibi.load_state_dict(checkpoint, strict=False).unexpected_keys == ["pos_embed"]
+
+
+def test_a_term_after_the_softmax_is_hidden_by_timms_float_mask():
+    """timm's masks (NaFlex padding) may be additive with finfo.min: the attention hides those keys from a term after
+    the softmax (eRPE's prob_bias) as from the logits, equal to the boolean mask's result."""
+    torch.manual_seed(0)
+    model = tiny_models()["vit"]()
+    attn = ndpe.timm.use(model, "none").blocks[0].attn
+    pe = ndpe.make(dims=1, kind="erpe", dim=attn.attn.num_heads * attn.attn.head_dim, heads=attn.attn.num_heads,
+                   length=8)
+    with torch.no_grad():
+        pe.table.normal_()
+    attn._holder.pos = pe((8,))
+    keep = torch.ones(2, 1, 1, 8, dtype=torch.bool)
+    keep[0, ..., 5:] = False
+    x = torch.randn(2, 8, attn.attn.num_heads * attn.attn.head_dim)
+    with torch.no_grad():
+        ref = attn(x, attn_mask=keep)
+        additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+        torch.testing.assert_close(attn(x, attn_mask=additive), ref)
