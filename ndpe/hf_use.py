@@ -109,6 +109,10 @@ class Adapter:
         if pe.cat_dim:
             raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a HF model's width is "
                              "fixed: use a kind that adds, rotates or biases")
+        short, longer = pe((4,)).add, pe((5,)).add
+        if short is not None and longer is not None and not torch.allclose(short, longer[..., :4, :]):
+            raise ValueError(f"kind {kind!r} encodes each token by the length of the whole sequence, so in a decoder "
+                             "later tokens would change earlier ones: give it a fixed length (tape: length=)")
         return pe
 
     def close(self) -> None:

@@ -181,6 +181,9 @@ def test_refusals():
         ndpe.hf.use(fresh("llama"), "coord")
     with pytest.raises(TypeError, match="Llama family"):
         ndpe.hf.use(torch.nn.Linear(2, 2), "rope")
+    with pytest.raises(ValueError, match="later tokens would change earlier ones"):  # tAPE scaled by each call's length
+        ndpe.hf.use(fresh("llama"), "tape")
+    ndpe.hf.use(fresh("llama"), "tape", length=64)  # a fixed length: causal
 
 
 class ShearFrame(ndpe.Encoding):
