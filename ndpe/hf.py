@@ -9,7 +9,7 @@ import torch
 
 from .contract import PosOut
 from .hf_rope import _own_rope, from_hf_rope, hf_cos_sin
-from .kinds.rope import RoPE
+from .hf_rotary import ModelRotary
 from .registry import make
 
 __all__ = ["from_hf_rope", "hf_cos_sin", "use"]
@@ -50,11 +50,12 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     config = model.config
     attn0 = inner.layers[0].self_attn
     heads, head_dim = config.num_attention_heads, attn0.head_dim
+    own = ModelRotary(inner, head_dim)  # how this model hands its rotation to its attention
     if kind == "rope" and not options:
         pe = cast(Any, from_hf_rope(config))
         if isinstance(pe, dict):
             raise ValueError("this config has one rope per layer type: ndpe.hf.use takes one encoding for all layers")
-        pe = _own_rope(pe, inner.rotary_emb, config, head_dim)
+        pe = _own_rope(pe, own, config, head_dim)
     else:
         pe = make(dims=1, kind=kind, dim=heads * head_dim, heads=heads, **options)
     if pe.cat_dim:
@@ -64,8 +65,11 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     if probe.logits is not None and probe.logits.uses_states:
         raise ValueError(f"kind {kind!r} reads the token states, which transformers' attention interface does not "
                          "receive: use it in ndpe.Attention or ndpe.timm.use")
-    via_rotary = (probe.rot is not None and probe.rot_k is None and probe.basis is None and probe.pairing == "half"
-                  and isinstance(pe, RoPE) and pe.rot_dim == head_dim)  # HF's attention turns the whole head
+    via_rotary = own.takes(pe)  # the model's attention applies pe's cos/sin exactly as ndpe does
+    if kind == "rope" and not options and not via_rotary:
+        raise ValueError(f"this model's attention does not apply its config's rope (from_hf_rope: {pe.rot_dim} "
+                         f"channels, pairing {pe.pairing!r}) as ndpe does; its rotary_emb gives {own.form!r} cos/sin "
+                         f"over {own.width} channels")
     model.ndpe_pe = pe
     state: dict[str, int] = {"past": 0}
     encoded: dict[tuple[int, int], PosOut] = {}  # this forward's encodings, shared by its layers
@@ -78,13 +82,12 @@ def use(model: Any, kind: str, **options: Any) -> Any:
 
     def rotary(x, position_ids, *args, **kwargs):
         if via_rotary:
-            return hf_cos_sin(pe, position_ids, dtype=x.dtype)
+            return own.cos_sin(pe, position_ids, dtype=x.dtype)
         past, n = state["past"], position_ids.shape[-1]
         if not torch.equal(position_ids, torch.arange(past, past + n, device=position_ids.device).expand_as(position_ids)):
             raise ValueError(f"ndpe.hf.use with kind {kind!r} counts positions from the first token of each row: it "
                              f"takes position_ids {past}..{past + n - 1} only (no left padding, packed or shifted rows)")
-        ones = x.new_ones(*position_ids.shape, head_dim)
-        return ones, torch.zeros_like(ones)
+        return own.identity(position_ids, x)
 
     inner.rotary_emb.forward = rotary
 

@@ -225,11 +225,12 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
     if not 0.0 < partial <= 1.0:
         raise ValueError(f"rope_parameters['partial_rotary_factor'] must be in (0, 1], got {partial!r}")
     rot_dim = int(head_dim * partial)
-    rot_dim -= rot_dim % 2
     opts: dict[str, Any] = {"theta": _number(p, "rope_theta"), "scaling": scaling}
     if proportional:  # partial_rotary_factor is the share of frequencies kept, over the whole head
         rot_dim = head_dim - head_dim % 2
         opts["proportion"] = partial
+    elif rot_dim % 2 and not axial and p.get("mrope_section") is None and "axis_dims" not in overrides:
+        rot_dim, opts["theta"] = _odd_width(rot_dim, head_dim, opts["theta"], scaling)
     dims = 1
     if axial:
         if head_dim % 4:
@@ -250,9 +251,45 @@ def _from_parameters(p: dict, config: Any, dim: int | None, heads: int | None, o
         opts.update(mrope_section=tuple(section), mrope_interleaved=bool(interleaved))
     else:
         opts["axis_dims"] = (rot_dim,)
+    if _interleaved(config):
+        opts["pairing"] = "interleaved"
     opts.update(overrides)
     pe = make(dims=dims, kind="rope", dim=dim or head_dim, heads=heads or (dim or head_dim) // head_dim, **opts)
     return cast(RoPE, pe)
+
+
+# the model types whose attention rotates interleaved pairs (2i, 2i + 1) (transformers' rotate_half over x[..., ::2]
+# and x[..., 1::2], or Llama 4's complex freqs_cis); every other one rotates HF's half pairs (i, i + rot_dim / 2).
+# benchmarks/scan_dropins.py checks both lists against every decoder of the installed transformers.
+INTERLEAVED = {"cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "glm", "glm4", "helium", "llama4",
+               "llama4_text", "glm4v_text", "glm_ocr_text"}
+# model types whose rope has no ndpe equivalent (refused in one line rather than built wrong)
+UNSUPPORTED = {"ernie4_5_vl_moe_text": "deals its frequencies out to (h, w) pairs then t in a layout of its own",
+               "nanochat": "rotates by minus the angle (its rotate_half flips the signs)"}
+
+
+def _interleaved(config: Any) -> bool:
+    """Whether the config's model rotates interleaved pairs: its ``model_type`` (:data:`INTERLEAVED`), or DeepSeek's
+    ``rope_interleave=True``."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in UNSUPPORTED:
+        raise ValueError(f"the rope of model_type {model_type!r} {UNSUPPORTED[model_type]}: no ndpe equivalent")
+    return model_type in INTERLEAVED or getattr(config, "rope_interleave", None) is True
+
+
+def _odd_width(width: int, head_dim: int, theta: float, scaling: RopeScaling | None) -> tuple[int, float]:
+    """An odd rotary width as transformers turns it: ``(width + 1) / 2`` pairs of the series ``theta ** (-2j / width)``
+    (Glm4Moe: head_dim 42 x partial_rotary_factor 0.5 = 21 channels, 11 pairs), which is ndpe's series over
+    ``width + 1`` channels with ``theta ** ((width + 1) / width)``; the scalings whose formula reads the width
+    (dynamic NTK, YaRN, LongRoPE) are refused."""
+    if scaling is not None and scaling.type not in ("linear", "llama3"):
+        raise ValueError(f"an odd rotary width ({width} channels: head_dim x partial_rotary_factor) with rope_type "
+                         f"{scaling.type!r}, whose formula reads the width, has no ndpe equivalent; supported: "
+                         "'default', 'linear', 'llama3'")
+    if width + 1 > head_dim:
+        raise ValueError(f"an odd rotary width of {width} channels rotates {width + 1} of head_dim {head_dim}: "
+                         "expected head_dim x partial_rotary_factor below head_dim")
+    return width + 1, theta ** ((width + 1) / width)
 
 
 def hf_cos_sin(pe: RoPE, position_ids: Tensor, *, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
@@ -288,17 +325,23 @@ def hf_cos_sin(pe: RoPE, position_ids: Tensor, *, dtype: torch.dtype | None = No
     return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))
 
 
-def _own_rope(pe: RoPE, rotary_emb: Any, config: Any, head_dim: int) -> RoPE:
-    """``pe`` (:func:`from_hf_rope` of the config) as the model's ``rotary_emb`` applies it. Its attention turns the
-    whole head: where ``partial_rotary_factor`` < 1 the Llama family's default rope ignores the factor (a full series
-    over the head: so does ndpe's), and its other rope types give cos/sin the attention cannot apply (refused)."""
-    own = getattr(rotary_emb, "inv_freq", None)
-    if pe.rot_dim == head_dim or not isinstance(own, Tensor):
+def _own_rope(pe: RoPE, rotary: Any, config: Any, head_dim: int) -> RoPE:
+    """``pe`` (:func:`from_hf_rope` of the config) as the model's ``rotary_emb`` applies it (``rotary``: its
+    :class:`ndpe.hf_rotary.ModelRotary`). Where the model's series has another width than the config's
+    ``partial_rotary_factor`` gives, the Llama family's default rope ignores the factor (a full series over the head:
+    so does ndpe's); a rope the model's attention cannot apply is refused, as transformers' model fails on it."""
+    own = getattr(rotary.emb, "inv_freq", None)
+    if not isinstance(own, Tensor):
+        return pe
+    if not rotary.runs_own():
+        raise ValueError(f"this model's rope turns {2 * own.numel()} of its {head_dim} head channels "
+                         f"(partial_rotary_factor), but its attention cannot apply that: transformers' model cannot "
+                         "run this config either")
+    if pe.rot_dim == 2 * own.numel():
         return pe
     if 2 * own.numel() != head_dim:
-        raise ValueError(f"this model's rope turns {2 * own.numel()} of its {head_dim} head channels "
-                         f"(partial_rotary_factor), but its attention turns the whole head: transformers' model "
-                         "cannot run this config either")
+        raise ValueError(f"this model's rope turns {2 * own.numel()} of its {head_dim} head channels, its config's "
+                         f"rope {pe.rot_dim}: ndpe cannot follow this model's reading of partial_rotary_factor")
     full = cast(RoPE, from_hf_rope(config, axis_dims=(head_dim,)))  # the model's default rope: the whole head
     if not torch.allclose(full.inv_freq.to(own), own, rtol=1e-5, atol=0):
         raise ValueError(f"this model's rope ignores partial_rotary_factor in a way ndpe cannot follow: its "
