@@ -54,6 +54,7 @@ except ImportError as err:  # pragma: no cover - exercised only without timm
 from timm.layers import Attention as _TimmAttention
 from timm.layers import Format, resample_abs_pos_embed
 from timm.layers.attention import AttentionRope
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat
 from timm.models.eva import Eva, EvaAttention
 from timm.models.naflexvit import NaFlexVit, calculate_naflex_grid_sizes
 from timm.models.vision_transformer import VisionTransformer
@@ -154,6 +155,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     attn = model.blocks[0].attn
     if kind == "learned":
         options = {**_table_options(model), **options}
+    options, ref_feat_shape = _eva_rope(model, kind, options)
     pe = make(dims=2, kind=kind, dim=attn.num_heads * attn.head_dim, heads=attn.num_heads, **options)
     if pe.cat_dim:
         raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a timm model's token width "
@@ -170,6 +172,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     keep_table = _keeps_table(model, pe)
     model.ndpe_pe = pe
     model._ndpe_holder = holder
+    model._ndpe_ref_feat_shape = ref_feat_shape
     if hasattr(model, "embeds") and not keep_table:  # NaFlexVit: its embedding module holds the tables
         model.embeds.pos_embed_type = "none"
         for name in ("pos_embed", "pos_embed_y", "pos_embed_x"):
@@ -183,6 +186,31 @@ def _use(model: Any, kind: str, options: dict) -> Any:
         blk.attn = NdpeAttention(blk.attn, holder)
     model.__class__ = _encoding_class(type(model))
     return model
+
+
+def _eva_rope(model: Any, kind: str, options: dict) -> tuple[dict, tuple[int, ...] | None]:
+    """EVA's own rope (timm's ``RotaryEmbeddingCat`` of index coordinates: EVA02, the ``vit_*_rope_*`` models):
+    ``"rope"`` with no options takes its theta (``temperature``), pairing (``rotate_half``) and grid indexing; and a
+    ``"rope"`` with no scaling of its own follows its ``ref_feat_shape`` as timm's ``dynamic_img_size`` model does, on
+    every grid (positions times ``ref_feat_shape / grid``: see :func:`_eva_positions`). Returns the options and the
+    ``ref_feat_shape`` to follow (None: none)."""
+    rope = getattr(model, "rope", None)
+    if kind != "rope" or not isinstance(rope, RotaryEmbeddingCat) or rope.in_pixels or rope.grid_offset:
+        return options, None
+    if not options:
+        options = {"theta": float(rope.temperature), "pairing": "half" if rope.rotate_half else "interleaved",
+                   "grid_indexing": rope.grid_indexing}
+    own = rope.ref_feat_shape is not None and not {"scaling", "scale", "coords"} & options.keys()
+    return options, tuple(int(r) for r in rope.ref_feat_shape) if own else None
+
+
+def _eva_positions(pe: Any, grid: tuple[int, ...], ref_feat_shape: tuple[int, ...] | None) -> dict[str, Tensor]:
+    """``positions=`` for EVA's ``ref_feat_shape`` on ``grid``: index ``i`` of axis ``a`` at ``i * ref[a] / grid[a]``
+    (timm's ``build_fourier_pos_embed``), ``{}`` without one."""
+    if ref_feat_shape is None:
+        return {}
+    return {"positions": pe.coords(grid) * torch.tensor([r / g for r, g in zip(ref_feat_shape, grid)],
+                                                        device=pe.device)}
 
 
 def _check_patch_drop(model: Any, pe: Any, kind: str) -> None:
@@ -261,7 +289,8 @@ def _encoding_class(base: type) -> type:
             grid = tuple(x.shape[1:3]) if x.dim() == 4 else tuple(self.patch_embed.grid_size)
             out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (and the table, where it stays)
             tokens = out[0] if isinstance(out, tuple) else out  # Eva returns (tokens, rope)
-            pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype)
+            pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype,
+                               **_eva_positions(self.ndpe_pe, grid, getattr(self, "_ndpe_ref_feat_shape", None)))
             self._ndpe_holder.pos = pos  # for this forward's attention modules
             tokens = apply_tokens(tokens, pos)
             return (tokens, None) if isinstance(out, tuple) else tokens
