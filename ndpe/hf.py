@@ -48,9 +48,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     if getattr(model, "ndpe_pe", None) is not None:
         raise ValueError("this model already uses an ndpe encoding (model.ndpe_pe): load a fresh model to use another")
     config = model.config
-    attn0 = inner.layers[0].self_attn
-    heads, head_dim = config.num_attention_heads, attn0.head_dim
-    own = ModelRotary(inner, head_dim)  # how this model hands its rotation to its attention
+    own = ModelRotary(inner)  # how this model hands its rotation to its attention
+    heads, head_dim = config.num_attention_heads, own.head_dim
     if kind == "rope" and not options:
         pe = cast(Any, from_hf_rope(config))
         if isinstance(pe, dict):

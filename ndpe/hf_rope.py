@@ -193,7 +193,7 @@ def _layer_config(config: Any, layer_type: str | None) -> Any:
         return config
     try:
         return per_layer[layer_type]
-    except (KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError, ValueError):  # transformers 5.23: ValueError for a type no layer has
         return config
 
 

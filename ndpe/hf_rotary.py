@@ -47,11 +47,15 @@ class ModelRotary:
     """A HF decoder's ``rotary_emb`` and first rotary attention, probed (see the module doc). Built before
     ``rotary_emb.forward`` is replaced: :attr:`own` is the model's own forward."""
 
-    def __init__(self, inner: Any, head_dim: int):
-        self.emb, self.own, self.head_dim = inner.rotary_emb, inner.rotary_emb.forward, head_dim
+    def __init__(self, inner: Any):
+        attns = [getattr(layer, "self_attn", None) for layer in getattr(inner, "layers", ())]
+        if not hasattr(inner, "rotary_emb") or not attns or not all(isinstance(getattr(a, "head_dim", None), int)
+                                                                    for a in attns):
+            raise TypeError("ndpe.hf.use supports HF decoders with a rotary_emb and layers that each have a self_attn "
+                            "with one head_dim (the Llama family); this model has not")
+        self.emb, self.own, self.head_dim = inner.rotary_emb, inner.rotary_emb.forward, attns[0].head_dim
         # the first layer that rotates (Llama 4's NoPE layers say use_rope=False)
-        self.attn = next((layer.self_attn for layer in inner.layers if getattr(layer.self_attn, "use_rope", True)),
-                         inner.layers[0].self_attn)
+        self.attn = next((a for a in attns if getattr(a, "use_rope", True)), attns[0])
         param = next(inner.parameters(), None)
         self.device = param.device if param is not None else torch.device("cpu")
         self.hidden = int(getattr(self.attn.config, "hidden_size", 0) or 0)

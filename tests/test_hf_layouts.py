@@ -56,7 +56,7 @@ def test_every_layout_is_the_models_own_rope(family):
 def test_from_hf_rope_gives_the_models_cos_sin(family):
     """``from_hf_rope(config)`` in the model's form (:class:`ModelRotary`) is what its ``rotary_emb`` returns."""
     model = tiny(family)
-    rotary = ModelRotary(model.model, model.model.layers[0].self_attn.head_dim)
+    rotary = ModelRotary(model.model)
     ids = torch.arange(40)[None]
     own, mine = rotary.own(torch.zeros(1, 40, 1), ids), rotary.cos_sin(ndpe.from_hf_rope(model.config), ids)
     own, mine = (own, mine) if isinstance(own, tuple) else ((own.real, own.imag), (mine.real, mine.imag))

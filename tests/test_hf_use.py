@@ -11,6 +11,7 @@ from conftest import build
 from tests.conftest import assert_tells_apart, sharpen_attention
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 from transformers import (GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,  # noqa: E402
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
