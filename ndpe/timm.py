@@ -54,7 +54,7 @@ except ImportError as err:  # pragma: no cover - exercised only without timm
 from timm.layers import Attention as _TimmAttention
 from timm.layers import Format, resample_abs_pos_embed
 from timm.layers.attention import AttentionRope
-from timm.layers.pos_embed_sincos import RotaryEmbeddingCat
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3
 from timm.models.eva import Eva, EvaAttention
 from timm.models.naflexvit import NaFlexVit, calculate_naflex_grid_sizes
 from timm.models.vision_transformer import VisionTransformer
@@ -155,7 +155,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     attn = model.blocks[0].attn
     if kind == "learned":
         options = {**_table_options(model), **options}
-    options, ref_feat_shape = _eva_rope(model, kind, options)
+    options, follow = _eva_rope(model, kind, options)
     pe = make(dims=2, kind=kind, dim=attn.num_heads * attn.head_dim, heads=attn.num_heads, **options)
     if pe.cat_dim:
         raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a timm model's token width "
@@ -172,7 +172,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     keep_table = _keeps_table(model, pe)
     model.ndpe_pe = pe
     model._ndpe_holder = holder
-    model._ndpe_ref_feat_shape = ref_feat_shape
+    model._ndpe_follow = follow
     if hasattr(model, "embeds") and not keep_table:  # NaFlexVit: its embedding module holds the tables
         model.embeds.pos_embed_type = "none"
         for name in ("pos_embed", "pos_embed_y", "pos_embed_x"):
@@ -188,29 +188,39 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     return model
 
 
-def _eva_rope(model: Any, kind: str, options: dict) -> tuple[dict, tuple[int, ...] | None]:
-    """EVA's own rope (timm's ``RotaryEmbeddingCat`` of index coordinates: EVA02, the ``vit_*_rope_*`` models):
-    ``"rope"`` with no options takes its theta (``temperature``), pairing (``rotate_half``) and grid indexing; and a
-    ``"rope"`` with no scaling of its own follows its ``ref_feat_shape`` as timm's ``dynamic_img_size`` model does, on
-    every grid (positions times ``ref_feat_shape / grid``: see :func:`_eva_positions`). Returns the options and the
-    ``ref_feat_shape`` to follow (None: none)."""
+def _eva_rope(model: Any, kind: str, options: dict) -> tuple[dict, tuple | None]:
+    """EVA's own rope, where it is timm's ``RotaryEmbeddingCat`` of index coordinates (EVA02, the ``vit_*_rope_*`` and
+    Perception Encoder models) or ``RotaryEmbeddingDinoV3`` (DINOv3, LingBot): ``"rope"`` with no options takes its
+    theta (``temperature``), pairing (``rotate_half``), grid indexing (and DINOv3's centred coordinates and periods);
+    a ``"rope"`` of index coordinates and no scaling of its own follows the model's ``grid_offset`` and
+    ``ref_feat_shape`` on every grid, as timm's ``dynamic_img_size`` model does (:func:`_eva_positions`). Returns the
+    options and ``(ref_feat_shape, grid_offset)`` to follow (None: ndpe's own coordinates)."""
     rope = getattr(model, "rope", None)
-    if kind != "rope" or not isinstance(rope, RotaryEmbeddingCat) or rope.in_pixels or rope.grid_offset:
+    dinov3 = isinstance(rope, RotaryEmbeddingDinoV3) and rope.normalize_coords == "separate" and not rope.grid_offset \
+        and rope.min_period is None and rope.max_period is None
+    cat = isinstance(rope, RotaryEmbeddingCat) and not rope.in_pixels
+    if kind != "rope" or not (cat or dinov3):
         return options, None
     if not options:
         options = {"theta": float(rope.temperature), "pairing": "half" if rope.rotate_half else "interleaved",
-                   "grid_indexing": rope.grid_indexing}
-    own = rope.ref_feat_shape is not None and not {"scaling", "scale", "coords"} & options.keys()
-    return options, tuple(int(r) for r in rope.ref_feat_shape) if own else None
+                   "grid_indexing": rope.grid_indexing, **({"coords": "centered", "periods": True} if dinov3 else {})}
+    follow = cat and (rope.ref_feat_shape is not None or rope.grid_offset) \
+        and not {"scaling", "scale", "coords"} & options.keys()
+    if not follow:
+        return options, None
+    return options, (tuple(int(r) for r in rope.ref_feat_shape) if rope.ref_feat_shape is not None else None,
+                     float(rope.grid_offset))
 
 
-def _eva_positions(pe: Any, grid: tuple[int, ...], ref_feat_shape: tuple[int, ...] | None) -> dict[str, Tensor]:
-    """``positions=`` for EVA's ``ref_feat_shape`` on ``grid``: index ``i`` of axis ``a`` at ``i * ref[a] / grid[a]``
-    (timm's ``build_fourier_pos_embed``), ``{}`` without one."""
-    if ref_feat_shape is None:
+def _eva_positions(pe: Any, grid: tuple[int, ...], follow: tuple | None) -> dict[str, Tensor]:
+    """``positions=`` for EVA's ``grid_offset`` and ``ref_feat_shape`` on ``grid``: index ``i`` of axis ``a`` at
+    ``(i + offset) * ref[a] / grid[a]`` (timm's ``build_fourier_pos_embed``), ``{}`` where there is nothing to follow."""
+    if follow is None:
         return {}
-    return {"positions": pe.coords(grid) * torch.tensor([r / g for r, g in zip(ref_feat_shape, grid)],
-                                                        device=pe.device)}
+    ref, offset = follow
+    scale = torch.tensor([r / g for r, g in zip(ref, grid)] if ref is not None else [1.0] * len(grid),
+                         device=pe.device)
+    return {"positions": (pe.coords(grid) + offset) * scale}
 
 
 def _check_patch_drop(model: Any, pe: Any, kind: str) -> None:
@@ -290,7 +300,7 @@ def _encoding_class(base: type) -> type:
             out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (and the table, where it stays)
             tokens = out[0] if isinstance(out, tuple) else out  # Eva returns (tokens, rope)
             pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype,
-                               **_eva_positions(self.ndpe_pe, grid, getattr(self, "_ndpe_ref_feat_shape", None)))
+                               **_eva_positions(self.ndpe_pe, grid, getattr(self, "_ndpe_follow", None)))
             self._ndpe_holder.pos = pos  # for this forward's attention modules
             tokens = apply_tokens(tokens, pos)
             return (tokens, None) if isinstance(out, tuple) else tokens

@@ -48,3 +48,21 @@ def test_eva02_at_its_own_size_equals_the_static_model():
         big = torch.randn(1, 3, 224, 224)
         torch.testing.assert_close(ndpe.timm.use(eva(img_size=112), "rope")(big), eva(img_size=112, dynamic_img_size=True)(big),
                                    rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["vit_pe_core_tiny_patch16_384", "vit_small_patch16_dinov3"])
+def test_other_eva_ropes_are_the_models_own(name):
+    """Perception Encoder (1-based coordinates, ``grid_offset=1``, xy indexing, ``ref_feat_shape`` 24) and DINOv3
+    (centred coordinates, periods): ``use(model, "rope")`` alone is the model's rope."""
+    def build():
+        torch.manual_seed(0)
+        model = timm.create_model(name, pretrained=False, depth=2, num_classes=0, img_size=64, embed_dim=64,
+                                  num_heads=4)
+        return sharpen_attention(model).eval()
+
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        ref = build()(x)
+        out = ndpe.timm.use(build(), "rope")(x)
+        other = ndpe.timm.use(build(), "rope", theta=100.0)(x)  # ndpe's rope with another theta
+    assert_tells_apart(out, other, ref, rtol=1e-5, atol=2e-5)
