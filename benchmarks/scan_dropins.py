@@ -28,7 +28,7 @@ import torch
 import ndpe
 
 TOL = 1e-4
-MAX_PARAMS = 5_000_000
+MAX_PARAMS = 20_000_000
 STATUSES = ("equal", "untold", "refused", "unmapped", "failing", "not built")
 # timm's rope modules whose rope ndpe.timm.use(model, "rope") takes over as the model's own (ndpe/timm.py _eva_rope)
 MAPPED_ROPES = ("RotaryEmbeddingCat", "RotaryEmbeddingDinoV3")

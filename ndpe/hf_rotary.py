@@ -1,9 +1,10 @@
 """How a Hugging Face decoder hands its rotation from ``model.model.rotary_emb`` to its attention, found by running
 them rather than read from a list of model families (:func:`ndpe.hf.use` relies on it).
 
-transformers ships three forms of what ``rotary_emb`` returns: ``(cos, sin)`` with ``emb = cat(freqs, freqs)``
-(Llama and most; ``"half"``), ``(cos, sin)`` with ``emb = repeat_interleave(freqs, 2)`` (Cohere; ``"interleaved"``)
-complex ``freqs_cis`` (Llama 4; ``"complex"``) and ``(cos, sin)`` with one entry per pair (GPT-OSS; ``"pairs"``); each at a width (the rotated channels: the whole head, or
+transformers ships four forms of what ``rotary_emb`` returns: ``(cos, sin)`` with ``emb = cat(freqs, freqs)``
+(Llama and most; ``"half"``), ``(cos, sin)`` with ``emb = repeat_interleave(freqs, 2)`` (Cohere; ``"interleaved"``),
+complex ``freqs_cis`` (Llama 4; ``"complex"``) and ``(cos, sin)`` with one entry per pair (GPT-OSS; ``"pairs"``);
+each at a width (the rotated channels: the whole head, or
 ``partial_rotary_factor`` of it, odd widths rounded up to whole pairs as the model does). How the attention pairs the
 channels is the attention's own business (GLM takes the ``"half"`` form and rotates interleaved pairs), so
 :class:`ModelRotary` does not guess it: :meth:`ModelRotary.takes` feeds the model's first rotary attention ndpe's
@@ -54,8 +55,12 @@ class ModelRotary:
             raise TypeError("ndpe.hf.use supports HF decoders with a rotary_emb and layers that each have a self_attn "
                             "with one head_dim (the Llama family); this model has not")
         self.emb, self.own, self.head_dim = inner.rotary_emb, inner.rotary_emb.forward, attns[0].head_dim
-        # the first layer that rotates (Llama 4's NoPE layers say use_rope=False)
-        self.attn = next((a for a in attns if getattr(a, "use_rope", True)), attns[0])
+        # the first softmax attention that rotates (Llama 4's NoPE layers say use_rope=False; hybrids' linear
+        # attention layers have no config to dispatch on)
+        self.attn = next((a for a in attns if getattr(a, "use_rope", True) and hasattr(a, "config")), None)
+        if self.attn is None:
+            raise TypeError("ndpe.hf.use found no attention layer that dispatches through transformers' attention "
+                            "interface (self_attn.config) in this model")
         param = next(inner.parameters(), None)
         self.device = param.device if param is not None else torch.device("cpu")
         self.hidden = int(getattr(self.attn.config, "hidden_size", 0) or 0)
@@ -107,7 +112,8 @@ class ModelRotary:
         try:
             with torch.no_grad():
                 gen = torch.Generator(device="cpu").manual_seed(0)
-                hidden = torch.randn(1, PROBE, self.hidden, generator=gen).to(self.device, next(self.attn.parameters()).dtype)
+                dtype = next(self.attn.parameters()).dtype
+                hidden = torch.randn(1, PROBE, self.hidden, generator=gen).to(self.device, dtype)
                 self.attn(hidden_states=hidden, position_embeddings=position_embeddings, attention_mask=None,
                           position_ids=self.ids)
         except _Captured:
