@@ -49,7 +49,7 @@ class ModelRotary:
     ``rotary_emb.forward`` is replaced: :attr:`own` is the model's own forward."""
 
     def __init__(self, inner: Any):
-        attns = [getattr(layer, "self_attn", None) for layer in getattr(inner, "layers", ())]
+        attns: list[Any] = [getattr(layer, "self_attn", None) for layer in getattr(inner, "layers", ())]
         if not hasattr(inner, "rotary_emb") or not attns or not all(isinstance(getattr(a, "head_dim", None), int)
                                                                     for a in attns):
             raise TypeError("ndpe.hf.use supports HF decoders with a rotary_emb and layers that each have a self_attn "
@@ -57,7 +57,7 @@ class ModelRotary:
         self.emb, self.own, self.head_dim = inner.rotary_emb, inner.rotary_emb.forward, attns[0].head_dim
         # the first softmax attention that rotates (Llama 4's NoPE layers say use_rope=False; hybrids' linear
         # attention layers have no config to dispatch on)
-        self.attn = next((a for a in attns if getattr(a, "use_rope", True) and hasattr(a, "config")), None)
+        self.attn: Any = next((a for a in attns if getattr(a, "use_rope", True) and hasattr(a, "config")), None)
         if self.attn is None:
             raise TypeError("ndpe.hf.use found no attention layer that dispatches through transformers' attention "
                             "interface (self_attn.config) in this model")

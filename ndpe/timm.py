@@ -200,7 +200,7 @@ def _eva_rope(model: Any, kind: str, options: dict) -> tuple[dict, tuple | None]
     a ``"rope"`` of index coordinates and no scaling of its own follows the model's ``grid_offset`` and
     ``ref_feat_shape`` on every grid, as timm's ``dynamic_img_size`` model does (:func:`_eva_positions`). Returns the
     options and ``(ref_feat_shape, grid_offset)`` to follow (None: ndpe's own coordinates)."""
-    rope = getattr(model, "rope", None)
+    rope: Any = getattr(model, "rope", None)
     dinov3 = isinstance(rope, RotaryEmbeddingDinoV3) and rope.normalize_coords == "separate" and not rope.grid_offset \
         and rope.min_period is None and rope.max_period is None
     cat = isinstance(rope, RotaryEmbeddingCat) and not rope.in_pixels

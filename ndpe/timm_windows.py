@@ -34,7 +34,7 @@ __all__ = ["use"]
 
 def use(model: SwinTransformer, kind: str, **options: Any) -> SwinTransformer:
     """Give each window attention of the timm Swin ``model`` an ndpe ``kind`` (see the module doc); in place."""
-    attns = [m for m in model.modules() if isinstance(m, WindowAttention)]
+    attns: list[Any] = [m for m in model.modules() if isinstance(m, WindowAttention)]
     if any(getattr(a, "ndpe_pe", None) is not None for a in attns):
         raise ValueError("this model already uses an ndpe encoding (attn.ndpe_pe): build a fresh model to use another")
     own = kind == "relative" and "max_distance" not in options  # Swin's own bias
@@ -42,7 +42,7 @@ def use(model: SwinTransformer, kind: str, **options: Any) -> SwinTransformer:
     for attn in attns:
         opts = {**options, "max_distance": tuple(w - 1 for w in attn.window_size)} if own else options
         head_dim = attn.qkv.in_features // attn.num_heads
-        pe = make(dims=2, kind=kind, dim=attn.num_heads * head_dim, heads=attn.num_heads, **opts)
+        pe: Any = make(dims=2, kind=kind, dim=attn.num_heads * head_dim, heads=attn.num_heads, **opts)
         fields = attention_fields(pe(tuple(attn.window_size)), tokens_too=True)
         if set(fields) - {"bias"}:
             raise ValueError(f"Swin's window attention takes a kind that only biases attention (relative, alibi, cpb, "
@@ -60,13 +60,13 @@ def use(model: SwinTransformer, kind: str, **options: Any) -> SwinTransformer:
     return model
 
 
-def _bias(attn: WindowAttention) -> Tensor:
+def _bias(attn: Any) -> Tensor:
     """The window's bias ``(1, heads, N, N)``, where Swin's ``_get_rel_pos_bias`` gives its table's."""
     bias = attn.ndpe_pe(tuple(attn.window_size)).bias
     return torch.zeros(1, attn.num_heads, attn.window_area, attn.window_area) if bias is None else bias.unsqueeze(0)
 
 
-def _set_window_size(attn: WindowAttention, window_size: tuple[int, int]) -> None:
+def _set_window_size(attn: Any, window_size: Any) -> None:
     """timm's ``set_window_size`` for an ndpe bias: Swin's own table (``relative``) resized as timm resizes its own;
     another kind follows the new window as it is."""
     window_size = (window_size, window_size) if isinstance(window_size, int) else tuple(window_size)
