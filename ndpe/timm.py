@@ -59,7 +59,7 @@ from timm.models.eva import Eva, EvaAttention
 from timm.models.naflexvit import NaFlexVit, calculate_naflex_grid_sizes
 from timm.models.vision_transformer import VisionTransformer
 
-from .timm_windows import SwinTransformer
+from .timm_windows import WINDOWED
 from .timm_windows import use as use_windows
 
 __all__ = ["NdpeAttention", "use"]
@@ -130,10 +130,11 @@ class NdpeAttention(nn.Module):
 def use(model: Any, kind: str, **options: Any) -> Any:
     """Make the timm ``model`` (``VisionTransformer`` or ``Eva``) use ndpe's ``kind`` (see the module doc);
     returns the same model, changed in place (its class becomes a subclass that encodes in ``_pos_embed``)."""
-    if isinstance(model, SwinTransformer):  # windowed families: ndpe/timm_windows.py
+    if isinstance(model, WINDOWED):  # windowed families (Swin, MaxViT): ndpe/timm_windows.py
         return use_windows(model, kind, **options)
     if not isinstance(model, (VisionTransformer, Eva, NaFlexVit)):
-        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer, Eva and NaFlexVit (and Swin V1), got "
+        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer, Eva and NaFlexVit (and Swin V1, MaxViT), "
+                        f"got "
                         f"{type(model).__name__}")
     return _use(model, kind, options)
 

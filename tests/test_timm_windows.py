@@ -55,8 +55,39 @@ def test_refusals_are_one_line():
             ndpe.timm.use(model, kind)
         assert "\n" not in str(err.value)
         assert all(getattr(m, "ndpe_pe", None) is None for m in model.modules())  # nothing changed
-    for name in ("swinv2_tiny_window8_256", "maxvit_nano_rw_256", "beit_base_patch16_224"):
+    for name in ("swinv2_tiny_window8_256", "beit_base_patch16_224"):
         model = timm.create_model(name, pretrained=False, num_classes=0)
         with pytest.raises(TypeError, match="supports timm's") as err:
             ndpe.timm.use(model, "relative")
         assert "\n" not in str(err.value)
+
+
+def maxvit():
+    torch.manual_seed(0)
+    model = timm.create_model("maxvit_nano_rw_256", pretrained=False, img_size=64, num_classes=0)
+    return sharpen_attention(model).eval() if _sharpenable(model) else model.eval()
+
+
+def _sharpenable(model) -> bool:
+    try:
+        sharpen_attention(model)
+    except AssertionError:
+        return False
+    return True
+
+
+def test_maxvit_relative_is_its_own_bias():
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        ref = maxvit()(x)
+        out = ndpe.timm.use(maxvit(), "relative")(x)
+        other = ndpe.timm.use(maxvit(), "alibi")(x)
+    assert_tells_apart(out, other, ref, rtol=1e-5, atol=1e-5)
+    assert sum(hasattr(m, "ndpe_pe") for m in ndpe.timm.use(maxvit(), "cpb").modules()) == 14  # block + grid
+
+
+def test_maxvit_with_an_mlp_is_refused_in_one_line():
+    model = timm.create_model("maxvit_rmlp_nano_rw_256", pretrained=False, img_size=64, num_classes=0)
+    with pytest.raises(ValueError, match="RelPosBias windows") as err:
+        ndpe.timm.use(model, "relative")
+    assert "\n" not in str(err.value)
