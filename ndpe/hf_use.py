@@ -16,8 +16,8 @@ from torch import Tensor
 
 from . import apply
 from .contract import PosOut, apply_tokens
-from .hf import _own_rope, from_hf_rope, hf_cos_sin
-from .kinds.rope import RoPE
+from .hf_rope import _own_rope, from_hf_rope
+from .hf_rotary import ModelRotary
 from .registry import make, options as kind_options
 
 __all__ = ["Adapter", "use"]
@@ -70,15 +70,18 @@ class Adapter:
         if getattr(model, "ndpe_pe", None) is not None:
             raise ValueError("this model already uses an ndpe encoding (model.ndpe_pe): load a fresh model to use "
                              "another")
-        self.kind, self.head_dim = kind, inner.layers[0].self_attn.head_dim
+        self.own = own = ModelRotary(inner)  # how this model hands its rotation to its attention (run to find out)
+        self.kind, self.head_dim = kind, own.head_dim
         self.pe = pe = self._encoding(model, kind, options)
         probe = pe((2,))
         if probe.logits is not None and probe.logits.uses_states:
             raise ValueError(f"kind {kind!r} reads the token states, which transformers' attention interface does "
                              "not receive: use it in ndpe.Attention or ndpe.timm.use")
-        self.via_rotary = (probe.rot is not None and probe.rot_k is None and probe.basis is None
-                           and probe.pairing == "half" and isinstance(pe, RoPE)
-                           and pe.rot_dim == self.head_dim)  # HF's attention turns the whole head
+        self.via_rotary = own.takes(pe)  # the model's attention applies pe's cos/sin exactly as ndpe does
+        if kind == "rope" and not options and not self.via_rotary:
+            raise ValueError(f"this model's attention does not apply its config's rope (from_hf_rope: {pe.rot_dim} "
+                             f"channels, pairing {pe.pairing!r}) as ndpe does; its rotary_emb gives {own.form!r} "
+                             f"cos/sin over {own.width} channels")
         self.past = 0  # the cache length before this forward's tokens
         self.encoded: dict[tuple[int, int], PosOut] = {}  # this forward's encodings, shared by its layers
         model.ndpe_pe = pe
@@ -100,7 +103,7 @@ class Adapter:
             if isinstance(pe, dict):
                 raise ValueError("this config has one rope per layer type: ndpe.hf.use takes one encoding for all "
                                  "layers")
-            pe = _own_rope(pe, inner.rotary_emb, config, self.head_dim)
+            pe = _own_rope(pe, self.own, config, self.head_dim)
         else:
             takes = kind_options(kind)
             options = {**{k: v for k, v in DECODER_DEFAULTS.items() if k in takes}, **options}
@@ -112,7 +115,7 @@ class Adapter:
         short, longer = pe((4,)).add, pe((5,)).add
         if short is not None and longer is not None and not torch.allclose(short, longer[..., :4, :]):
             raise ValueError(f"kind {kind!r} encodes each token by the length of the whole sequence, so in a decoder "
-                             "later tokens would change earlier ones: give it a fixed length (tape: length=)")
+                             "later tokens would change earlier ones: give it a fixed length (tape: length=; learned: resize=None)")
         return pe
 
     def close(self) -> None:
@@ -126,17 +129,16 @@ class Adapter:
             self.encoded[(n, past)] = self.pe((n,), past=past) if past > 0 else self.pe((n,))
         return self.encoded[(n, past)]
 
-    def rotary(self, x: Tensor, position_ids: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    def rotary(self, x: Tensor, position_ids: Tensor, *args: Any, **kwargs: Any) -> Any:
         """``rotary_emb``'s forward: the kind's cos/sin where it goes through it, else the identity."""
         if self.via_rotary:
-            return hf_cos_sin(self.pe, position_ids, dtype=x.dtype)
+            return self.own.cos_sin(self.pe, position_ids, dtype=x.dtype)
         past, n = self.past, position_ids.shape[-1]
         if not torch.equal(position_ids, torch.arange(past, past + n, device=position_ids.device).expand_as(position_ids)):
             raise ValueError(f"ndpe.hf.use with kind {self.kind!r} counts positions from the first token of each row: "
                              f"it takes position_ids {past}..{past + n - 1} only (no left padding, packed or shifted "
                              "rows)")
-        ones = x.new_ones(*position_ids.shape, self.head_dim)
-        return ones, torch.zeros_like(ones)
+        return self.own.identity(position_ids, x)
 
     def remember_past(self, module: Any, args: tuple, kwargs: dict) -> None:
         cache = _cache_argument(module.forward, args, kwargs)

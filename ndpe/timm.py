@@ -53,9 +53,13 @@ except ImportError as err:  # pragma: no cover - exercised only without timm
 from timm.layers import Attention as _TimmAttention
 from timm.layers import Format, resample_abs_pos_embed
 from timm.layers.attention import AttentionRope
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3
 from timm.models.eva import Eva, EvaAttention
 from timm.models.naflexvit import NaFlexVit, calculate_naflex_grid_sizes
 from timm.models.vision_transformer import VisionTransformer
+
+from .timm_windows import WINDOWED
+from .timm_windows import use as use_windows
 
 __all__ = ["NdpeAttention", "use"]
 
@@ -135,8 +139,11 @@ def _wrapped_keys(module: nn.Module, state_dict: dict, prefix: str, *args: Any) 
 def use(model: Any, kind: str, **options: Any) -> Any:
     """Make the timm ``model`` (``VisionTransformer`` or ``Eva``) use ndpe's ``kind`` (see the module doc);
     returns the same model, changed in place (its class becomes a subclass that encodes in ``_pos_embed``)."""
+    if isinstance(model, WINDOWED):  # windowed families (Swin, MaxViT): ndpe/timm_windows.py
+        return use_windows(model, kind, **options)
     if not isinstance(model, (VisionTransformer, Eva, NaFlexVit)):
-        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer, Eva and NaFlexVit, got "
+        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer, Eva and NaFlexVit (and Swin V1, MaxViT), "
+                        f"got "
                         f"{type(model).__name__}")
     return _use(model, kind, options)
 
@@ -163,6 +170,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     attn = model.blocks[0].attn
     if kind == "learned":
         options = {**_table_options(model), **options}
+    options, follow = _eva_rope(model, kind, options)
     pe = make(dims=2, kind=kind, dim=attn.num_heads * attn.head_dim, heads=attn.num_heads, **options)
     if pe.cat_dim:
         raise ValueError(f"kind {kind!r} concatenates {pe.cat_dim} channels to the tokens; a timm model's token width "
@@ -181,6 +189,7 @@ def _use(model: Any, kind: str, options: dict) -> Any:
     keep_table = _keeps_table(model, pe)
     model.ndpe_pe = pe
     model._ndpe_holder = holder
+    model._ndpe_follow = follow
     if hasattr(model, "embeds") and not keep_table:  # NaFlexVit: its embedding module holds the tables
         model.embeds.pos_embed_type = "none"
         for name in ("pos_embed", "pos_embed_y", "pos_embed_x"):
@@ -194,6 +203,41 @@ def _use(model: Any, kind: str, options: dict) -> Any:
         blk.attn = NdpeAttention(blk.attn, holder)
     model.__class__ = _encoding_class(type(model))
     return model
+
+
+def _eva_rope(model: Any, kind: str, options: dict) -> tuple[dict, tuple | None]:
+    """EVA's own rope, where it is timm's ``RotaryEmbeddingCat`` of index coordinates (EVA02, the ``vit_*_rope_*`` and
+    Perception Encoder models) or ``RotaryEmbeddingDinoV3`` (DINOv3, LingBot): ``"rope"`` with no options takes its
+    theta (``temperature``), pairing (``rotate_half``), grid indexing (and DINOv3's centred coordinates and periods);
+    a ``"rope"`` of index coordinates and no scaling of its own follows the model's ``grid_offset`` and
+    ``ref_feat_shape`` on every grid, as timm's ``dynamic_img_size`` model does (:func:`_eva_positions`). Returns the
+    options and ``(ref_feat_shape, grid_offset)`` to follow (None: ndpe's own coordinates)."""
+    rope: Any = getattr(model, "rope", None)
+    dinov3 = isinstance(rope, RotaryEmbeddingDinoV3) and rope.normalize_coords == "separate" and not rope.grid_offset \
+        and rope.min_period is None and rope.max_period is None
+    cat = isinstance(rope, RotaryEmbeddingCat) and not rope.in_pixels
+    if kind != "rope" or not (cat or dinov3):
+        return options, None
+    if not options:
+        options = {"theta": float(rope.temperature), "pairing": "half" if rope.rotate_half else "interleaved",
+                   "grid_indexing": rope.grid_indexing, **({"coords": "centered", "periods": True} if dinov3 else {})}
+    follow = cat and (rope.ref_feat_shape is not None or rope.grid_offset) \
+        and not {"scaling", "scale", "coords"} & options.keys()
+    if not follow:
+        return options, None
+    return options, (tuple(int(r) for r in rope.ref_feat_shape) if rope.ref_feat_shape is not None else None,
+                     float(rope.grid_offset))
+
+
+def _eva_positions(pe: Any, grid: tuple[int, ...], follow: tuple | None) -> dict[str, Tensor]:
+    """``positions=`` for EVA's ``grid_offset`` and ``ref_feat_shape`` on ``grid``: index ``i`` of axis ``a`` at
+    ``(i + offset) * ref[a] / grid[a]`` (timm's ``build_fourier_pos_embed``), ``{}`` where there is nothing to follow."""
+    if follow is None:
+        return {}
+    ref, offset = follow
+    scale = torch.tensor([r / g for r, g in zip(ref, grid)] if ref is not None else [1.0] * len(grid),
+                         device=pe.device)
+    return {"positions": (pe.coords(grid) + offset) * scale}
 
 
 def _check_patch_drop(model: Any, pe: Any, kind: str) -> None:
@@ -304,7 +348,8 @@ def _encoding_class(base: type) -> type:
             grid = tuple(x.shape[1:3]) if x.dim() == 4 else tuple(self.patch_embed.grid_size)
             out = getattr(base, "_pos_embed")(self, x)  # prefix tokens concatenated (and the table, where it stays)
             tokens = out[0] if isinstance(out, tuple) else out  # Eva returns (tokens, rope)
-            pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype)
+            pos = self.ndpe_pe(grid, num_prefix=self.num_prefix_tokens, dtype=tokens.dtype,
+                               **_eva_positions(self.ndpe_pe, grid, getattr(self, "_ndpe_follow", None)))
             self._ndpe_holder.pos = pos  # for this forward's attention modules
             tokens = apply_tokens(tokens, pos)
             return (tokens, None) if isinstance(out, tuple) else tokens

@@ -12,6 +12,7 @@ import ndpe
 from tests.conftest import assert_tells_apart, sharpen_attention
 
 pytest.importorskip("transformers")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 from transformers import Gemma3TextConfig, Gemma4TextConfig, Gemma4VisionConfig, Llama4TextConfig, Llama4VisionConfig  # noqa: E402,E501
 from transformers.models.gemma3.modeling_gemma3 import Gemma3TextModel  # noqa: E402
 from transformers.models.gemma4 import modeling_gemma4  # noqa: E402

@@ -14,6 +14,7 @@ from conftest import build
 from tests.conftest import assert_tells_apart, sharpen_attention
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 from transformers import (GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,  # noqa: E402
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
@@ -162,8 +163,7 @@ def test_positions_reach_the_model():
 
 
 @pytest.mark.parametrize("kind,opts,match", [("xpos", {"center": None}, "fixed center"),
-                                             ("fire", {"causal": False}, "causal=True"),
-                                             ("learned", {"grid_shape": (8,), "resize": "linear"}, "resize=None")])
+                                             ("fire", {"causal": False}, "causal=True")])
 def test_refused_options(kind, opts, match):
     """Options that cannot decode pass a full forward and refuse the cached step in one line."""
     model = ndpe.hf.use(fresh("llama"), kind, **opts)
@@ -184,6 +184,8 @@ def test_refusals():
     with pytest.raises(ValueError, match="later tokens would change earlier ones"):  # tAPE scaled by each call's length
         ndpe.hf.use(fresh("llama"), "tape")
     ndpe.hf.use(fresh("llama"), "tape", length=64)  # a fixed length: causal
+    with pytest.raises(ValueError, match="resize=None"):  # a table resized to each call's length: the same leak
+        ndpe.hf.use(fresh("llama"), "learned", grid_shape=(8,), resize="linear")
 
 
 class ShearFrame(ndpe.Encoding):

@@ -13,6 +13,7 @@ from tests.conftest import assert_tells_apart, sharpen_attention
 from tests.test_attend import DIM, HEADS, WAYS, encoding
 
 timm = pytest.importorskip("timm")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 from timm.layers import Attention  # noqa: E402
 from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat  # noqa: E402
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402

@@ -12,6 +12,7 @@ import ndpe
 from tests.conftest import assert_tells_apart, sharpen_attention
 
 pytest.importorskip("transformers")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 from transformers import Qwen2VLTextConfig  # noqa: E402
 from transformers.models.qwen2_vl.modeling_qwen2_vl import (  # noqa: E402
     Qwen2VLModel, Qwen2VLRotaryEmbedding, apply_rotary_pos_emb)

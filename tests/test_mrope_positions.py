@@ -15,6 +15,7 @@ import ndpe
 from tests.conftest import assert_tells_apart, sharpen_attention
 
 pytest.importorskip("transformers")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 from transformers import Qwen2_5_VLConfig  # noqa: E402
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (  # noqa: E402
     Qwen2_5_VLModel, Qwen2_5_VLVisionRotaryEmbedding, apply_rotary_pos_emb_vision)

@@ -12,6 +12,7 @@ import ndpe
 from tests.conftest import assert_tells_apart, sharpen_attention
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402

@@ -94,16 +94,12 @@ def test_xdrope_is_no_rotation():
     assert (cos[..., :half] - cos[..., half:]).abs().max() > 0.5
 
 
-@pytest.mark.xfail(strict=True, reason="ndpe.from_hf_rope reads HunYuanVL's mrope_section as Qwen2-VL's M-RoPE "
-                                       "(ndpe/hf.py, another helper's file, does not refuse it yet)")
 def test_from_hf_rope_refuses_xdrope():
     config, _ = xdrope(section=(8, 4, 4))
     with pytest.raises(ValueError, match="xdrope"):
         ndpe.from_hf_rope(config)
 
 
-@pytest.mark.xfail(strict=True, reason="ndpe.hf's known rope keys lack the scale key 'alpha' (ndpe/hf.py, another "
-                                       "helper's file)")
 def test_from_hf_rope_reads_ntk_alpha():
     config = hunyuan_config(dense.HunYuanDenseV1Config, 32, rope_type="dynamic", alpha=1000.0, factor=1.0,
                             rope_theta=10000.0)

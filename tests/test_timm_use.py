@@ -13,6 +13,7 @@ from tests.conftest import assert_tells_apart, sharpen_attention
 from conftest import build
 
 timm = pytest.importorskip("timm")
+pytestmark = pytest.mark.peers  # also run against the newest transformers and timm (scripts/test_peers.sh)
 import ndpe.timm  # noqa: E402
 from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed  # noqa: E402
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
