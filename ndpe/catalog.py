@@ -95,7 +95,7 @@ def acts_by(kind: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's kinds table: one row per registered kind (grouped by how it acts), from the kinds' classes.
+    """The kinds table of docs/reference.md: one row per registered kind (grouped by how it acts), from the kinds' classes.
     A kind's options are left to ``ndpe options KIND`` (:func:`ndpe.options`): rope alone has more than 25."""
     lines = ["| kind | dims | acts by | what it is |", "|---|---|---|---|"]
     rows = sorted((_ORDER.index(a) if a in _ORDER else len(_ORDER), a, k) for k in available() for a in [acts_by(k)])

@@ -1,7 +1,7 @@
 """The ``ndpe`` command (also ``python -m ndpe``).
 
     ndpe kinds [--markdown]         the registered kinds and the positional dims each supports (--markdown: the
-                                    README's kinds table, generated from the kinds' classes)
+                                    kinds table (docs/reference.md), generated from the kinds' classes)
     ndpe options KIND               a kind's keyword options and their defaults, and the arguments of its call
     ndpe viz --kind rope --grid 8 8 teaching figures (``ndpe viz --help``; needs ``pip install "ndpe[viz]"``)
     ndpe explore [--results RUN]    the interactive explorer, one page: --out DIR/index.html (needs the viz extra;
@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ndpe {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
     kinds = commands.add_parser("kinds", help="list the encoding kinds with the positional dims each supports")
-    kinds.add_argument("--markdown", action="store_true", help="print the README's kinds table instead")
+    kinds.add_argument("--markdown", action="store_true", help="print the kinds table (docs/reference.md) instead")
     options = commands.add_parser("options", help="a kind's keyword options and their defaults")
     options.add_argument("kind", metavar="KIND", help="a name from `ndpe kinds`")
     commands.add_parser("viz", help="draw teaching figures of an encoding (needs the viz extra)", add_help=False)

@@ -56,7 +56,7 @@ class Field:
         samples resets it to its default.
     keys: a token field that covers the keys where they differ from the queries (``rot_k``: a decoder whose cache
         holds unrotated keys rotates all of them).
-    acts: how a kind with this field acts, as the README's kinds table says (:data:`ndpe.catalog.ACTS`).
+    acts: how a kind with this field acts, as the kinds table (docs/reference.md) says (:data:`ndpe.catalog.ACTS`).
     stage, act: a field no apply function of ndpe knows acts through ``act``: ``stage="tokens"`` calls
         ``act(x, value) -> x`` in :func:`ndpe.apply_tokens` (after ``add`` and ``cat``), ``stage="qk"`` calls
         ``act(q, k, value) -> (q, k)`` in :func:`ndpe.apply_qk` (after the rotation), ``stage="probs"`` calls

@@ -1,4 +1,4 @@
-"""What the project reads from each kind's class: the README's kinds table, colours and markers, the benchmark's
+"""What the project reads from each kind's class: docs/reference.md's kinds table, colours and markers, the benchmark's
 options for every kind on every task (``Encoding.task_options``) and ``kinds: all``."""
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ def test_the_readme_kinds_table_is_ndpe_kinds_markdown(capsys):
 
     assert main(["kinds", "--markdown"]) == 0
     generated = capsys.readouterr().out.strip()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "reference.md").read_text()
     start = readme.index(HEADER)
     table = readme[start:readme.index("\n\n", start)]
-    assert table == generated, "README.md's kinds table is stale: replace it with the output of `ndpe kinds --markdown`"
+    assert table == generated, "docs/reference.md's kinds table is stale: replace it with the output of `ndpe kinds --markdown`"
     assert generated.count("\n| `") == len(ndpe.available())
 
 

@@ -3,7 +3,7 @@
 Three kind files are written into ``ndpe/kinds/`` of a copy of the repository: the guide's example (an additive kind,
 docs/guide.md "Adding a kind", taken from the guide itself so the guide stays true) and the smallest bias and rotary
 kinds, which declare nothing beyond ``encode`` (so they refuse ``past=`` in one line, and their outputs of explicit
-positions are checked finite after the fact). The README's kinds table is regenerated with ``ndpe kinds --markdown``,
+positions are checked finite after the fact). docs/reference.md's kinds table is regenerated with ``ndpe kinds --markdown``,
 as the guide says to after adding a kind. Then, in the copy, ``ndpe kinds`` lists them, the whole suite collects, and
 every test file that runs every registered kind (the contract, finiteness, decoding, flex, memory, the models, ...)
 passes on them; the slow test runs the whole default suite there.
@@ -80,7 +80,7 @@ def run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProce
 
 def copy_with_new_kinds(dest: Path) -> Path:
     """The repository's files (tracked and untracked, less git's ignored ones: no .venv, runs or caches) copied to
-    ``dest``, the two kind files written into its ``ndpe/kinds/``, its README's kinds table regenerated, and the
+    ``dest``, the two kind files written into its ``ndpe/kinds/``, its docs/reference.md kinds table regenerated, and the
     whole committed in a repository of its own (runs record their commit)."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git to list the repository's files")
@@ -95,9 +95,9 @@ def copy_with_new_kinds(dest: Path) -> Path:
     (dest / "ndpe" / "kinds" / "plain_rope.py").write_text(ROTARY_KIND)
     markdown = run(["-m", "ndpe", "kinds", "--markdown"], dest, timeout=300)
     assert markdown.returncode == 0, markdown.stderr
-    readme = (dest / "README.md").read_text()
+    readme = (dest / "docs" / "reference.md").read_text()
     start = readme.index("| kind | dims | acts by | what it is |")
-    (dest / "README.md").write_text(readme[:start] + markdown.stdout.strip() + readme[readme.index("\n\n", start):])
+    (dest / "docs" / "reference.md").write_text(readme[:start] + markdown.stdout.strip() + readme[readme.index("\n\n", start):])
     git = ["git", "-C", str(dest), "-c", "user.name=ndpe", "-c", "user.email=ndpe@localhost"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "three new kinds"]):  # a run records its commit
         subprocess.run([*git, *args], capture_output=True, check=True, timeout=120)
@@ -116,7 +116,7 @@ def test_the_guide_example_is_a_kind_file():
 
 
 def test_new_kind_files_are_listed_collected_and_keep_the_contract(copy):
-    table = (copy / "README.md").read_text().splitlines()  # `ndpe kinds --markdown` in the copy
+    table = (copy / "docs" / "reference.md").read_text().splitlines()  # `ndpe kinds --markdown` in the copy
     assert "| `ramp` | 1 | add | Adds the token's index, scaled, to channel 0: the smallest absolute encoding. |" in table
     assert "| `plain-bias` | 1 2 3 | bias | Subtracts the L1 distance of two tokens' positions from their attention " \
            "logit. |" in table
