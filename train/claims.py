@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from . import stats
+from . import power, stats
 from .competence import competence, good, retention
 from .protocol import CLAIMS, TASKS, Claim
 from .results import FLOOR_PREFIX, kind_of
@@ -130,7 +130,7 @@ def compare_rates(a: list[float], b: list[float], bar: float, higher: bool, alph
 def rate_detectable(ra: stats.Rate, rb: stats.Rate, alpha: float) -> float:
     """The smallest difference of success rates Fisher's test detects here: one kind at the lower observed rate, the
     other that much above it."""
-    return stats.fisher_detectable(ra.n, rb.n, min(ra.rate, rb.rate), alpha)
+    return power.fisher_detectable(ra.n, rb.n, min(ra.rate, rb.rate), alpha)
 
 
 def bimodal(agg_task, label: str, claim: Claim, first: float | None, last: float, higher: bool) -> bool:
@@ -247,7 +247,7 @@ def threshold_halves(claim: Claim, agg_task, last: float, higher: bool, level: f
             tests.append((f"{label} {side} {bound:.3g} in most runs" if should else f"{label} {side} {bound:.3g} in "
                           "few runs", RateEstimate(delta if should else -delta, p, f"{rate.k}/{rate.n} runs {side} "
                                                    f"{bound:.3g} (exact binomial test against 1/2)",
-                                                   stats.binomial_detectable(rate.n, level))))
+                                                   power.binomial_detectable(rate.n, level))))
             continue
         est = stats.above(values, bound, higher)
         tests.append((f"{label} {side} {bound:.3g}" if should else f"{label} not {side} {bound:.3g}",
