@@ -5,7 +5,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from . import apply
+from .apply import attention as apply_attention
 from .apply import add_masks, additive_mask, attend, attend_probs, causal_mask  # noqa: F401  (ndpe.attention's API)
 from .checks import check_bool, check_heads, check_number
 from .contract import PosOut
@@ -63,7 +63,7 @@ class Attention(nn.Module):
         """
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.heads)  # (B, H, T, hd)
         drop = self.attn_drop if self.training else 0.0
-        out = apply.attention(q, k, v, pos, cache=cache, dropout_p=drop, is_causal=self.causal, x=x)
+        out = apply_attention(q, k, v, pos, cache=cache, dropout_p=drop, is_causal=self.causal, x=x)
         return self.proj_drop(self.proj(rearrange(out, "b h t d -> b t (h d)")))
 
 

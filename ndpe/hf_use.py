@@ -14,7 +14,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from . import apply
+from .apply import attention as apply_attention, token_fields
 from .contract import PosOut, apply_tokens
 from .hf_rope import _own_rope, from_hf_rope
 from .hf_rotary import ModelRotary
@@ -156,8 +156,8 @@ class Adapter:
             key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
         n, total = query.shape[-2], key.shape[-2]
         pos = self.encode(n, total - n)  # the new queries against every key
-        keys = self.encode(total, 0) if total > n and apply.token_fields(pos) else None  # the cache holds raw keys
-        out = apply.attention(query, key, value, pos, keys=keys, attn_mask=attention_mask, is_causal=True,
+        keys = self.encode(total, 0) if total > n and token_fields(pos) else None  # the cache holds raw keys
+        out = apply_attention(query, key, value, pos, keys=keys, attn_mask=attention_mask, is_causal=True,
                               dropout_p=dropout, scale=scaling)
         return out.transpose(1, 2).contiguous(), None
 

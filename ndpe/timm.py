@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from . import apply
+from .apply import attention as apply_attention
 from .contract import PosOut, apply_tokens, attention_fields
 from .kinds.learned import Learned
 from .packing import stack
@@ -113,7 +113,7 @@ class NdpeAttention(nn.Module):
         gate = a.gate(x).sigmoid() if getattr(a, "gate", None) is not None else None
         q, k, v = self._qkv(x)  # (B, heads, N, head_dim)
         drop = a.attn_drop.p if self.training else 0.0
-        out = apply.attention(q, k, v, self._holder.pos, attn_mask=attn_mask, is_causal=is_causal, dropout_p=drop, x=x)
+        out = apply_attention(q, k, v, self._holder.pos, attn_mask=attn_mask, is_causal=is_causal, dropout_p=drop, x=x)
         out = a.norm(out.transpose(1, 2).reshape(B, N, -1))
         if gate is not None:
             out = out * gate

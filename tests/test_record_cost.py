@@ -19,7 +19,7 @@ TASK = "text/copy"
 
 def row(kind: str, seed: int, data_seed: int, seconds: float, *, variant: str = "-", lr: float = 0.0,
         ratio: float = 1.0) -> Row:
-    return Row("text", TASK, kind, variant, seed, "8L", "8L", ratio, "seq_acc", 0.5, True, seconds,
+    return Row("text", TASK, kind, variant, seed, "8L", f"{8 * ratio:g}L", ratio, "seq_acc", 0.5, True, seconds,
                data_seed=data_seed, split="val" if variant == SEARCH else "test", lr=lr,
                weight_decay=0.05 if variant == SEARCH else 0.0)
 

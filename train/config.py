@@ -44,8 +44,7 @@ ALLOW_IMPORT_ENV = "NDPE_ALLOW_DATA_IMPORT"
 MAX_STEPS = 10 ** 9  # optimizer steps, and the intervals (10**9: "never", as the benchmark's cells log and save)
 MAX_VALUES = {"train": {"epochs": 10 ** 6, "batch_size": 2 ** 20, "eval_batch_size": 2 ** 20, "steps": MAX_STEPS,
                         "stop_after": MAX_STEPS, "log_every": MAX_STEPS, "eval_every": MAX_STEPS,
-                        "eval_steps": MAX_STEPS,
-                        "save_every": MAX_STEPS},
+                        "eval_steps": MAX_STEPS, "save_every": MAX_STEPS},
               "optim": {"warmup_steps": MAX_STEPS}, "data": {"num_workers": 1024},
               "model": {"num_classes": 2 ** 24, "vocab_size": 2 ** 24, "dim": 2 ** 16, "depth": 2 ** 12,
                         "heads": 2 ** 12, "mlp_ratio": 256}}

@@ -40,9 +40,9 @@ def _styles(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
     floors = 0
     for label, ser in task["series"].items():
         if ser["floor"]:
-            ls, marker, grey = FLOOR_STYLES[floors % len(FLOOR_STYLES)]
+            dashes, floor_marker, grey = FLOOR_STYLES[floors % len(FLOOR_STYLES)]
             floors += 1
-            out[label] = {"color": grey, "ls": ls, "marker": marker, "lw": 1.3}
+            out[label] = {"color": grey, "ls": dashes, "marker": floor_marker, "lw": 1.3}
             continue
         kind = ser["kind"]
         ls, marker = VARIANT_STYLES[seen.get(kind, 0) % len(VARIANT_STYLES)]

@@ -137,7 +137,8 @@ def pairs(t: Tensor, half: int, pairing: str) -> tuple[Tensor, Tensor]:
     """The two channel views ``(..., half)`` that one frequency rotates together."""
     if pairing == "half":
         rest = t.shape[-1] - 2 * half
-        return t.split_with_sizes((half, half, rest) if rest else (half, half), -1)[:2]  # one op for both views
+        first, second = t.split_with_sizes((half, half, rest) if rest else (half, half), -1)[:2]  # one op, both views
+        return first, second
     return t[..., 0:2 * half:2], t[..., 1:2 * half:2]
 
 
