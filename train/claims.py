@@ -202,7 +202,8 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
     for a, b in pairs:
         if bar is not None and any(bimodal(agg_task, k, claim, first, last, higher) for k in (a, b)):
             at = first if claim.measure == "training" else last
-            values = [[v for run, v in agg_task[k][at].runs.items() if (kp := keep(k)) is None or run in kp]
+            kept = {k: keep(k) for k in (a, b)}  # each kind's runs at the bar, computed once
+            values = [[v for run, v in agg_task[k][at].runs.items() if kept[k] is None or run in kept[k]]
                       for k in (a, b)]
             est = compare_rates(values[0], values[1], bar, higher, level)
             tests.append((f"{a} vs {b} (success rates at ×{at:g}, bimodal runs)", est))
