@@ -323,10 +323,10 @@ def fake_search_cell(args):
     cfg, cell, _ = args
     task = bench.TASKS[cell.task]
     if cell.kind == bench.FLOOR:
-        return [bench._row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
+        return [bench.cell_row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
     if cell.search:
-        return [bench._row(task, cell, SEARCH, task.train_size, -math.log2(cell.lr / 0.016) ** 2, 0.0, split="val")], 0.0, None
-    return [bench._row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
+        return [bench.cell_row(task, cell, SEARCH, task.train_size, -math.log2(cell.lr / 0.016) ** 2, 0.0, split="val")], 0.0, None
+    return [bench.cell_row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
 
 
 def test_the_search_extends_its_grid_until_the_choice_is_interior(tmp_path):
@@ -404,7 +404,7 @@ def test_the_search_does_not_extend_a_plateau(tmp_path):
         cfg, cell, _ = args
         task = bench.TASKS[cell.task]
         if cell.search:
-            return [bench._row(task, cell, SEARCH, task.train_size, 1.0, 0.0, split="val")], 0.0, None
+            return [bench.cell_row(task, cell, SEARCH, task.train_size, 1.0, 0.0, split="val")], 0.0, None
         return fake_search_cell(args)
 
     bench.run(tiny(tmp_path, "lr_search=[0.001,0.002,0.004]", "kinds=[rope]", "rope_variants=[]"), "test", cell_fn=flat)

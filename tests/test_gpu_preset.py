@@ -8,6 +8,7 @@ import yaml
 from train import bench
 from train.claims import compared_kinds
 from train.results import read_rows
+from train.settings import check_settings
 
 from tests.test_bench import fake_search_cell
 
@@ -54,5 +55,4 @@ def test_the_gpu_record_dry_runs_on_the_cpu_and_resumes(tmp_path, capsys):
     assert f"({len(bench.cells_for(cfg))} already done)" in out
     assert len(read_rows(tmp_path / "gpu-v3" / "results.csv")) == len(rows)
     with pytest.raises(bench.ConfigError, match="other settings"):
-        bench.check_fingerprint(bench.load_bench_config(GPU, [*tiny, "device=cuda"]), tmp_path / "gpu-v3",
-                                resuming=True)
+        check_settings(bench.load_bench_config(GPU, [*tiny, "device=cuda"]), tmp_path / "gpu-v3")

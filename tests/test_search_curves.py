@@ -29,13 +29,13 @@ def median_cell(args):
     cfg, cell, _ = args
     task = bench.TASKS[cell.task]
     if cell.kind == bench.FLOOR:
-        return [bench._row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
+        return [bench.cell_row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
     if cell.search:
         value = METRIC[(cell.seed - cfg.search_seed, cell.lr)]
-        loss = dataclasses.replace(bench._row(task, cell, SEARCH, task.train_size, LOSS[cell.lr], 0.0,
+        loss = dataclasses.replace(bench.cell_row(task, cell, SEARCH, task.train_size, LOSS[cell.lr], 0.0,
                                               split=SEARCH_LOSS), metric="loss", higher_is_better=False)
-        return [bench._row(task, cell, SEARCH, task.train_size, value, 0.0, split="val"), loss], 0.0, None
-    return [bench._row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
+        return [bench.cell_row(task, cell, SEARCH, task.train_size, value, 0.0, split="val"), loss], 0.0, None
+    return [bench.cell_row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
 
 
 def test_the_search_chooses_by_the_median_of_unreported_runs_and_breaks_ties_by_loss(tmp_path):
@@ -172,7 +172,7 @@ def curve_cell(rising: bool):
         cfg, cell, run_dir = args
         task = bench.TASKS[cell.task]
         if cell.kind == bench.FLOOR:
-            return [bench._row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
+            return [bench.cell_row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
         if cell.search:
             out = cell_dir(run_dir, cell)
             out.mkdir(parents=True, exist_ok=True)
@@ -180,8 +180,8 @@ def curve_cell(rising: bool):
             (out / "log.jsonl").write_text("".join(json.dumps({"phase": "curve", "step": 2 * (i + 1), "train_seq_acc": v,
                                                                "eval_seq_acc": v, "eval_loss": 1 - v}) + "\n"
                                                    for i, v in enumerate(values)))
-            return [bench._row(task, cell, SEARCH, task.train_size, values[-1], 0.0, split="val")], 0.0, None
-        return [bench._row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
+            return [bench.cell_row(task, cell, SEARCH, task.train_size, values[-1], 0.0, split="val")], 0.0, None
+        return [bench.cell_row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
     return cell_fn
 
 

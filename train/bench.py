@@ -17,7 +17,7 @@ one data seed. With ``lr_search`` set, every kind first trains once per candidat
 (seed 0, data seed 0, scored on the validation split at the training size) and every run uses the best. Each finished cell's rows
 are appended to ``runs/<name>/results.csv`` in one fsynced write, so an interrupted benchmark
 resumes where it stopped (finished cells are skipped; a cell cut off midway is redone); a run
-directory refuses cells trained under other settings (``fingerprint.txt``).
+directory refuses cells of a task trained under other settings until they are set aside (train/settings.py).
 Cells run in a local process pool (``executor=local``) or as tasks on a Ray cluster (``executor=ray``,
 see train/executors.py); either way workers return rows and only this driver writes results.csv.
 ``report.md``, the plots and ``explore.json`` (the numbers of ``ndpe explore --results``, train/explore.py) are
@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -48,19 +49,20 @@ import ndpe
 from . import provenance
 from .bench_config import CONFIG_DIR, BenchConfig, expand_kinds, kinds_for, load_bench_config
 from .bench_data import bench_dataset, data_jobs, fetch_real, run_data_job, test_options
-from .cells import (CellSpec, cells_for, check_fingerprint, choices, extension_cells, fingerprint, lr_of, runs,
+from .cells import (CellSpec, cells_for, choices, extension_cells, fingerprint, lr_of, runs,
                     search_cells, selected_rows, write_choices)
 from .config import ConfigError
-from .curves import BUDGET_SHARE, append_curve, budget_verdict, cell_curve, read_curves
-from .evaluate import _row, cell_dir, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
+from .curves import BUDGET_SHARE, CHANCE_FLOORS, append_curve, budget_verdict, cell_curve, read_curves
+from .evaluate import cell_dir, cell_row, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
 from .explore import write_bench_data
 from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
+from .settings import changed_tasks, check_settings, record_settings, superseded_lines, supersede
 from .results import FLOOR, SEARCH, SEARCH_LOSS, ResultsError, Row, append_rows, check_finite, read_rows
 
 # what the benchmark's callers and tests import from train.bench (defined in its pieces)
-__all__ = ["CONFIG_DIR", "FLOOR", "TASKS", "BenchConfig", "CellSpec", "ConfigError", "Task", "_row", "bench_dataset",
-           "cell_grids", "cells_for", "choices", "data_cell", "expand_kinds", "fetch_real", "fingerprint", "header",
+__all__ = ["CONFIG_DIR", "FLOOR", "TASKS", "BenchConfig", "CellSpec", "ConfigError", "Task", "bench_dataset",
+           "cell_grids", "cell_row", "cells_for", "choices", "data_cell", "expand_kinds", "fetch_real", "fingerprint", "header",
            "kinds_for", "load_bench_config", "main", "pe_config", "run", "run_cell", "run_cell_safe", "runs",
            "scaled_rope", "test_options", "train_config"]
 
@@ -96,7 +98,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     cell_fn = cell_fn or run_cell_safe
     run_dir = Path(cfg.out_root) / provenance.check_run_name(cfg.name)
     results = run_dir / "results.csv"
-    check_fingerprint(cfg, run_dir, resuming=results.exists())
+    check_settings(cfg, run_dir)
     done = {r.cell for r in read_rows(results)}
     first = [c for c in [*search_cells(cfg), *[c for c in cells_for(cfg) if c.kind == FLOOR]] if c.key not in done]
     later = [c for c in cells_for(cfg) if c.kind != FLOOR and c.key not in done]
@@ -105,7 +107,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     if todo:  # before the run directory is written: data that is missing or cannot be fetched leaves nothing behind
         fetch_real(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "fingerprint.txt").write_text(fingerprint(cfg) + "\n")
+    record_settings(cfg, run_dir)
     (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     on_ray = todo > 0 and cfg.executor == "ray"  # nothing to train: no cluster needed
     if on_ray:
@@ -224,11 +226,17 @@ def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, st
         if not curves:
             continue
         steps = int(cfg.steps.get(task, cfg.default_steps))
-        enough, step = budget_verdict(curves, steps, higher=TASKS[task].higher_is_better, metric=TASKS[task].metric)
+        metric = TASKS[task].metric
+        floors = [r.value for r in read_rows(run_dir / "results.csv") if r.task == task and r.kind == FLOOR
+                  and r.variant == CHANCE_FLOORS.get(metric) and r.split == TASKS[task].competence_split
+                  and r.test_size == r.train_size]
+        chance = statistics.median(floors) if floors else None
+        enough, step = budget_verdict(curves, steps, higher=TASKS[task].higher_is_better, metric=metric, chance=chance)
         if not enough:
             short[task] = (f"{task}: budget too short by the plateau rule (the median kind's validation "
                            f"{TASKS[task].metric} still rises at step {step:g} of {steps}, past "
-                           f"{BUDGET_SHARE:.0%}); its runs were not trained: raise steps[{task}] (x2) and search again")
+                           f"{BUDGET_SHARE:.0%}); its runs were not trained: raise steps[{task}] (x2) and run again with "
+                           f"--supersede {task} (its search is kept in superseded/ and done anew)")
     return short
 
 
@@ -269,6 +277,7 @@ def header(cfg: BenchConfig, info: dict | None) -> str:
         f"# ndpe benchmark report: `{cfg.name}`", "",
         *provenance.header_lines(run_dir, selected_rows(cfg, read_rows(run_dir / "results.csv")), info,
                                  f"{cfg.workers} worker process(es)"),
+        *superseded_lines(run_dir),
         f"- machine: {platform.system()} {cpu}, {os.cpu_count()} CPU cores, GPU: {gpu}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, ndpe {ndpe.__version__}",
         f"- runs per (task, kind): {len(cfg.seeds)} (model seeds {cfg.seeds}, data seeds {cfg.data_seeds} in turn"
@@ -322,6 +331,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--quick", action="store_true", help="the CPU preset, configs/bench/quick.yaml")
     parser.add_argument("--config", default=None, help="a preset YAML (configs/bench/*.yaml)")
     parser.add_argument("--report-only", action="store_true", help="rewrite report.md from results.csv")
+    parser.add_argument("--supersede", action="append", default=[], metavar="TASK",
+                        help="set a task's rows under earlier settings aside (kept in superseded/), then run")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the preset (e.g. seeds=[0])")
     args = parser.parse_args(argv)
     if args.quick and args.config:
@@ -346,6 +357,8 @@ def main(argv: list[str] | None = None) -> Path:
                                   test_items=cfg.test_items)
             write_explorer_tab(run_dir)
             return report
+        for task in args.supersede:
+            set_aside(cfg, task)
         return run(cfg, command)
     except (ConfigError, ResultsError, provenance.ProvenanceError, OSError) as e:  # other settings, a damaged file
         print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
@@ -356,6 +369,15 @@ def main(argv: list[str] | None = None) -> Path:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def set_aside(cfg: BenchConfig, task: str) -> None:
+    """``--supersede``: only a task of the preset whose rows were trained under other settings is set aside."""
+    run_dir = Path(cfg.out_root) / cfg.name
+    if task not in changed_tasks(cfg, run_dir):
+        raise ConfigError(f"--supersede {task}: expected a task of the preset whose rows in {run_dir} were trained "
+                          "under other settings; its settings are unchanged (or it has no rows), so nothing is set aside")
+    print(f"set aside {task}'s rows under earlier settings in {supersede(run_dir, task)}", flush=True)
 
 
 class Terminated(KeyboardInterrupt):

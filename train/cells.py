@@ -190,22 +190,19 @@ NEWER_KEYS = {"data_workers": 0, "lr_searches": {}, "search_runs": 1, "search_da
 
 
 def fingerprint(cfg: BenchConfig) -> str:
+    """The whole preset's settings hash (fingerprint.txt); train/settings.py keeps one per task."""
+    return hashlib.sha1(json.dumps(settings_fields(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def settings_fields(cfg: BenchConfig) -> dict:
+    """The preset's keys a cell's numbers depend on (the selection keys left out), as hashed."""
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SELECTION}
     for key, default in NEWER_KEYS.items():  # keys newer than the committed runs: their defaults leave them as they
         if fields[key] == default:  # were
             del fields[key]
     if cfg.lr_file:  # the choices it holds, not only its path: a rewritten file is other settings
         fields["lr_file"] = sorted((f"{t}|{k}", v) for (t, k), v in choices(cfg, []).items() if t in cfg.tasks)
-    return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def check_fingerprint(cfg: BenchConfig, run_dir: Path, *, resuming: bool) -> None:
-    """Refuse to add cells trained under other settings to an existing run (and say how to start another); reads only
-    (the run writes ``fingerprint.txt`` once its data is in place)."""
-    path = run_dir / "fingerprint.txt"
-    if resuming and path.exists() and path.read_text().strip() != fingerprint(cfg):
-        raise ConfigError(f"{run_dir} holds results trained with other settings (see its bench_config.yaml); "
-                          f"pass name=<new name> to start another run, or delete {run_dir}")
+    return fields
 
 
 def selected_rows(cfg: BenchConfig, rows: list[Row]) -> list[Row]:

@@ -7,10 +7,12 @@ the cell's rows to results.csv, so a cell in results.csv always has its curve (a
 appends its curve again: :func:`read_curves` keeps the last line per cell).
 
 **The plateau rule** (:func:`plateau_step`), fixed before any curve was looked at: a curve has *stopped rising* at
-the first evaluation after which it never improves by more than ``tolerance`` (in the metric's units, signed so that
-larger is better: 0.01 accuracy, 1 % of a perplexity or a coordinate error); a task's budget is enough when the median kind's curve
-(the median over kinds, at each evaluation, of each kind's median over its runs) stopped rising by 80 % of its steps
-(:func:`budget_verdict`). Probes for it are the search's runs (unreported seeds).
+the first evaluation after which it never improves by more than a tolerance (signed so that larger is better): 1 %
+of the metric's span from chance to perfect (:func:`tolerance`: 0.01 accuracy; 1 % of the mean predictor's error for a
+coordinate error) and, for a perplexity (whose chance is the vocabulary), 1 % of itself (0.01 nats of loss); a task's
+budget is enough when the median kind's curve (the median over kinds, at each evaluation, of each kind's median over
+its runs) stopped rising by 80 % of its steps (:func:`budget_verdict`). Probes for it are the search's runs
+(unreported seeds). The coordinate error's tolerance was 1 % of itself until 2026-11-28 (train/changes.py).
 
 >>> plateau_step([(100, 0.5), (200, 0.8), (300, 0.85), (400, 0.855)], higher=True, tolerance=0.01)
 300
@@ -26,7 +28,9 @@ import statistics
 from pathlib import Path
 
 CURVES = "curves"
-RELATIVE_METRICS = ("ppl", "coord_err")  # tolerances relative to the value; absolute otherwise (accuracies)
+RELATIVE_METRICS = ("ppl",)  # tolerances relative to the value
+CHANCE_FLOORS = {"coord_err": "mean-predictor"}  # an error whose span runs from 0 to this floor (chance)
+SHARE = 0.01  # of the span (or of the value, for RELATIVE_METRICS)
 BUDGET_SHARE = 0.8  # the median kind must have stopped rising by this share of the steps
 
 
@@ -95,9 +99,22 @@ def median_kind_curve(curves: list[dict]) -> list[tuple[float, float]]:
     return [(s, statistics.median(statistics.median(by[s]) for by in by_kind.values())) for s in steps]
 
 
-def budget_verdict(curves: list[dict], steps: int, *, higher: bool, metric: str) -> tuple[bool, float]:
+def tolerance(metric: str, chance: float | None = None) -> tuple[float, bool]:
+    """(tolerance, relative) of the plateau rule for ``metric``; ``chance``: the value of its chance floor
+    (:data:`CHANCE_FLOORS`), required for those metrics."""
+    if metric in RELATIVE_METRICS:
+        return SHARE, True
+    if metric in CHANCE_FLOORS:
+        if chance is None or not math.isfinite(chance) or chance <= 0:
+            raise ValueError(f"the plateau rule for {metric} needs its chance floor {CHANCE_FLOORS[metric]!r} (a "
+                             f"finite value > 0), got {chance!r}")
+        return SHARE * chance, False
+    return SHARE, False  # accuracies: their span is 1
+
+
+def budget_verdict(curves: list[dict], steps: int, *, higher: bool, metric: str,
+                   chance: float | None = None) -> tuple[bool, float]:
     """(enough, the step where the median kind stopped rising) by the plateau rule of the module docstring."""
-    relative = metric in RELATIVE_METRICS
-    tolerance = 0.01
-    step = plateau_step(median_kind_curve(curves), higher=higher, tolerance=tolerance, relative=relative)
+    tol, relative = tolerance(metric, chance)
+    step = plateau_step(median_kind_curve(curves), higher=higher, tolerance=tol, relative=relative)
     return step <= BUDGET_SHARE * steps, step

@@ -101,7 +101,7 @@ def run_cell(args: tuple) -> tuple[list[Row], float]:
         return _run_cell(cfg, TASKS[cell.task], cell, run_dir)
 
 
-def _row(task: Task, cell: CellSpec, variant: str, size, value: float, train_time: float, split: str = "test") -> Row:
+def cell_row(task: Task, cell: CellSpec, variant: str, size, value: float, train_time: float, split: str = "test") -> Row:
     ratio = 1.0 if task.conv else float(size) / float(task.train_size)
     label = task.data["split_mode"] if task.conv else None
     return Row(domain=task.name.split("/")[0], task=task.name, kind=cell.kind, variant=variant, seed=cell.seed,
@@ -127,9 +127,9 @@ def floor_rows(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> list[Ro
     for size in task.test_sizes:
         test = build_data(tcfg, "test", data=data, **test_options(task, size))
         for name, value in floors(train, val, test, task.metric).items():
-            rows.append(_row(task, cell, name, size, value, 0.0))
+            rows.append(cell_row(task, cell, name, size, value, 0.0))
     if task.competence_split == "val":  # the bar is judged on the validation split: its floors too
-        rows += [_row(task, cell, name, task.train_size, value, 0.0, split="val")
+        rows += [cell_row(task, cell, name, task.train_size, value, 0.0, split="val")
                  for name, value in floors(train, val, val, task.metric).items()]
     return rows
 
@@ -175,12 +175,12 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
         scored = result["eval"]
         if task.test_data:  # e.g. copy: exact match at exactly L (validation draws lengths 1..L)
             scored = main.evaluate_model(model, tcfg, split="val", data=data, **test_options(task, task.train_size))
-        return [_row(task, cell, SEARCH, task.train_size, scored[task.metric], train_time, split="val"),
-                dataclasses.replace(_row(task, cell, SEARCH, task.train_size, scored["loss"], train_time,
+        return [cell_row(task, cell, SEARCH, task.train_size, scored[task.metric], train_time, split="val"),
+                dataclasses.replace(cell_row(task, cell, SEARCH, task.train_size, scored["loss"], train_time,
                                          split=SEARCH_LOSS), metric="loss", higher_is_better=False)
                 ], time.perf_counter() - start
-    rows = [_row(task, cell, "-", task.train_size, result["train"][task.metric], train_time, split="train"),
-            _row(task, cell, "-", task.train_size, val, train_time, split="val")]
+    rows = [cell_row(task, cell, "-", task.train_size, result["train"][task.metric], train_time, split="train"),
+            cell_row(task, cell, "-", task.train_size, val, train_time, split="val")]
     variants = ["-"] + (list(cfg.rope_variants) if cell.kind == "rope" else [])
     for size in task.test_sizes:
         test = tests[size] if size in tests else build_data(tcfg, "test", data=data, **test_options(task, size))
@@ -193,5 +193,5 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
                     continue
                 tested = with_encoding(model, scaled_rope(model.encoder.pe, variant, train_grid, test_grid))
             metrics = evaluate_dataset(tested, tcfg, test)
-            rows.append(_row(task, cell, variant, size, metrics[task.metric], train_time))
+            rows.append(cell_row(task, cell, variant, size, metrics[task.metric], train_time))
     return rows, time.perf_counter() - start

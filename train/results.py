@@ -114,17 +114,22 @@ def append_rows(path: Path, rows: list[Row]) -> None:
     without its header. A damaged tail left by older versions or other tools is dropped here (see
     :func:`read_rows`).
     """
-    import io
-    import os
-
     counts: dict = defaultdict(int)
     for r in rows:
         counts[r.cell] += 1
     rows = [dataclasses.replace(r, cell_rows=r.cell_rows or counts[r.cell]) for r in rows]
+    write_rows(path, [*read_rows(path), *rows])
+
+
+def write_rows(path: Path, rows: list[Row]) -> None:
+    """Write a results CSV holding exactly ``rows``, atomically (a temporary file, fsynced and renamed)."""
+    import io
+    import os
+
     buf = io.StringIO()
     writer = csv.DictWriter(buf, FIELDS, lineterminator="\n")
     writer.writeheader()
-    for r in [*read_rows(path), *rows]:
+    for r in rows:
         writer.writerow({k: getattr(r, k) for k in FIELDS})
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", newline="") as f:
