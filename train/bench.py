@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import signal
-import statistics
 import sys
 import threading
 import time
@@ -49,22 +48,21 @@ import ndpe
 from . import provenance
 from .bench_config import CONFIG_DIR, BenchConfig, expand_kinds, kinds_for, load_bench_config
 from .bench_data import bench_dataset, data_jobs, fetch_real, run_data_job, test_options
-from .cells import (CellSpec, cells_for, choices, extension_cells, fingerprint, lr_of, runs,
-                    search_cells, selected_rows, write_choices)
+from .cells import CellSpec, cells_for, choices, fingerprint, runs, search_cells, selected_rows
 from .config import ConfigError
-from .curves import BUDGET_SHARE, CHANCE_FLOORS, append_curve, budget_verdict, cell_curve, read_curves
-from .evaluate import cell_dir, cell_row, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
+from .evaluate import cell_row, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
 from .explore import write_bench_data
+from .invocation import Dispatch, fmt_time, open_executor, plan, runs_to_train, search
 from .protocol import CHANGES_AFTER_RESULTS, TASKS, Task
 from .report import write_report
+from .results import FLOOR, ResultsError, Row, check_finite, read_rows
 from .settings import changed_tasks, check_settings, record_settings, superseded_lines, supersede
-from .results import FLOOR, SEARCH, SEARCH_LOSS, ResultsError, Row, append_rows, check_finite, read_rows
 
 # what the benchmark's callers and tests import from train.bench (defined in its pieces)
 __all__ = ["CONFIG_DIR", "FLOOR", "TASKS", "BenchConfig", "CellSpec", "ConfigError", "Task", "bench_dataset",
            "cell_grids", "cell_row", "cells_for", "choices", "data_cell", "expand_kinds", "fetch_real", "fingerprint", "header",
            "kinds_for", "load_bench_config", "main", "pe_config", "run", "run_cell", "run_cell_safe", "runs",
-           "scaled_rope", "test_options", "train_config"]
+           "scaled_rope", "search_cells", "test_options", "train_config"]
 
 
 def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
@@ -79,11 +77,6 @@ def run_cell_safe(args: tuple) -> tuple[list[Row], float, str | None]:
         return [], time.perf_counter() - start, f"{cell.describe()}: {type(e).__name__}: {e}"
 
 
-def fmt_time(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    return f"{m}:{s:02d}"
-
-
 def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     """Train the cells ``cfg`` selects that results.csv lacks (the search first), then write the report.
 
@@ -91,164 +84,67 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     """
     import importlib.util
 
-    from .executors import INSTALL_HINT, ExecutorError, make_executor
+    from .executors import INSTALL_HINT
 
     if cfg.executor == "ray" and importlib.util.find_spec("ray") is None:
         raise SystemExit(f"error: {INSTALL_HINT}")
-    cell_fn = cell_fn or run_cell_safe
     run_dir = Path(cfg.out_root) / provenance.check_run_name(cfg.name)
     results = run_dir / "results.csv"
     check_settings(cfg, run_dir)
     done = {r.cell for r in read_rows(results)}
-    first = [c for c in [*search_cells(cfg), *[c for c in cells_for(cfg) if c.kind == FLOOR]] if c.key not in done]
-    later = [c for c in cells_for(cfg) if c.kind != FLOOR and c.key not in done]
-    total = len(search_cells(cfg)) + len(cells_for(cfg))
-    todo = len(first) + len(later)
-    if todo:  # before the run directory is written: data that is missing or cannot be fetched leaves nothing behind
+    todo = plan(cfg, results)
+    if todo.todo:  # before the run directory is written: data that is missing or cannot be fetched leaves nothing
         fetch_real(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     record_settings(cfg, run_dir)
     (run_dir / "bench_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-    on_ray = todo > 0 and cfg.executor == "ray"  # nothing to train: no cluster needed
-    if on_ray:
-        try:
-            executor = make_executor("ray", workers=cfg.workers, ray_address=cfg.ray_address,
-                                     gpus_per_cell=cfg.gpus_per_cell)
-        except ExecutorError as e:
-            raise SystemExit(f"error: {e}") from None
-        # workers elsewhere (or in another working directory) get absolute paths: the run directory's
-        # data/ and cells/ are made at that path on the machine that runs the cell
-        run_dir_w = run_dir.resolve()
-        cfg_w = dataclasses.replace(cfg, out_root=str(run_dir_w.parent))
-    else:
-        executor = make_executor("local", workers=cfg.workers, jobs=todo)
-        run_dir_w, cfg_w = run_dir, cfg
+    executor, run_dir_w, cfg_w = open_executor(cfg, run_dir, todo.todo)
     workers_text = executor.describe()
-    print(f"bench {cfg.name}: {total} cells ({total - todo} already done), {workers_text} -> {run_dir}", flush=True)
-    start, started = time.perf_counter(), provenance.utc_now()
-    finished, failures, written, status = 0, [], [], "interrupted"
-    stamp = provenance.stamp()  # where every row of this invocation comes from (train/provenance.py)
+    print(f"bench {cfg.name}: {todo.total} cells ({todo.total - todo.todo} already done), {workers_text} -> {run_dir}",
+          flush=True)
+    started, stamp = provenance.utc_now(), provenance.stamp()  # where every row of this invocation comes from
+    dispatch = Dispatch(cfg, cfg_w, run_dir, run_dir_w, executor, cell_fn or run_cell_safe, stamp, todo.total, todo.todo)
     invocation = {"id": f"{started}-{uuid.uuid4().hex[:8]}", "command": command, "start": started, **stamp,  # its start
                   "settings": fingerprint(cfg), "executor": workers_text, "machine": provenance.machine(cfg.device)}
     # first: a process killed outright (SIGKILL) still leaves this line; the end line (same id) stands for it after
     provenance.append_invocation(run_dir, {**invocation, "status": provenance.STARTED})
-
-    def longest_first(cells):  # so the last minutes are not one worker finishing a slow cell alone
-        return sorted(cells, key=lambda c: -int(cfg.steps.get(c.task, cfg.default_steps)) * (1 + len(TASKS[c.task].test_sizes)))
-
-    def lost(job, error):  # the executor gave up on a cell (Ray: its worker died on every retry)
-        return [], 0.0, f"{job[1].describe()}: lost ({type(error).__name__}: {str(error).splitlines()[0]})"
-
-    def dispatch(cells):
-        nonlocal finished
-        jobs = [(cfg_w, c, str(run_dir_w)) for c in longest_first(cells)]
-        for rows, seconds, error in executor.map_unordered(cell_fn, jobs, lost):
-            finished += 1
-            elapsed = time.perf_counter() - start
-            progress = f"[{total - todo + finished}/{total}]"
-            eta = f"elapsed {fmt_time(elapsed)}, ETA {fmt_time(elapsed / finished * (todo - finished))}"
-            if error is not None:
-                failures.append(error)
-                print(f"{progress} FAILED {error} | {eta}", flush=True)
-                continue
-            rows = [dataclasses.replace(r, **stamp) for r in rows]
-            record_curve(run_dir, run_dir_w, rows[0])  # before its rows: a cell in results.csv has its curve
-            append_rows(results, rows)
-            written.append(len(rows))
-            shown = [r for r in rows if r.split == "test" or (r.variant == SEARCH and r.split != SEARCH_LOSS)]
-            at = ", ".join(f"{r.value:.3g}@×{r.size_ratio:g}" + ("" if r.variant in ("-", SEARCH) else f" {r.variant}")
-                           for r in shown if r.variant in ("-", SEARCH) or r.kind == FLOOR)
-            what = f"{rows[0].task} {rows[0].kind} seed {rows[0].seed} data {rows[0].data_seed}"
-            what += f" lr {rows[0].lr:g} wd {rows[0].weight_decay:g} (search, val)" if rows[0].variant == SEARCH else ""
-            print(f"{progress} {what}: {rows[0].metric} {at} ({seconds:.0f} s) | {eta}", flush=True)
-
+    status = "interrupted"
     try:
-        data = data_jobs(cfg_w) if todo else []
+        data = data_jobs(cfg_w) if todo.todo else []
         print(f"generating {len(data)} built-in datasets (cached in {executor.where_data(run_dir_w / 'data')})",
               flush=True)
         executor.prepare(run_data_job, data)
-        print(f"data ready after {fmt_time(time.perf_counter() - start)}", flush=True)
-        dispatch(first)
-        for _ in range(cfg.lr_extend):  # until every choice is interior (or at the end of lr_range)
-            extend = [c for c in extension_cells(cfg, read_rows(results)) if c.key not in done]
-            total, todo = total + len(extend), todo + len(extend)
-            dispatch(extend)
-        chosen = choices(cfg, read_rows(results))
-        if cfg.lr_search:
-            write_choices(cfg, chosen, run_dir / "lr_choices.yaml")
-        short = short_budgets(cfg, run_dir, chosen)
-        for task, text in sorted(short.items()):
-            failures.append(text)
-            print(f"FAILED {text}", flush=True)
-        later = [c for c in later if c.task not in short]
-        unchosen = sorted({(c.task, c.kind) for c in later if lr_of(cfg, chosen, c.task, c.kind) is None})
-        for task, kind in unchosen:
-            source = cfg.lr_file or "the search"
-            failures.append(f"{task} {kind}: no learning rate chosen (a search point failed, or {source} lacks it); "
-                            "its runs were not trained")
-            print(f"FAILED {failures[-1]}", flush=True)
-        dispatch([dataclasses.replace(c, lr=lr_wd[0], weight_decay=lr_wd[1]) for c in later
-                  if (lr_wd := lr_of(cfg, chosen, c.task, c.kind)) is not None])
-        status = "failed" if failures else "finished"
+        print(f"data ready after {fmt_time(time.perf_counter() - dispatch.start)}", flush=True)
+        search(cfg, results, dispatch, todo.first, done)
+        dispatch(runs_to_train(cfg, run_dir, todo.later, dispatch))
+        status = "failed" if dispatch.failures else "finished"
     finally:
         executor.close()
         provenance.append_invocation(run_dir, {  # also when interrupted: what it wrote stays traceable
             **invocation, "end": provenance.utc_now(), "status": status,
-            "wall_s": round(time.perf_counter() - start, 1), "cells_trained": len(written),
-            "rows_written": sum(written), "cells_failed": len(failures)})
-    wall = time.perf_counter() - start
+            "wall_s": round(time.perf_counter() - dispatch.start, 1), "cells_trained": len(dispatch.written),
+            "rows_written": sum(dispatch.written), "cells_failed": len(dispatch.failures)})
+    return finish(cfg, run_dir, command, dispatch, workers_text if todo.todo and cfg.executor == "ray" else None)
+
+
+def finish(cfg: BenchConfig, run_dir: Path, command: str, dispatch: Dispatch, ray_workers: str | None) -> Path:
+    """The report and the explorer's tab from results.csv; the failed cells listed, and exit status 1 if any."""
+    wall, failures = time.perf_counter() - dispatch.start, dispatch.failures
     info_path = run_dir / "run_info.json"
-    if todo or not info_path.exists():  # an invocation that trained nothing keeps the last one's record
+    if dispatch.todo or not info_path.exists():  # an invocation that trained nothing keeps the last one's record
         info = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": round(wall),
-                **({"executor": workers_text} if on_ray else {})}
+                **({"executor": ray_workers} if ray_workers else {})}
         info_path.write_text(json.dumps(info) + "\n")
     head = header(cfg, provenance.read_run_info(run_dir))
     if failures:
         head += "\n- **failed cells** (rerun the same command to retry them):\n" + "\n".join(f"  - {f}" for f in failures)
     report = write_report(run_dir, head, select=lambda rows: selected_rows(cfg, rows), test_items=cfg.test_items)
     write_explorer_tab(run_dir)
-    print(f"wrote {results} and {report} in {fmt_time(wall)}" + (f"; {len(failures)} cell(s) FAILED" if failures else ""),
-          flush=True)
+    print(f"wrote {run_dir / 'results.csv'} and {report} in {fmt_time(wall)}"
+          + (f"; {len(failures)} cell(s) FAILED" if failures else ""), flush=True)
     if failures:
         raise SystemExit(1)
     return report
-
-
-def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, str]:
-    """Tasks whose budget the plateau rule (train/curves.py) finds too short, read from the search's curves at each
-    kind's chosen rate (unreported runs), with what to do: their reported runs are not trained."""
-    if not (cfg.curve_points and cfg.lr_search):
-        return {}
-    short = {}
-    for task in cfg.tasks:
-        curves = [c for c in read_curves(run_dir, task).values()
-                  if c["search"] and chosen.get((task, c["kind"])) == (c["lr"], c["weight_decay"])]
-        if not curves:
-            continue
-        steps = int(cfg.steps.get(task, cfg.default_steps))
-        metric = TASKS[task].metric
-        floors = [r.value for r in read_rows(run_dir / "results.csv") if r.task == task and r.kind == FLOOR
-                  and r.variant == CHANCE_FLOORS.get(metric) and r.split == TASKS[task].competence_split
-                  and r.test_size == r.train_size]
-        chance = statistics.median(floors) if floors else None
-        enough, step = budget_verdict(curves, steps, higher=TASKS[task].higher_is_better, metric=metric, chance=chance)
-        if not enough:
-            short[task] = (f"{task}: budget too short by the plateau rule (the median kind's validation "
-                           f"{TASKS[task].metric} still rises at step {step:g} of {steps}, past "
-                           f"{BUDGET_SHARE:.0%}); its runs were not trained: raise steps[{task}] (x2) and run again with "
-                           f"--supersede {task} (its search is kept in superseded/ and done anew)")
-    return short
-
-
-def record_curve(run_dir: Path, run_dir_w: Path, row: Row) -> None:
-    """A trained cell's learning curve (its log's "curve" records) into ``curves/<task>.jsonl`` (train/curves.py)."""
-    if row.kind == FLOOR:
-        return
-    search = row.variant == SEARCH
-    cell = CellSpec(row.task, row.kind, row.seed, row.data_seed, row.lr, row.weight_decay, search)
-    key = {"task": row.task, "kind": row.kind, "seed": row.seed, "data_seed": row.data_seed, "lr": row.lr,
-           "weight_decay": row.weight_decay, "search": search, "metric": row.metric}
-    append_curve(run_dir, key, cell_curve(cell_dir(run_dir_w, cell) / "log.jsonl", row.metric))
 
 
 def write_explorer_tab(run_dir: Path) -> None:
