@@ -33,11 +33,11 @@ def shown(value) -> str:
     return " ".join(text.split()) if "\n" in text else text
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -51,7 +51,7 @@ def check_bool(value, name: str) -> bool:
 def check_int(value, name: str, *, low: int | None = None) -> int:
     """An ``int`` (not a bool, not a float such as ``2.0``), ``>= low`` when given."""
     what = "an int" if low is None else "a positive int" if low == 1 else f"an int >= {low}"
-    if not _is_int(value):
+    if not is_int(value):
         raise TypeError(f"{name} must be {what}, got {shown(value)} ({type(value).__name__})")
     if low is not None and value < low:
         raise ValueError(f"{name} must be {what}, got {value!r}")
@@ -112,7 +112,7 @@ def check_number(value, name: str, *, low: float | None = None, inclusive: bool 
     ``inclusive``); returned as float. ``what`` replaces the condition in the message. With ``dtype`` (the dtype
     the value is used in, such as a float32 parameter) the checks apply to the value cast to it, so ``1e39``
     (inf in float32) and a positive ``1e-50`` (0 in float32) are refused too."""
-    if not _is_number(value):
+    if not is_number(value):
         raise TypeError(f"{name} must be a number, got {shown(value)} ({type(value).__name__})")
     if not math.isfinite(value) or _out_of_range(value, low, inclusive, high):
         raise _range_error(value, name, low, inclusive, high, what, math.isfinite(value))
@@ -135,7 +135,7 @@ def per_axis(value, dims: int, name: str, *, low: float | None = None, inclusive
         raise ValueError(f"{name} must be a{'n' if integer else ''} {kind} or a tuple of {dims} {kind}s "
                          f"(one per axis), got {shown(value)}")
     for v in values:
-        if not (_is_int(v) if integer else _is_number(v)):
+        if not (is_int(v) if integer else is_number(v)):
             raise TypeError(f"{name} must hold {kind}s, got {shown(value)}")
     finite = all(math.isfinite(v) for v in values)
     if not finite or any(_out_of_range(v, low, inclusive, None) for v in values):

@@ -160,10 +160,10 @@ def call_doc(kind: str) -> str:
 
 
 def _options(kind: str) -> int:
-    from .registry import _lookup, available, options
+    from .registry import lookup, available, options
 
     try:
-        cls = _lookup(kind)
+        cls = lookup(kind)
     except ValueError as err:
         return _fail(f"{PROG} options", str(err), 2)
     params = inspect.signature(cls.__init__).parameters

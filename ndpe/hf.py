@@ -3,7 +3,7 @@
 :mod:`ndpe.hf_rope`, how a model hands its rotation to its attention in :mod:`ndpe.hf_rotary`."""
 from __future__ import annotations
 
-from .hf_rope import _own_rope, from_hf_rope, hf_cos_sin  # noqa: F401 (_own_rope: ndpe.hf_use reads it here too)
+from .hf_rope import from_hf_rope, hf_cos_sin
 from .hf_use import use
 
 __all__ = ["from_hf_rope", "hf_cos_sin", "use"]

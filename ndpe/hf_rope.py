@@ -328,7 +328,7 @@ def hf_cos_sin(pe: RoPE, position_ids: Tensor, *, dtype: torch.dtype | None = No
     return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))
 
 
-def _own_rope(pe: RoPE, rotary: Any, config: Any, head_dim: int) -> RoPE:
+def own_rope(pe: RoPE, rotary: Any, config: Any, head_dim: int) -> RoPE:
     """``pe`` (:func:`from_hf_rope` of the config) as the model's ``rotary_emb`` applies it (``rotary``: its
     :class:`ndpe.hf_rotary.ModelRotary`). Where the model's series has another width than the config's
     ``partial_rotary_factor`` gives, the Llama family's default rope ignores the factor (a full series over the head:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .apply import attention as apply_attention, token_fields
 from .contract import PosOut, apply_tokens
-from .hf_rope import _own_rope, from_hf_rope
+from .hf_rope import from_hf_rope, own_rope
 from .hf_rotary import ModelRotary
 from .registry import make, options as kind_options
 
@@ -103,7 +103,7 @@ class Adapter:
             if isinstance(pe, dict):
                 raise ValueError("this config has one rope per layer type: ndpe.hf.use takes one encoding for all "
                                  "layers")
-            pe = _own_rope(pe, self.own, config, self.head_dim)
+            pe = own_rope(pe, self.own, config, self.head_dim)
         else:
             takes = kind_options(kind)
             options = {**{k: v for k, v in DECODER_DEFAULTS.items() if k in takes}, **options}

@@ -34,7 +34,7 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from .checks import _is_int, check_choice, check_number
+from .checks import check_choice, check_number, is_int
 from .memory import check_memory
 
 Segment = Union[int, Sequence[float]]
@@ -62,9 +62,9 @@ def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, toke
     if isinstance(segments, (str, bytes)) or not isinstance(segments, Sequence) or not segments:
         raise TypeError(f"segments must be a non-empty list of ints (text runs) and (T, H, W[, seconds]) grids, "
                         f"got {segments!r}")
-    if not _is_int(spatial_merge) or spatial_merge < 1:
+    if not is_int(spatial_merge) or spatial_merge < 1:
         raise ValueError(f"spatial_merge must be a positive int, got {spatial_merge!r}")
-    if not _is_int(start) or start < 0:
+    if not is_int(start) or start < 0:
         raise ValueError(f"start must be an int >= 0, got {start!r}")
     check_choice(resume, "resume", RESUMES)
     if tokens_per_second is not None:
@@ -108,7 +108,7 @@ def mrope_positions(segments: Sequence[Segment], *, spatial_merge: int = 1, toke
 
 def _grid(seg, merge: int, tokens_per_second: float | None) -> tuple[int, int, int, float]:
     """``(T, H / merge, W / merge, time step)`` of one vision segment, checked."""
-    if not isinstance(seg, (tuple, list)) or len(seg) not in (3, 4) or not all(_is_int(n) and n >= 1 for n in seg[:3]):
+    if not isinstance(seg, (tuple, list)) or len(seg) not in (3, 4) or not all(is_int(n) and n >= 1 for n in seg[:3]):
         raise ValueError(f"a vision segment must be (T, H, W) or (T, H, W, seconds_per_grid) with positive int T, H, W, "
                          f"got {seg!r}")
     t, h, w = seg[:3]

@@ -41,7 +41,7 @@ def register(name: str, *, dims: tuple[int, ...] = (1, 2, 3)) -> Callable[[_E], 
 
 def unregister(name: str) -> type[Encoding]:
     """Remove the kind registered as ``name`` and return its class (a kind defined for a while: tests, examples)."""
-    cls = _lookup(name)
+    cls = lookup(name)
     del _KINDS[name]
     return cls
 
@@ -53,7 +53,7 @@ def available() -> dict[str, tuple[int, ...]]:
 
 def options(kind: str) -> dict[str, object]:
     """The keyword options of ``kind`` with their defaults (``inspect.Parameter.empty`` when required)."""
-    cls = _lookup(kind)
+    cls = lookup(kind)
     params = inspect.signature(cls.__init__).parameters
     return {n: p.default for n, p in params.items() if n != "self" and n not in _BASE_ARGS}
 
@@ -61,10 +61,10 @@ def options(kind: str) -> dict[str, object]:
 def kind_class(kind: str) -> type[Encoding]:
     """The class registered as ``kind``: its class attributes say what others need (``example_options``,
     ``task_options``, ``colour``, ...; docs/guide.md)."""
-    return _lookup(kind)
+    return lookup(kind)
 
 
-def _lookup(kind: str) -> type[Encoding]:
+def lookup(kind: str) -> type[Encoding]:
     if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {sorted(_KINDS)}")
     return _KINDS[kind]
@@ -86,7 +86,7 @@ def make(*, dims: int, kind: str, dim: int, heads: int = 1, augment: Any = None,
     >>> pe((4, 6)).add.shape
     torch.Size([24, 64])
     """
-    cls = _lookup(kind)
+    cls = lookup(kind)
     check_dims(dims, kind, cls.supported_dims)
     valid = options(kind)
     unknown = sorted(set(opts) - set(valid))

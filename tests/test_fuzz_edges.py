@@ -370,13 +370,13 @@ def test_composing_stops_at_the_node_limit(monkeypatch):
     from train import config
 
     composed = []
-    original = config._BoundedLoader.compose_node
+    original = config.BoundedLoader.compose_node
 
     def counting(self, parent, index):
         composed.append(1)
         return original(self, parent, index)
 
-    monkeypatch.setattr(config._BoundedLoader, "compose_node", counting)
+    monkeypatch.setattr(config.BoundedLoader, "compose_node", counting)
     with pytest.raises(ConfigError, match="more than 10000 nodes"):
         config.load_yaml_text("[" + ", ".join(["1"] * 200_000) + "]")
     assert len(composed) == config.MAX_YAML_NODES + 1  # not 200,001: nothing composed past the limit

@@ -28,7 +28,7 @@ import yaml
 
 from .config_typed import apply_override, from_dict, type_name
 # the YAML reader's names stay importable from here (train.config is where callers look for them)
-from .config_yaml import (MAX_INT_DIGITS, MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, _BoundedLoader,  # noqa: F401
+from .config_yaml import (MAX_INT_DIGITS, MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, BoundedLoader,  # noqa: F401
                           load_yaml, load_yaml_text)
 
 

@@ -55,7 +55,7 @@ def load_yaml_text(text: str, source: str = "YAML") -> Any:
     """``yaml.safe_load(text)`` with the size and alias-expansion limits; errors are one-line ConfigErrors."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError(f"{source} is larger than {MAX_YAML_BYTES} characters")
-    loader = _BoundedLoader(text, source)
+    loader = BoundedLoader(text, source)
     try:
         node = loader.get_single_node()  # refused as soon as it composes MAX_YAML_NODES nodes
         if node is None:
@@ -70,7 +70,7 @@ def load_yaml_text(text: str, source: str = "YAML") -> Any:
         loader.dispose()
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class BoundedLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that stops composing after ``MAX_YAML_NODES`` nodes (before the cost of a huge document
     is spent) and refuses integers longer than ``MAX_INT_DIGITS`` characters (Python's int() limit, a raw
     ValueError, is far beyond any config value)."""
@@ -92,7 +92,7 @@ class _BoundedLoader(yaml.SafeLoader):
         return super().construct_yaml_int(node)
 
 
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 
 
 def _check_expanded_size(root: yaml.Node, source: str) -> None:

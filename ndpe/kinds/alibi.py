@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import _is_int, _is_number, check_bool, check_choice, check_int, shown
+from ..checks import check_bool, check_choice, check_int, is_int, is_number, shown
 from ..contract import PosOut
 from ..coords import FLOAT32_MAX, output_max, pair_limit, tightest
 from ..pairs import pair_axes, sum_of, token_axes
@@ -75,7 +75,7 @@ def biased_heads(alibi_heads: int | Sequence[int] | None, heads: int) -> tuple[i
     """
     if alibi_heads is None:
         return tuple(range(heads))
-    if _is_int(alibi_heads):
+    if is_int(alibi_heads):
         alibi_heads = int(cast(int, alibi_heads))
         if not 1 <= alibi_heads <= heads:
             raise ValueError(f"alibi_heads must be a number of heads in 1..heads={heads} or a list of head indices, "
@@ -83,7 +83,7 @@ def biased_heads(alibi_heads: int | Sequence[int] | None, heads: int) -> tuple[i
         return tuple(range(alibi_heads))
     if isinstance(alibi_heads, (str, bytes)) or not isinstance(alibi_heads, Sequence) or not alibi_heads:
         raise TypeError(f"alibi_heads must be a number of heads or a non-empty list of head indices, got {alibi_heads!r}")
-    if not all(_is_int(h) and 0 <= h < heads for h in alibi_heads) or len(set(alibi_heads)) != len(alibi_heads):
+    if not all(is_int(h) and 0 <= h < heads for h in alibi_heads) or len(set(alibi_heads)) != len(alibi_heads):
         raise ValueError(f"alibi_heads must list distinct head indices in 0..{heads - 1}, got {alibi_heads!r}")
     return tuple(alibi_heads)
 
@@ -92,7 +92,7 @@ def check_slopes(slopes: Sequence[float] | Tensor, n: int) -> tuple[float, ...]:
     """Caller-supplied slopes: a list (or 1-D tensor) of ``n`` finite numbers, one per biased head."""
     values = slopes.tolist() if isinstance(slopes, Tensor) else slopes
     if (not isinstance(values, (list, tuple)) or len(values) != n
-            or not all(_is_number(v) and math.isfinite(v) for v in values)):
+            or not all(is_number(v) and math.isfinite(v) for v in values)):
         raise ValueError(f"slopes must be a list of {n} finite numbers, one per biased head (alibi_heads), or a 1-D "
                          f"tensor of them, got {shown(slopes)}")
     return tuple(float(v) for v in values)

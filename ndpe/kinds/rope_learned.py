@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import Encoding
-from ..checks import _is_number, check_bool, check_choice, check_int, check_number, check_pairing, shown
+from ..checks import check_bool, check_choice, check_int, check_number, check_pairing, is_number, shown
 from ..contract import PosOut
 from ..coords import COORD_MODES, angle_limit
 from ..frequencies import pixel_inv_freq
@@ -61,7 +61,7 @@ def check_custom_freqs(freqs: Sequence[float] | Tensor) -> Tensor:
     """Caller-supplied frequencies: a non-empty list or 1-D tensor of finite numbers, as float32 ``(F,)``."""
     values = freqs.tolist() if isinstance(freqs, Tensor) and freqs.ndim == 1 else freqs
     if (not isinstance(values, (list, tuple)) or not values
-            or not all(_is_number(v) and math.isfinite(v) for v in values)):
+            or not all(is_number(v) and math.isfinite(v) for v in values)):
         raise ValueError(f"custom_freqs must be a non-empty list or 1-D tensor of finite numbers (radians per unit "
                          f"of position), got {shown(freqs)}")
     return torch.tensor([float(v) for v in values], dtype=torch.float32)
