@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from types import MethodType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +53,9 @@ def use(model: Any, kind: str, **options: Any) -> Any:
     """Give each relative-position site of the timm Swin (V1, V2), MaxViT or BEiT ``model`` an ndpe ``kind`` (see
     the module doc); in place."""
     sites = _sites(model)
+    if not sites:
+        raise ValueError(f"ndpe.timm.use replaces the relative position biases of {type(model).__name__}'s attentions; "
+                         "this one has none (a BEiT built with use_rel_pos_bias=False, a CoAtNet without attention)")
     if any(getattr(site, "ndpe_pe", None) is not None for site, _, _ in sites):
         raise ValueError("this model already uses an ndpe encoding (ndpe_pe): build a fresh model to use another")
     pes = []
@@ -65,51 +68,55 @@ def use(model: Any, kind: str, **options: Any) -> Any:
             raise ValueError(f"{type(model).__name__}'s attention takes a kind that only biases attention (relative, "
                              f"alibi, cpb, fire, ...); kind {kind!r} gives {', '.join(fields)}")
         pes.append((pe, own))
-    for (site, heads, _), (pe, own) in zip(sites, pes):  # only once every site has taken its kind: a refusal changes nothing
+    for (site, heads, _), (pe, own) in zip(sites, pes):  # once every site has taken its kind: a refusal changes nothing
         if own:
             _copy(site, pe)
         for name in ("relative_position_bias_table", "cpb_mlp", "mlp"):
             if name in site._parameters or name in site._modules:
                 delattr(site, name)
         site.ndpe_pe, site._ndpe_own, site._ndpe_heads = pe.train(site.training), own, heads
-        site.set_window_size = MethodType(_set_window_size, site)
-        if isinstance(site, WindowAttention):
-            site._get_rel_pos_bias = MethodType(_bias, site)
-        elif isinstance(site, (RelPosBias, RelPosBiasTf, RelPosMlp)):
-            site.get_bias = MethodType(_bias, site)
-        elif isinstance(site, WindowAttentionV2):
-            site.forward = MethodType(_cosine_forward, site)
-        elif isinstance(site, BeitAttention):
-            site.relative_position_bias_table = None  # timm's forward adds the shared bias it is handed: ndpe's
-            site.forward = MethodType(_beit_forward, site)
-        else:  # BEiT's shared RelativePositionBias
-            site.forward = MethodType(lambda self: _bias(self)[0], site)
+        if isinstance(site, BeitAttention):  # timm's forward then adds only the bias it is handed: ndpe's
+            setattr(site, "relative_position_bias_table", None)
+        for name, method in (("set_window_size", _set_window_size), _hook(site)):
+            setattr(site, name, MethodType(method, site))
     return model
 
 
+def _hook(site: Any) -> tuple[str, Callable]:
+    """The method of ``site`` that gives timm its bias, and ndpe's in its place: Swin V1's ``_get_rel_pos_bias``,
+    MaxViT's ``get_bias``, the forward of Swin V2's attention (its bias is inline), BEiT's attention and shared
+    module."""
+    if isinstance(site, WindowAttention):
+        return "_get_rel_pos_bias", _bias
+    if isinstance(site, (RelPosBias, RelPosBiasTf, RelPosMlp)):
+        return "get_bias", _bias
+    if isinstance(site, WindowAttentionV2):
+        return "forward", _cosine_forward
+    return "forward", _beit_forward if isinstance(site, BeitAttention) else _shared_forward
+
+
 def _sites(model: Any) -> list[tuple[Any, int, int]]:
-    """``(site, heads, width)`` of each module holding a relative-position bias (refusing, in one line, what ndpe does not
-    map)."""
+    """``(site, heads, width)`` of each module holding a relative-position bias (refusing, in one line, what ndpe does
+    not map)."""
     if isinstance(model, (SwinTransformer, SwinTransformerV2)):
         kind = WindowAttention if isinstance(model, SwinTransformer) else WindowAttentionV2
         return [(m, m.num_heads, m.qkv.in_features) for m in model.modules() if isinstance(m, kind)]
     if isinstance(model, Beit):
-        sites = [(m, m.num_heads, m.qkv.out_features // 3) for m in model.modules()
-                 if isinstance(m, BeitAttention) and m.relative_position_bias_table is not None]
-        if model.rel_pos_bias is not None:
-            heads = model.rel_pos_bias.relative_position_bias_table.shape[1]
-            sites.append((model.rel_pos_bias, heads, model.blocks[0].attn.qkv.out_features // 3))
-        if not sites:
-            raise ValueError("ndpe.timm.use replaces BEiT's relative position bias; this Beit has none (built with "
-                             "use_rel_pos_bias=False and use_shared_rel_pos_bias=False)")
+        shared: Any = model.rel_pos_bias
+        sites: list[tuple[Any, int, int]] = [
+            (m, m.num_heads, m.qkv.out_features // 3) for m in model.modules()
+            if isinstance(m, BeitAttention) and m.relative_position_bias_table is not None]
+        if shared is not None:
+            attn: Any = model.blocks[0].attn
+            sites.append((shared, shared.relative_position_bias_table.shape[1], attn.qkv.out_features // 3))
         return sites
     sites = []
     for m in model.modules():
-        rel_pos = getattr(m, "rel_pos", None)
+        rel_pos: Any = getattr(m, "rel_pos", None)
         if rel_pos is None:
             continue
-        if not isinstance(rel_pos, (RelPosBias, RelPosBiasTf, RelPosMlp)) or getattr(rel_pos, "prefix_tokens", 0) or \
-                getattr(rel_pos, "mode", "cr") not in ("cr", "swin"):
+        prefix, mode = getattr(rel_pos, "prefix_tokens", 0), getattr(rel_pos, "mode", "cr")
+        if not isinstance(rel_pos, (RelPosBias, RelPosBiasTf, RelPosMlp)) or prefix or mode not in ("cr", "swin"):
             raise ValueError(f"ndpe.timm.use takes MaxViT's RelPosBias, RelPosBiasTf and RelPosMlp windows "
                              f"(rel_pos_type 'bias', 'bias_tf' or 'mlp', no prefix tokens); this model's attention has "
                              f"a {type(rel_pos).__name__}")
@@ -119,7 +126,7 @@ def _sites(model: Any) -> list[tuple[Any, int, int]]:
 
 
 def _window(site: Any) -> tuple[int, int]:
-    return tuple(site.window_size)  # type: ignore[return-value]
+    return tuple(site.window_size)
 
 
 def _prefix(site: Any) -> int:
@@ -148,9 +155,9 @@ def _own(site: Any) -> tuple[str, dict[str, Any]]:
 def _copy(site: Any, pe: Any) -> None:
     """The site's own weights into its encoding ``pe`` (and BEiT's class-token rows into ``ndpe_prefix_bias``)."""
     if isinstance(site, _TABLES):
-        table = site.relative_position_bias_table
-        if table.ndim == 3:  # MaxViT TF's (heads, 2 Wh - 1, 2 Ww - 1), indexed by key minus query
-            table = table.flip(1, 2).permute(1, 2, 0).reshape(-1, table.shape[0])
+        own = site.relative_position_bias_table
+        # MaxViT TF's is (heads, 2 Wh - 1, 2 Ww - 1), indexed by key minus query
+        table = own.flip(1, 2).permute(1, 2, 0).reshape(-1, own.shape[0]) if own.ndim == 3 else own
         rows = pe.table.shape[0]
         pe.table.copy_(table[:rows])
         if table.shape[0] > rows:  # BEiT: class token to patches, patches to class token, class token to itself
@@ -210,6 +217,11 @@ def _beit_forward(attn: Any, x: Tensor, shared_rel_pos_bias: Tensor | None = Non
     bias = _bias(attn)
     return type(attn).forward(attn, x, shared_rel_pos_bias=bias if shared_rel_pos_bias is None
                               else bias + shared_rel_pos_bias)
+
+
+def _shared_forward(module: Any) -> Tensor:
+    """BEiT's shared ``RelativePositionBias.forward``: the bias ``(heads, T, T)`` every block is handed."""
+    return _bias(module)[0]
 
 
 def _cosine_forward(attn: Any, x: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -1,41 +1,22 @@
 """``ndpe.timm.use`` on timm's Swin V2, BEiT and MaxViT's MLP and TF biases (``ndpe/timm_windows.py``): the model's own
 kind (``"cpb"`` for a CPB MLP, ``"relative"`` for a table) is its own bias, weights copied, equal to timm's model at its
 size and after timm's own resize (``set_input_size``); other bias kinds replace it; kinds that rotate or add are
-refused in one line (timm 1.0.31). Tiny models, their positional weights redrawn large so positions matter."""
+refused in one line (timm 1.0.31). Tiny models, their positional weights redrawn large (``sharpen_positions``) so
+positions matter."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.conftest import assert_tells_apart, sharpen_attention
+from tests.conftest import assert_tells_apart
 
 timm = pytest.importorskip("timm")
 import ndpe  # noqa: E402
 import ndpe.timm  # noqa: E402
+from benchmarks.scan_dropins import sharpen_positions  # noqa: E402  (positional weights redrawn large)
 
 pytestmark = pytest.mark.peers
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-@torch.no_grad()
-def sharpen_positions(model):
-    """Attention sharpened (``sharpen_attention``), every bias table redrawn N(0, 1), every CPB MLP's linears with std
-    ``2 / sqrt(fan_in)``, Swin V2's residual post-norms (0 at init) at 1: positions move the outputs by O(1)."""
-    try:
-        sharpen_attention(model)
-    except AssertionError:  # no fused qkv / proj (MaxViT's conv attention): its own init
-        pass
-    for m in model.modules():
-        table = getattr(m, "relative_position_bias_table", None)
-        if isinstance(table, torch.nn.Parameter):
-            table.normal_()
-        mlp = getattr(m, "cpb_mlp", None) or (m.mlp if type(m).__name__ == "RelPosMlp" else None)
-        for linear in [] if mlp is None else [x for x in mlp.modules() if isinstance(x, torch.nn.Linear)]:
-            linear.weight.normal_(0.0, 2.0 / linear.weight.shape[1] ** 0.5)
-        if type(m).__name__ == "SwinTransformerV2Block":
-            m.norm1.weight.fill_(1.0)
-            m.norm2.weight.fill_(1.0)
-    return model.eval()
 
 
 def swinv2(**kw):
@@ -54,8 +35,8 @@ def beit(shared=False):
 
 def maxvit(name, side=64):
     torch.manual_seed(0)
-    return sharpen_positions(timm.create_model(name, pretrained=False, img_size=side, num_classes=0, depths=(1, 1, 1, 1),
-                                               embed_dim=(64, 64, 64, 64)))
+    return sharpen_positions(timm.create_model(name, pretrained=False, img_size=side, num_classes=0,
+                                               depths=(1, 1, 1, 1), embed_dim=(64, 64, 64, 64)))
 
 
 def sites(model):
