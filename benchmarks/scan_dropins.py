@@ -157,31 +157,33 @@ def timm_models() -> list[str]:
                    if name.startswith(("vit_", "deit", "eva", "flexivit", "beit", "samvit") + WINDOWED)})
 
 
-def tiny_timm(name: str, side: int):
+def tiny_timm(name: str, side: int, **extra):
     """``name`` at 2 blocks and ``side`` px, 64 wide where its widths are free, pooled features out (no head: timm
-    initialises some heads near 0); Swin at 2 stages of windows 4, MaxViT / CoAtNet at 4 stages of 1 block."""
+    initialises some heads near 0); Swin at 2 stages of windows 4, MaxViT / CoAtNet at 4 stages of 1 block; ``extra``
+    to ``timm.create_model`` too."""
     import timm
 
     torch.manual_seed(0)
     if name.startswith(("swin_", "swinv2_")):
         return timm.create_model(name, pretrained=False, num_classes=0, img_size=side, embed_dim=32, depths=(2, 2),
-                                 num_heads=(2, 4), window_size=4).eval()
+                                 num_heads=(2, 4), window_size=4, **extra).eval()
     if name.startswith(WINDOWED):  # MaxxVit: its config overlaid
         return timm.create_model(name, pretrained=False, num_classes=0, img_size=side, depths=(1, 1, 1, 1),
-                                 embed_dim=(64, 64, 64, 64)).eval()
+                                 embed_dim=(64, 64, 64, 64), **extra).eval()
     try:
         return timm.create_model(name, pretrained=False, num_classes=0, depth=2, img_size=side, embed_dim=64,
-                                 num_heads=4).eval()
+                                 num_heads=4, **extra).eval()
     except Exception:  # a model whose widths are tied to its own (SigLIP's head): at its width
         torch.manual_seed(0)
-        return timm.create_model(name, pretrained=False, num_classes=0, depth=2, img_size=side).eval()
+        return timm.create_model(name, pretrained=False, num_classes=0, depth=2, img_size=side, **extra).eval()
 
 
 @torch.no_grad()
 def sharpen_positions(model: torch.nn.Module) -> torch.nn.Module:
     """A relative-bias model whose positions matter: attention sharpened (``tests.conftest.sharpen_attention``), every
     bias table redrawn N(0, 1) (BEiT's start at 0), every CPB MLP's linears with std ``2 / sqrt(fan_in)`` (timm's init
-    makes ``16 sigmoid`` nearly constant), Swin V2's residual post-norms (0 at init) at 1."""
+    makes ``16 sigmoid`` nearly constant), the residual post-norms of Swin V2 and ViT-RelPos's ``rpn`` models (0 or
+    ``init_values`` at init) at 1."""
     from tests.conftest import sharpen_attention
 
     try:
@@ -195,7 +197,7 @@ def sharpen_positions(model: torch.nn.Module) -> torch.nn.Module:
         mlp = getattr(m, "cpb_mlp", None) or (m.mlp if type(m).__name__ == "RelPosMlp" else None)
         for linear in [] if mlp is None else [x for x in mlp.modules() if isinstance(x, torch.nn.Linear)]:
             linear.weight.normal_(0.0, 2.0 / linear.weight.shape[1] ** 0.5)
-        if type(m).__name__ == "SwinTransformerV2Block":
+        if type(m).__name__ in ("SwinTransformerV2Block", "ResPostRelPosBlock"):  # post-norms near 0 at init
             m.norm1.weight.fill_(1.0)
             m.norm2.weight.fill_(1.0)
     return model.eval()
@@ -222,7 +224,7 @@ def timm_row(name: str) -> Row:
         side = 64 if name.startswith(WINDOWED) else 4 * model.patch_embed.patch_size[0]  # a size every patch divides
         if side != 64:
             model = tiny_timm(name, side)
-        if name.startswith(WINDOWED + ("beit",)):
+        if name.startswith(WINDOWED + ("beit", "vit_relpos", "vit_srelpos")):
             sharpen_positions(model)
         else:
             try:

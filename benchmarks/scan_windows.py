@@ -17,37 +17,37 @@ import torch
 import ndpe.timm
 from benchmarks.scan_dropins import sharpen_positions, tiny_timm
 
-# (row, timm name, side, own kind, set_input_size arguments, side after, wrong resize)
+# (row, timm name and extra options, side, own kind, set_input_size arguments, side after, wrong resize)
 FAMILIES = [
-    ("Swin V1", "swin_tiny_patch4_window7_224", 64, "relative", {"img_size": (64, 64), "window_size": 8}, 64, "clip"),
-    ("Swin V2", "swinv2_tiny_window8_256", 64, "cpb", {"img_size": (64, 64), "window_size": 8}, 64, (4, 4)),
-    ("Swin V2, pretrained window 12", "swinv2_base_window12to16_192to256", 64, "cpb",
+    ("Swin V1", ("swin_tiny_patch4_window7_224", {}), 64, "relative", {"img_size": (64, 64), "window_size": 8}, 64,
+     "clip"),
+    ("Swin V2", ("swinv2_tiny_window8_256", {}), 64, "cpb", {"img_size": (64, 64), "window_size": 8}, 64, (4, 4)),
+    ("Swin V2, pretrained window 12", ("swinv2_base_window12to16_192to256", {}), 64, "cpb",
      {"img_size": (64, 64), "window_size": 8}, 64, None),
-    ("BEiT, a table per block", "beit_base_patch16_224", 64, "relative", {"img_size": (96, 96)}, 96, "clip"),
-    ("BEiT, one shared table", "beit_base_patch16_224:shared", 64, "relative", {"img_size": (96, 96)}, 96, "clip"),
-    ("MaxViT bias", "maxvit_nano_rw_256", 128, "relative", {"img_size": (192, 192)}, 192, "clip"),
-    ("MaxViT bias_tf", "maxvit_tiny_tf_224", 128, "relative", {"img_size": (192, 192)}, 192, "clip"),
-    ("MaxViT mlp", "maxvit_rmlp_nano_rw_256", 128, "cpb", {"img_size": (192, 192)}, 192, "none"),
-    ("CoAtNet bias", "coatnet_nano_rw_224", 64, "relative", {"img_size": (96, 96)}, 96, "clip"),
+    ("BEiT, a table per block", ("beit_base_patch16_224", {}), 64, "relative", {"img_size": (96, 96)}, 96, "clip"),
+    ("BEiT, one shared table", ("beit_base_patch16_224", {"use_rel_pos_bias": False, "use_shared_rel_pos_bias": True}),
+     64, "relative", {"img_size": (96, 96)}, 96, "clip"),
+    ("MaxViT bias", ("maxvit_nano_rw_256", {}), 128, "relative", {"img_size": (192, 192)}, 192, "clip"),
+    ("MaxViT bias_tf", ("maxvit_tiny_tf_224", {}), 128, "relative", {"img_size": (192, 192)}, 192, "clip"),
+    ("MaxViT mlp", ("maxvit_rmlp_nano_rw_256", {}), 128, "cpb", {"img_size": (192, 192)}, 192, "none"),
+    ("CoAtNet bias", ("coatnet_nano_rw_224", {}), 64, "relative", {"img_size": (96, 96)}, 96, "clip"),
+    ("ViT-RelPos mlp, class token", ("vit_relpos_medium_patch16_cls_224", {}), 64, "cpb", {"img_size": (96, 96)}, 96,
+     "none"),
+    ("ViT-RelPos mlp, shared", ("vit_srelpos_small_patch16_224", {}), 64, "cpb", {"img_size": (96, 96)}, 96, "none"),
+    ("ViT-RelPos bias, class token", ("vit_relpos_base_patch16_cls_224", {"rel_pos_type": "bias"}), 64, "relative",
+     {"img_size": (96, 96)}, 96, "clip"),
 ]
 
 
-def build(name: str, side: int):
-    if name.endswith(":shared"):
-        import timm
-
-        torch.manual_seed(0)
-        model = timm.create_model(name.split(":")[0], pretrained=False, num_classes=0, depth=2, img_size=side,
-                                  embed_dim=64, num_heads=4, use_rel_pos_bias=False, use_shared_rel_pos_bias=True)
-        return sharpen_positions(model)
-    return sharpen_positions(tiny_timm(name, side))
+def build(model: tuple[str, dict], side: int):
+    return sharpen_positions(tiny_timm(model[0], side, **model[1]))
 
 
 def sites(model) -> list:
     return [m for m in model.modules() if getattr(m, "ndpe_pe", None) is not None]
 
 
-def wrong_resize(name: str, side: int, kind: str, how):
+def wrong_resize(name: tuple[str, dict], side: int, kind: str, how):
     """The model with ndpe's own kind, resized the wrong way ``how`` (see the module doc)."""
     if how == "none":
         return ndpe.timm.use(build(name, side), "none")
@@ -59,7 +59,7 @@ def wrong_resize(name: str, side: int, kind: str, how):
 
 
 @torch.no_grad()
-def row(label: str, name: str, side: int, kind: str, resize: dict, after: int, how) -> str:
+def row(label: str, name: tuple[str, dict], side: int, kind: str, resize: dict, after: int, how) -> str:
     x = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(0))
     y = torch.randn(2, 3, after, after, generator=torch.Generator().manual_seed(1))
     timm_model, model = build(name, side), ndpe.timm.use(build(name, side), kind)
@@ -76,7 +76,7 @@ def row(label: str, name: str, side: int, kind: str, resize: dict, after: int, h
     resized = (model(y) - ref).abs().max().item()
     resize_gap = (wrong(y) - ref).abs().max().item()
     windows = sorted({tuple(s.window_size) for s in sites(model)})
-    return (f"| {label} | `{name.split(':')[0]}` | `{kind}` | {len(sites(model))} | {diff:.2g} | {gap:.2g} | "
+    return (f"| {label} | `{name[0]}` | `{kind}` | {len(sites(model))} | {diff:.2g} | {gap:.2g} | "
             f"{after} px, windows {', '.join('x'.join(map(str, w)) for w in windows)} | {resized:.2g} | "
             f"{resize_gap:.2g} |")
 

@@ -1,26 +1,28 @@
 """``ndpe.timm.use`` on timm's vision transformers with relative-position biases: Swin Transformer V1
-(``SwinTransformer``) and V2 (``SwinTransformerV2``), MaxViT (``MaxxVit``: its block and grid attentions) and BEiT
-(``Beit``: a table per block, or one shared by every block).
+(``SwinTransformer``) and V2 (``SwinTransformerV2``), MaxViT and CoAtNet (``MaxxVit``: block and grid attentions),
+BEiT (``Beit``: a table per block, or one shared by every block) and ViT-RelPos (``VisionTransformerRelPos``: per
+block or shared, with or without a class token).
 
 Each adds a relative-position bias to its attention logits, from a module ndpe calls a site: a learned table
-(``relative_position_bias_table``, ``(2 Wh - 1)(2 Ww - 1)`` rows per head: Swin V1's ``WindowAttention``, MaxViT's
-``RelPosBias``, BEiT's ``Attention`` and shared ``RelativePositionBias``, whose 3 more rows bias the class token) or
-a continuous-position-bias MLP of log-spaced offsets (Swin V2's ``cpb_mlp``, MaxViT's ``RelPosMlp``).
-``use(model, kind)`` gives each site an ndpe encoding of its window (BEiT: its patch grid, the class token as a
-prefix token) with its own heads, registered at ``ndpe_pe`` on the site (its parameters train with the model), whose
-bias takes the site's place:
+(``relative_position_bias_table``, ``(2 Wh - 1)(2 Ww - 1)`` rows per head: Swin V1's ``WindowAttention``, timm's
+``RelPosBias`` and ``RelPosBiasTf``, BEiT's ``Attention`` and shared ``RelativePositionBias``; with a class token, 3
+more rows bias it) or a continuous-position-bias MLP of log-spaced offsets (Swin V2's ``cpb_mlp``, timm's
+``RelPosMlp``). ``use(model, kind)`` gives each site an ndpe encoding of its window (a ViT's: its patch grid, the
+class token a prefix token) with its own heads, registered at ``ndpe_pe`` on the site (its parameters train with the
+model), whose bias takes the site's place:
 
 - the model's own kind with no options, ``"relative"`` for a table and ``"cpb"`` for an MLP, is the model's own
-  bias: each table is copied into its encoding (``max_distance = window - 1`` is the table and its index; BEiT's
-  class-token rows stay at ``ndpe_prefix_bias``), each MLP's weights into a ``cpb`` of the same form (Swin V2:
-  ``style="swin"`` with its ``pretrained_window_size`` as ``train_shape``; MaxViT: ``style="dynamic"``, natural-log
-  offsets, ReLU, its dropout), so the outputs are timm's. timm's resize (``set_input_size``, which calls each site's
-  ``set_window_size``) resizes the copied tables as timm resizes its own (``resize_rel_pos_bias_table``), and an MLP
-  follows the new window as timm's does: the outputs stay those of timm's model resized the same way;
+  bias: each table is copied into its encoding (``max_distance = window - 1`` is the table and its index; the
+  class-token rows stay at ``ndpe_prefix_bias``), each MLP's weights into a ``cpb`` of the same form (Swin V2 and
+  ``RelPosMlp``'s ``"swin"`` mode: ``style="swin"`` with the pretrained window as ``train_shape``; its ``"cr"`` mode:
+  ``style="dynamic"``, natural-log offsets; ``RelPosMlp``'s ReLU and dropout), so the outputs are timm's. timm's
+  resize (``set_input_size``, which calls each site's ``set_window_size``) resizes the copied tables as timm resizes
+  its own (``resize_rel_pos_bias_table``), and an MLP follows the new window as timm's does: the outputs stay those
+  of timm's model resized the same way;
 - any other kind whose encoding only biases attention (``alibi``, ``cpb``, ``fire``, ``none``, ``relative`` with
-  options, ...) replaces it, at the site's grid (BEiT's class token unbiased); a kind that rotates q and k, reads the
+  options, ...) replaces it, at the site's grid (a class token unbiased); a kind that rotates q and k, reads the
   tokens or adds to them is refused in one line (the attention these models are built around takes a bias only), and
-  so is a model whose relative positions ndpe does not map (a class token in MaxViT, a BEiT without relative bias).
+  so is a model without a relative bias (a BEiT built without, a CoAtNet without attention).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from timm.models.maxxvit import MaxxVit
 from timm.models.swin_transformer import SwinTransformer, WindowAttention
 from timm.models.swin_transformer_v2 import SwinTransformerV2
 from timm.models.swin_transformer_v2 import WindowAttention as WindowAttentionV2
+from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch import Tensor, nn
 
 from .contract import attention_fields
@@ -45,7 +48,7 @@ from .registry import make
 
 __all__ = ["use", "WINDOWED"]
 
-WINDOWED = (SwinTransformer, SwinTransformerV2, MaxxVit, Beit)  # the classes ndpe.timm.use hands to this module
+WINDOWED = (SwinTransformer, SwinTransformerV2, MaxxVit, Beit, VisionTransformerRelPos)  # the classes ndpe.timm.use hands to this module
 _TABLES = (WindowAttention, RelPosBias, RelPosBiasTf, BeitAttention, RelativePositionBias)
 
 
@@ -111,17 +114,16 @@ def _sites(model: Any) -> list[tuple[Any, int, int]]:
             sites.append((shared, shared.relative_position_bias_table.shape[1], attn.qkv.out_features // 3))
         return sites
     sites = []
-    for m in model.modules():
-        rel_pos: Any = getattr(m, "rel_pos", None)
+    for m in model.modules():  # MaxViT / CoAtNet: each attention's rel_pos; ViT-RelPos: also its shared_rel_pos
+        rel_pos: Any = getattr(m, "rel_pos", None) if m is not model else getattr(m, "shared_rel_pos", None)
         if rel_pos is None:
             continue
-        prefix, mode = getattr(rel_pos, "prefix_tokens", 0), getattr(rel_pos, "mode", "cr")
-        if not isinstance(rel_pos, (RelPosBias, RelPosBiasTf, RelPosMlp)) or prefix or mode not in ("cr", "swin"):
-            raise ValueError(f"ndpe.timm.use takes MaxViT's RelPosBias, RelPosBiasTf and RelPosMlp windows "
-                             f"(rel_pos_type 'bias', 'bias_tf' or 'mlp', no prefix tokens); this model's attention has "
-                             f"a {type(rel_pos).__name__}")
+        if not isinstance(rel_pos, (RelPosBias, RelPosBiasTf, RelPosMlp)) or getattr(rel_pos, "mode", "cr") == "rw":
+            raise ValueError(f"ndpe.timm.use takes timm's RelPosBias, RelPosBiasTf and RelPosMlp ('cr' or 'swin' "
+                             f"modes); this model's attention has a {type(rel_pos).__name__}")
         heads = rel_pos.relative_position_bias_table.shape[1] if isinstance(rel_pos, RelPosBias) else rel_pos.num_heads
-        sites.append((rel_pos, heads, heads * getattr(m, "dim_head", 8)))
+        width = model.embed_dim if m is model else heads * (getattr(m, "dim_head", None) or m.head_dim)
+        sites.append((rel_pos, heads, width))
     return sites
 
 
@@ -130,8 +132,8 @@ def _window(site: Any) -> tuple[int, int]:
 
 
 def _prefix(site: Any) -> int:
-    """BEiT's class token, which its tables bias too (``num_prefix`` of the site's encoding)."""
-    return int(isinstance(site, (BeitAttention, RelativePositionBias)))
+    """The class token in BEiT's and a ViT-RelPos's window (``num_prefix`` of the site's encoding)."""
+    return 1 if isinstance(site, (BeitAttention, RelativePositionBias)) else getattr(site, "prefix_tokens", 0)
 
 
 def _own(site: Any) -> tuple[str, dict[str, Any]]:

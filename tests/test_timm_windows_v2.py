@@ -136,6 +136,34 @@ def test_maxvit_is_its_own_and_resizes_as_timm(name, kind):
     assert_tells_apart(model(y), wrong(y), timm_model(y), **TOL)
 
 
+def relpos(name, **kw):
+    torch.manual_seed(0)
+    return sharpen_positions(timm.create_model(name, pretrained=False, img_size=64, embed_dim=32, depth=2, num_heads=2,
+                                               num_classes=0, **kw))
+
+
+@pytest.mark.parametrize("name, kw, kind", [
+    ("vit_relpos_medium_patch16_cls_224", {}, "cpb"),  # RelPosMlp ('cr'), a class token (its rows 0)
+    ("vit_srelpos_small_patch16_224", {}, "cpb"),  # one RelPosMlp shared by every block
+    ("vit_relpos_base_patch16_cls_224", {"rel_pos_type": "bias"}, "relative"),  # RelPosBias, class-token rows
+    ("vit_relpos_base_patch16_224", {"rel_pos_type": "mlp_swin"}, "cpb"),  # RelPosMlp in Swin V2's form
+], ids=["mlp-cls", "shared-mlp", "bias-cls", "mlp-swin"])
+@torch.no_grad()
+def test_vit_relpos_is_its_own_and_resizes_as_timm(name, kw, kind):
+    """timm's ViT-RelPos (``VisionTransformerRelPos``: MaxViT's bias modules over a ViT's patch grid, per block or
+    shared, with or without a class token): timm's outputs at 64 px (no bias differs) and after
+    ``set_input_size(img_size=96)`` (4 x 4 -> 6 x 6), where a table clipped at the old grid, or no bias, differs."""
+    x, y = x_(), x_(96)
+    timm_model, model = relpos(name, **kw), ndpe.timm.use(relpos(name, **kw), kind)
+    assert_tells_apart(model(x), ndpe.timm.use(relpos(name, **kw), "none")(x), timm_model(x), **TOL)
+    wrong = ndpe.timm.use(relpos(name, **kw), kind if kind == "relative" else "none")
+    for site in sites(wrong) if kind == "relative" else []:  # the grid follows, the table is not resized
+        site.set_window_size = lambda size, site=site: setattr(site, "window_size", tuple(size))
+    for m in (timm_model, model, wrong):
+        m.set_input_size(img_size=(96, 96))
+    assert_tells_apart(model(y), wrong(y), timm_model(y), **TOL)
+
+
 @pytest.mark.parametrize("build", [swinv2, beit], ids=["swinv2", "beit"])
 @pytest.mark.parametrize("kind", ["alibi", "relative", "cpb"])
 def test_other_bias_kinds_train(build, kind):
