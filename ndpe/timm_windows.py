@@ -18,7 +18,7 @@ model), whose bias takes the site's place:
   ``style="dynamic"``, natural-log offsets; ``RelPosMlp``'s ReLU and dropout), so the outputs are timm's. timm's
   resize (``set_input_size``, which calls each site's ``set_window_size``) resizes the copied tables as timm resizes
   its own (``resize_rel_pos_bias_table``), and an MLP follows the new window as timm's does: the outputs stay those
-  of timm's model resized the same way;
+  of timm's model resized the same way. A timm checkpoint loaded after ``use()`` lands in the encodings the same way;
 - any other kind whose encoding only biases attention (``alibi``, ``cpb``, ``fire``, ``none``, ``relative`` with
   options, ...) replaces it, at the site's grid (a class token unbiased); a kind that rotates q and k, reads the
   tokens or adds to them is refused in one line (the attention these models are built around takes a bias only), and
@@ -82,6 +82,8 @@ def use(model: Any, kind: str, **options: Any) -> Any:
             setattr(site, "relative_position_bias_table", None)
         for name, method in (("set_window_size", _set_window_size), _hook(site)):
             setattr(site, name, MethodType(method, site))
+        if own:  # a timm checkpoint loaded after use()
+            site.register_load_state_dict_pre_hook(_load_timm)
     return model
 
 
@@ -155,26 +157,43 @@ def _own(site: Any) -> tuple[str, dict[str, Any]]:
 
 @torch.no_grad()
 def _copy(site: Any, pe: Any) -> None:
-    """The site's own weights into its encoding ``pe`` (and BEiT's class-token rows into ``ndpe_prefix_bias``)."""
-    if isinstance(site, _TABLES):
-        own = site.relative_position_bias_table
-        # MaxViT TF's is (heads, 2 Wh - 1, 2 Ww - 1), indexed by key minus query
+    """The site's own weights into its encoding ``pe`` (and the class-token rows of a table into
+    ``ndpe_prefix_bias``)."""
+    weights = _from_timm(site, pe, {k: v for k, v in site.state_dict().items() if _timm_key(k)})
+    if "ndpe_prefix_bias" in weights:
+        site.ndpe_prefix_bias = nn.Parameter(weights.pop("ndpe_prefix_bias").clone())
+    pe.load_state_dict({k[len("ndpe_pe."):]: v for k, v in weights.items()})
+
+
+def _timm_key(key: str) -> bool:
+    """A state-dict key (local to a site) of timm's bias weights: a table, Swin V2's CPB MLP, ``RelPosMlp``'s."""
+    return key == "relative_position_bias_table" or key.startswith(("cpb_mlp.", "mlp.fc"))
+
+
+def _from_timm(site: Any, pe: Any, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+    """timm's bias weights of ``site`` (its local state-dict keys) under ndpe's keys: a table as ``ndpe_pe.table``
+    (MaxViT TF's ``(heads, 2 Wh - 1, 2 Ww - 1)``, indexed by key minus query, flipped to query minus key) and its
+    class-token rows (BEiT, ViT-RelPos) as ``ndpe_prefix_bias``; an MLP's linears as ``ndpe_pe.mlp``'s."""
+    if "relative_position_bias_table" in weights:
+        own = weights["relative_position_bias_table"]
         table = own.flip(1, 2).permute(1, 2, 0).reshape(-1, own.shape[0]) if own.ndim == 3 else own
         rows = pe.table.shape[0]
-        pe.table.copy_(table[:rows])
-        if table.shape[0] > rows:  # BEiT: class token to patches, patches to class token, class token to itself
-            site.ndpe_prefix_bias = nn.Parameter(table[rows:].detach().clone())
-        return
-    if isinstance(site, WindowAttentionV2):
-        pe.mlp.load_state_dict(site.cpb_mlp.state_dict())  # the same Linear, ReLU, Linear (no bias)
-        return
-    fc1, fc2 = site.mlp.fc1, site.mlp.fc2
-    first, last = pe.mlp[0], pe.mlp[-1]
-    first.weight.copy_(fc1.weight)
-    first.bias.copy_(fc1.bias)
-    last.weight.copy_(fc2.weight)
-    if fc2.bias is not None:
-        last.bias.copy_(fc2.bias)
+        return {"ndpe_pe.table": table[:rows], **({"ndpe_prefix_bias": table[rows:]} if table.shape[0] > rows else {})}
+    if isinstance(site, WindowAttentionV2):  # the same Linear, ReLU, Linear (no bias)
+        return {"ndpe_pe.mlp." + k[len("cpb_mlp."):]: v for k, v in weights.items() if k.startswith("cpb_mlp.")}
+    last = len(pe.mlp) - 1  # RelPosMlp: fc1, act, drop1, fc2 as Linear, ReLU, Dropout, Linear
+    names = {"mlp.fc1.weight": "ndpe_pe.mlp.0.weight", "mlp.fc1.bias": "ndpe_pe.mlp.0.bias",
+             "mlp.fc2.weight": f"ndpe_pe.mlp.{last}.weight", "mlp.fc2.bias": f"ndpe_pe.mlp.{last}.bias"}
+    return {names[k]: v for k, v in weights.items() if k in names}
+
+
+def _load_timm(site: Any, state_dict: dict, prefix: str, *args: Any) -> None:
+    """A ``load_state_dict`` pre-hook of a site that took the model's own kind: a timm checkpoint's table or MLP
+    (loaded after ``use()``) becomes its encoding's, as ``use()`` copied the model's."""
+    keys = [k for k in state_dict if k.startswith(prefix) and _timm_key(k[len(prefix):])]
+    weights = {k[len(prefix):]: state_dict.pop(k) for k in keys}
+    if weights:
+        state_dict.update({prefix + k: v for k, v in _from_timm(site, site.ndpe_pe, weights).items()})
 
 
 def _bias(site: Any) -> Tensor:

@@ -164,6 +164,43 @@ def test_vit_relpos_is_its_own_and_resizes_as_timm(name, kw, kind):
     assert_tells_apart(model(y), wrong(y), timm_model(y), **TOL)
 
 
+def swin():
+    torch.manual_seed(0)
+    return sharpen_positions(timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56,
+                                               embed_dim=32, depths=(2, 2), num_heads=(2, 4), num_classes=0))
+
+
+CHECKPOINTS = {"swin": (swin, "relative"), "swinv2": (swinv2, "cpb"), "beit": (beit, "relative"),
+               "beit-shared": (lambda: beit(True), "relative"),
+               "maxvit-tf": (lambda: maxvit("maxvit_tiny_tf_224"), "relative"),
+               "maxvit-mlp": (lambda: maxvit("maxvit_rmlp_nano_rw_256"), "cpb"),
+               "relpos-bias": (lambda: relpos("vit_relpos_base_patch16_cls_224", rel_pos_type="bias"), "relative")}
+BIAS_KEYS = ("relative_position_bias_table", "cpb_mlp.", "rel_pos.mlp.")
+
+
+@pytest.mark.parametrize("name", list(CHECKPOINTS))
+@torch.no_grad()
+def test_a_timm_checkpoint_loads_after_use(name):
+    """``load_state_dict`` of timm's own state dict into a model that took its own kind (its weights other than the
+    checkpoint's): the tables and MLPs land in the encodings (class-token rows, TF flip), strictly, and the outputs
+    are the checkpoint's; without its bias weights (``strict=False``) the model is another."""
+    build, kind = CHECKPOINTS[name]
+    checkpoint = build()
+    x = x_(56 if name == "swin" else 64)
+
+    def loaded(strict):
+        model = ndpe.timm.use(build(), kind)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+        state = checkpoint.state_dict()
+        if not strict:
+            state = {k: v for k, v in state.items() if not any(b in k for b in BIAS_KEYS)}
+        model.load_state_dict(state, strict=strict)
+        return model(x)
+
+    assert_tells_apart(loaded(True), loaded(False), checkpoint(x), **TOL)
+
+
 @pytest.mark.parametrize("build", [swinv2, beit], ids=["swinv2", "beit"])
 @pytest.mark.parametrize("kind", ["alibi", "relative", "cpb"])
 def test_other_bias_kinds_train(build, kind):
