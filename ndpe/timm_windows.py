@@ -48,13 +48,14 @@ from .registry import make
 
 __all__ = ["use", "WINDOWED"]
 
-WINDOWED = (SwinTransformer, SwinTransformerV2, MaxxVit, Beit, VisionTransformerRelPos)  # the classes ndpe.timm.use hands to this module
+# the classes ndpe.timm.use hands to this module
+WINDOWED = (SwinTransformer, SwinTransformerV2, MaxxVit, Beit, VisionTransformerRelPos)
 _TABLES = (WindowAttention, RelPosBias, RelPosBiasTf, BeitAttention, RelativePositionBias)
 
 
 def use(model: Any, kind: str, **options: Any) -> Any:
-    """Give each relative-position site of the timm Swin (V1, V2), MaxViT or BEiT ``model`` an ndpe ``kind`` (see
-    the module doc); in place."""
+    """Give each relative-position site of the timm Swin (V1, V2), MaxViT / CoAtNet, BEiT or ViT-RelPos ``model`` an
+    ndpe ``kind`` (see the module doc); in place."""
     sites = _sites(model)
     if not sites:
         raise ValueError(f"ndpe.timm.use replaces the relative position biases of {type(model).__name__}'s attentions; "

@@ -270,9 +270,9 @@ def test_bad_options(dims, opts, exc, fragment):
 
 @pytest.mark.parametrize("window", [(2, 2), (4, 3)])
 def test_relu_and_dropout_equal_timm_rel_pos_mlp(window):
-    """``style="dynamic"``, ``log_distance=True``, ``depth=1``, ``act="relu"``, ``dropout=0.125`` is timm's ``RelPosMlp``
-    (MaxViT's ``rel_pos_type="mlp"``, mode ``"cr"``) with copied weights; SiLU (the dynamic style's default) is not;
-    the dropout acts in training only."""
+    """``style="dynamic"``, ``log_distance=True``, ``depth=1``, ``act="relu"``, ``dropout=0.125`` is timm's
+    ``RelPosMlp`` (MaxViT's ``rel_pos_type="mlp"``, mode ``"cr"``) with copied weights; SiLU (the dynamic style's
+    default) is not; the dropout acts in training only."""
     from timm.layers.pos_embed_rel import RelPosMlp
 
     torch.manual_seed(0)
