@@ -1,13 +1,16 @@
 """One scan of the drop-ins against the installed peers: every causal decoder of transformers whose modeling module
-has a ``*RotaryEmbedding`` class, and every timm ViT-family model with a ``pos_embed`` or a rope.
+has a ``*RotaryEmbedding`` class, every timm ViT-family model with a ``pos_embed`` or a rope, and every timm model of
+the relative-bias families (Swin V1 / V2, MaxViT and CoAtNet, BEiT).
 
 Each transformers decoder is built tiny and random from its own config class (transformers' defaults, the sizes
 shrunk), its attention sharpened (``tests.conftest.sharpen_attention``), and checked two ways: ``ndpe.from_hf_rope``
 of its config against the model's own ``rotary_emb`` (cos/sin, in the model's form), and
 ``ndpe.hf.use(model, "rope")``'s logits against the model's own. Each timm model (``timm.list_models``, built tiny)
 is checked through ``ndpe.timm.use(model, kind)`` with ``kind`` its own (``"learned"`` for a ``pos_embed``, ``"rope"``
-for EVA's rope), against the model's own logits. A row is ``equal`` (within ``TOL``, and the same model with a
-wrong option, theta 100 for a rope or no table for a ``pos_embed``, more than 100 x ``TOL`` away), ``untold`` (within
+for EVA's rope, ``"relative"`` for a bias table, ``"cpb"`` for a CPB MLP; those two families' positional weights
+redrawn large, :func:`sharpen_positions`), against the model's own logits. A row is ``equal`` (within ``TOL``, and
+the same model with a wrong option, theta 100 for a rope, no table for a ``pos_embed``, no bias for a relative-bias
+model, more than 100 x ``TOL`` away), ``untold`` (within
 ``TOL``, but so is the wrong option: positions barely move this tiny model), ``unmapped`` (a timm rope that
 ``"rope"`` does not take over as the model's own: RoPE-Mixed learns frequencies per block), ``refused`` (ndpe raised one line:
 ``ValueError`` / ``TypeError`` from ndpe's code), ``failing`` (a difference past ``TOL``, or any other error) or
@@ -139,30 +142,77 @@ def _parts(out) -> list[torch.Tensor]:
     return [out.real, out.imag] if isinstance(out, torch.Tensor) and out.is_complex() else [t.float() for t in out]
 
 
-# a wrong option for each timm kind: another theta, no table, positions where the model has none
-WRONG: dict[str, tuple] = {"rope": ("rope", {"theta": 100.0}), "learned": ("none", {}), "none": ("sinusoidal", {})}
+# a wrong option for each timm kind: another theta, no table or bias, positions where the model has none
+WRONG: dict[str, tuple] = {"rope": ("rope", {"theta": 100.0}), "learned": ("none", {}), "none": ("sinusoidal", {}),
+                           "relative": ("none", {}), "cpb": ("none", {})}
+WINDOWED = ("swin", "maxvit", "maxxvit", "coatnet")  # timm's relative-bias families without a patch embedding's grid
 
 
 def timm_models() -> list[str]:
-    """timm's ViT-family models (VisionTransformer, Eva and their subclasses), one name per architecture."""
+    """timm's ViT-family models (VisionTransformer, Eva and their subclasses) and its relative-bias families (Swin V1 /
+    V2, MaxViT and CoAtNet, BEiT), one name per architecture."""
     import timm
 
     return sorted({name.split(".")[0] for name in timm.list_models()
-                   if name.startswith(("vit_", "deit", "eva", "flexivit", "beit", "samvit"))})
+                   if name.startswith(("vit_", "deit", "eva", "flexivit", "beit", "samvit") + WINDOWED)})
 
 
-def tiny_timm(name: str, side: int):
+def tiny_timm(name: str, side: int, **extra):
     """``name`` at 2 blocks and ``side`` px, 64 wide where its widths are free, pooled features out (no head: timm
-    initialises some heads near 0)."""
+    initialises some heads near 0); Swin at 2 stages of windows 4, MaxViT / CoAtNet at 4 stages of 1 block; ``extra``
+    to ``timm.create_model`` too."""
     import timm
 
     torch.manual_seed(0)
+    if name.startswith(("swin_", "swinv2_")):
+        return timm.create_model(name, pretrained=False, num_classes=0, img_size=side, embed_dim=32, depths=(2, 2),
+                                 num_heads=(2, 4), window_size=4, **extra).eval()
+    if name.startswith(WINDOWED):  # MaxxVit: its config overlaid
+        return timm.create_model(name, pretrained=False, num_classes=0, img_size=side, depths=(1, 1, 1, 1),
+                                 embed_dim=(64, 64, 64, 64), **extra).eval()
     try:
         return timm.create_model(name, pretrained=False, num_classes=0, depth=2, img_size=side, embed_dim=64,
-                                 num_heads=4).eval()
+                                 num_heads=4, **extra).eval()
     except Exception:  # a model whose widths are tied to its own (SigLIP's head): at its width
         torch.manual_seed(0)
-        return timm.create_model(name, pretrained=False, num_classes=0, depth=2, img_size=side).eval()
+        return timm.create_model(name, pretrained=False, num_classes=0, depth=2, img_size=side, **extra).eval()
+
+
+@torch.no_grad()
+def sharpen_positions(model: torch.nn.Module) -> torch.nn.Module:
+    """A relative-bias model whose positions matter: attention sharpened (``tests.conftest.sharpen_attention``), every
+    bias table redrawn N(0, 1) (BEiT's start at 0), every CPB MLP's linears with std ``2 / sqrt(fan_in)`` (timm's init
+    makes ``16 sigmoid`` nearly constant), the residual post-norms of Swin V2 and ViT-RelPos's ``rpn`` models (0 or
+    ``init_values`` at init) at 1."""
+    from tests.conftest import sharpen_attention
+
+    try:
+        sharpen_attention(model)
+    except AssertionError:  # no fused qkv / proj (CoAtNet's conv attention): its own init
+        pass
+    for m in model.modules():
+        table = getattr(m, "relative_position_bias_table", None)
+        if isinstance(table, torch.nn.Parameter):
+            table.normal_()
+        mlp = getattr(m, "cpb_mlp", None) or (m.mlp if type(m).__name__ == "RelPosMlp" else None)
+        for linear in [] if mlp is None else [x for x in mlp.modules() if isinstance(x, torch.nn.Linear)]:
+            linear.weight.normal_(0.0, 2.0 / linear.weight.shape[1] ** 0.5)
+        if type(m).__name__ in ("SwinTransformerV2Block", "ResPostRelPosBlock"):  # post-norms near 0 at init
+            m.norm1.weight.fill_(1.0)
+            m.norm2.weight.fill_(1.0)
+    return model.eval()
+
+
+def own_kind(model: torch.nn.Module) -> str:
+    """The kind ``ndpe.timm.use`` takes as the model's own: ``cpb`` for a CPB MLP, ``relative`` for a bias table,
+    ``rope`` for EVA's rope, ``learned`` for a ``pos_embed``, else ``none``."""
+    if any(hasattr(m, "cpb_mlp") or type(m).__name__ == "RelPosMlp" for m in model.modules()):
+        return "cpb"
+    if any(isinstance(getattr(m, "relative_position_bias_table", None), torch.nn.Parameter) for m in model.modules()):
+        return "relative"
+    if getattr(model, "rope", None) is not None:
+        return "rope"
+    return "learned" if getattr(model, "pos_embed", None) is not None else "none"
 
 
 def timm_row(name: str) -> Row:
@@ -171,17 +221,20 @@ def timm_row(name: str) -> Row:
 
     try:
         model = tiny_timm(name, 64)
-        side = 4 * model.patch_embed.patch_size[0]  # a size every patch divides
+        side = 64 if name.startswith(WINDOWED) else 4 * model.patch_embed.patch_size[0]  # a size every patch divides
         if side != 64:
             model = tiny_timm(name, side)
-        try:
-            sharpen_attention(model)
-        except AssertionError:  # projections sharpen_attention does not know: the model as built
-            pass
+        if name.startswith(WINDOWED + ("beit", "vit_relpos", "vit_srelpos")):
+            sharpen_positions(model)
+        else:
+            try:
+                sharpen_attention(model)
+            except AssertionError:  # projections sharpen_attention does not know: the model as built
+                pass
         rope = getattr(model, "rope", None)
         if rope is not None and type(rope).__name__ not in MAPPED_ROPES:
             return Row(name, "unmapped", note=f"{type(rope).__name__}: ndpe.timm.use's kinds replace it")
-        kind = "rope" if rope is not None else "learned" if getattr(model, "pos_embed", None) is not None else "none"
+        kind = own_kind(model)
         x = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             ref = model(x)

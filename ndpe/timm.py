@@ -139,12 +139,11 @@ def _wrapped_keys(module: nn.Module, state_dict: dict, prefix: str, *args: Any) 
 def use(model: Any, kind: str, **options: Any) -> Any:
     """Make the timm ``model`` (``VisionTransformer`` or ``Eva``) use ndpe's ``kind`` (see the module doc);
     returns the same model, changed in place (its class becomes a subclass that encodes in ``_pos_embed``)."""
-    if isinstance(model, WINDOWED):  # windowed families (Swin, MaxViT): ndpe/timm_windows.py
+    if isinstance(model, WINDOWED):  # relative-bias families (Swin, MaxViT, BEiT, ViT-RelPos): ndpe/timm_windows.py
         return use_windows(model, kind, **options)
     if not isinstance(model, (VisionTransformer, Eva, NaFlexVit)):
-        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer, Eva and NaFlexVit (and Swin V1, MaxViT), "
-                        f"got "
-                        f"{type(model).__name__}")
+        raise TypeError(f"ndpe.timm.use supports timm's VisionTransformer, Eva and NaFlexVit (and Swin V1 / V2, MaxViT, "
+                        f"BEiT, ViT-RelPos), got {type(model).__name__}")
     return _use(model, kind, options)
 
 

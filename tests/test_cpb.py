@@ -266,3 +266,27 @@ def test_fractional_positions_over_budget_refused():
 def test_bad_options(dims, opts, exc, fragment):
     with pytest.raises(exc, match=fragment):
         ndpe.make(dims=dims, kind="cpb", dim=16, heads=2, **opts)
+
+
+@pytest.mark.parametrize("window", [(2, 2), (4, 3)])
+def test_relu_and_dropout_equal_timm_rel_pos_mlp(window):
+    """``style="dynamic"``, ``log_distance=True``, ``depth=1``, ``act="relu"``, ``dropout=0.125`` is timm's
+    ``RelPosMlp`` (MaxViT's ``rel_pos_type="mlp"``, mode ``"cr"``) with copied weights; SiLU (the dynamic style's
+    default) is not; the dropout acts in training only."""
+    from timm.layers.pos_embed_rel import RelPosMlp
+
+    torch.manual_seed(0)
+    ref = RelPosMlp(window, num_heads=3, hidden_dim=32).eval()
+    opts = dict(style="dynamic", log_distance=True, depth=1, mlp_hidden=32, dropout=0.125)
+    pe, silu = make(act="relu", perturb=False, **opts).eval(), make(perturb=False, **opts).eval()
+    with torch.no_grad():
+        for theirs in (ref.mlp.fc1, ref.mlp.fc2):  # large enough that the activation matters
+            theirs.weight.normal_(0.0, 2.0 / theirs.weight.shape[1] ** 0.5)
+        for ours in (pe, silu):
+            for i, theirs in ((0, ref.mlp.fc1), (-1, ref.mlp.fc2)):
+                ours.mlp[i].weight.copy_(theirs.weight)
+                ours.mlp[i].bias.copy_(theirs.bias)
+        assert_tells_apart(pe(window).bias, silu(window).bias, ref.get_bias()[0], rtol=1.3e-6, atol=1e-5)
+        assert [type(m).__name__ for m in pe.mlp] == ["Linear", "ReLU", "Dropout", "Linear"]
+        pe.train()
+        assert not torch.equal(pe(window).bias, pe(window).bias)

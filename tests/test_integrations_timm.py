@@ -268,6 +268,6 @@ def test_docs_timm_recipes_run_verbatim():
     text = (pathlib.Path(__file__).parents[1] / "docs" / "integrations.md").read_text()
     sections = [s for s in text.split("\n## ") if s.startswith("timm ")]
     blocks = [b for s in sections for b in re.findall(r"```python\n(.*?)```", s, flags=re.S)]
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     for block in blocks:
         exec(compile(block, "docs/integrations.md", "exec"), {"__name__": "docs_recipe"})

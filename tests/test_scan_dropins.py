@@ -17,7 +17,8 @@ from benchmarks import scan_dropins as scan  # noqa: E402
 HF_SAMPLE = {"llama": "equal", "cohere": "equal", "llama4_text": "equal", "gpt_oss": "equal", "glm": "equal",
              "glm4_moe": "equal", "gemma3_text": "refused", "nanochat": "refused", "gpt_neox": "refused"}
 TIMM_SAMPLE = {"vit_tiny_patch16_224": "equal", "eva02_tiny_patch14_224": "equal", "vit_small_patch16_rope_224": "equal",
-               "beit_base_patch16_224": "refused"}
+               "beit_base_patch16_224": "equal", "swinv2_tiny_window8_256": "equal", "maxvit_rmlp_nano_rw_256": "equal",
+               "vit_relpos_medium_patch16_cls_224": "equal", "swinv2_cr_tiny_ns_224": "refused"}
 
 
 def decoders() -> dict[str, type]:

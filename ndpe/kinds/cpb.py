@@ -20,6 +20,10 @@ Conventions:
   [``LayerNorm``] ``SiLU``, then ``Linear(h, heads)``; no output squashing. Defaults as
   x-transformers: ``h = dim // 4`` (``mlp_hidden``), ``depth=2``, no log, no norm. The offsets do
   not depend on the grid, so decoding and larger grids keep every offset's bias.
+- ``act`` (``"relu"`` or ``"silu"``; default ReLU for swin, SiLU for dynamic) and ``dropout`` (on
+  each hidden layer's activations in training, default 0) give other MLPs of the same form: timm's
+  ``RelPosMlp`` (MaxViT's ``rel_pos_type="mlp"``, mode ``"cr"``) is ``style="dynamic"``,
+  ``log_distance=True``, ``depth=1``, ``act="relu"``, ``dropout=0.125``.
 - Table. Integer positions (the default grid, ``"random"`` augmentation, decoding) evaluate the
   MLP once per distinct offset, ``prod(2 E_a + 1)`` rows with ``E_a`` the largest offset on axis
   ``a`` (``2 n_a - 1`` per axis on a grid), then gather ``(N, N)`` rows, row-major over axes like
@@ -52,7 +56,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice, check_int, per_axis
+from ..checks import check_bool, check_choice, check_int, check_number, per_axis
 from ..contract import PosOut
 from ..coords import FLOAT32_MAX, pair_limit, tightest
 from ..memory import check_memory
@@ -61,6 +65,7 @@ from ..registry import register
 from .relative import gather_heads_first, heads_first
 
 STYLES = ("swin", "dynamic")
+ACTS = ("relu", "silu")
 _SWIN_HIDDEN = 512
 _LAYER_BYTES = 4096  # the Python objects of one MLP layer (nn.Linear, its activation), beside its weights
 
@@ -99,6 +104,8 @@ class ContinuousBias(Encoding):
             Swin's ``pretrained_window_size``). Default: the grid being encoded.
         log_distance: dynamic only; ``sign(x) * log(|x| + 1)`` of the offsets.
         norm: dynamic only; LayerNorm after each hidden linear layer.
+        act: the hidden layers' activation, ``"relu"`` or ``"silu"`` (default: the style's).
+        dropout: dropout on each hidden layer's activations in training (timm's ``RelPosMlp``: 0.125).
     """
 
     takes_key_positions = True  # decodes its pairwise term against cached keys
@@ -114,11 +121,13 @@ class ContinuousBias(Encoding):
 
     def __init__(self, *, dims: int, dim: int, heads: int = 1, style: str = "swin", mlp_hidden: int | None = None,
                  depth: int | None = None, train_shape: int | tuple[int, ...] | None = None,
-                 log_distance: bool = False, norm: bool = False):
+                 log_distance: bool = False, norm: bool = False, act: str | None = None, dropout: float = 0.0):
         super().__init__(dims=dims, dim=dim, heads=heads)
         check_choice(style, "style", STYLES)
         check_bool(log_distance, "log_distance")
         check_bool(norm, "norm")
+        act = check_choice(("relu" if style == "swin" else "silu") if act is None else act, "act", ACTS)
+        dropout = check_number(dropout, "dropout", low=0.0, high=1.0)
         swin = style == "swin"
         if swin and (log_distance or norm):
             raise ValueError("log_distance and norm apply to style='dynamic'; style='swin' is always log-spaced "
@@ -126,7 +135,7 @@ class ContinuousBias(Encoding):
         if not swin and train_shape is not None:
             raise ValueError("train_shape applies to style='swin' (Swin V2's pretrained_window_size); "
                              "style='dynamic' takes the raw offsets in index units")
-        self.style, self.log_distance, self.norm = style, log_distance, norm
+        self.style, self.log_distance, self.norm, self.act, self.dropout = style, log_distance, norm, act, dropout
         self.train_shape = None if train_shape is None else per_axis(train_shape, dims, "train_shape", low=1,
                                                                      integer=True)
         self.mlp_hidden = check_int((_SWIN_HIDDEN if swin else max(dim // 4, 1)) if mlp_hidden is None
@@ -141,7 +150,9 @@ class ContinuousBias(Encoding):
             layers.append(nn.Linear(dims if layer == 0 else h, h))
             if norm:  # x-transformers: its bias-free LayerNorm first, nn.LayerNorm after
                 layers.append(nn.LayerNorm(h, bias=layer > 0))
-            layers.append(nn.ReLU() if swin else nn.SiLU())
+            layers.append(nn.ReLU() if act == "relu" else nn.SiLU())
+            if dropout:
+                layers.append(nn.Dropout(dropout))
         layers.append(nn.Linear(h, heads, bias=not swin))
         self.mlp = nn.Sequential(*layers)
 
