@@ -46,13 +46,14 @@ class MixedCosSin(torch.autograd.Function):
     def forward(ctx, pos, freqs):
         angle = mixed_angle(pos, freqs)
         cos, sin = angle.cos(), angle.sin()
-        ctx.save_for_backward(pos, cos, sin, freqs)
+        ctx.save_for_backward(pos, cos, sin)
+        ctx.source = (freqs, pos)  # inputs, held as they are (no saved-tensor hooks run when MixedRotary reads them)
         return cos, sin
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gcos, gsin):
-        pos, cos, sin, _ = ctx.saved_tensors
+        pos, cos, sin = ctx.saved_tensors
         grad = torch.addcmul(gsin * cos if gsin is not None else torch.zeros_like(cos), gcos, sin, value=-1) \
             if gcos is not None else gsin * cos  # d angle
         return None, to_freqs(pos, grad)
@@ -82,7 +83,7 @@ def source(cos: Tensor, sin: Tensor) -> Source | None:
         return None
     if (c[1], s[1]) != (0, 1) or c[2] != s[2]:
         return None
-    pos, _, _, freqs = cast(Any, c[0]).saved_tensors
+    freqs, pos = cast(Any, c[0]).source
     return Source(freqs, pos, c[2])
 
 
