@@ -21,7 +21,9 @@ the timed call:
 is the median over ``--rounds`` rounds of the median of ``--calls`` calls; every round runs every method in a
 shuffled order (load noise hits all alike). ``ops``: the ATen operators that do work (views and allocations
 excluded: ``rope_traffic.OpTraffic``), each a kernel launch on a GPU; Triton launches counted as one each.
-``rope-mixed`` rows count ``pe(grid)`` + ``apply_qk`` with learned frequencies: the angles' gradient included.
+``rope-mixed`` rows count ``pe(grid)`` + ``apply_qk`` with learned frequencies: the angles' gradient included;
+``timm RotaryEmbeddingMixed`` is the same in timm (``get_embed()`` of a grid given at construction, then
+``apply_rot_embed_cat`` on q and on k).
 
     python benchmarks/bench_host.py --rounds 30 --calls 20 [--json host.json]
 """
@@ -47,6 +49,7 @@ import ndpe  # noqa: E402
 from ndpe.functional import rotary_kernel  # noqa: E402
 
 BATCH, HEADS, GRID, HEAD_DIM = 1, 2, (4, 4), 64
+LEARNED: list[torch.nn.Module] = []  # the methods' modules with parameters (their gradients reset every step)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -74,7 +77,7 @@ def interpreted():
 
 def methods(no_triton: bool) -> tuple[dict, torch.Tensor]:
     """``name -> (fn(q, k) -> outputs, context)`` and the fused qkv leaf."""
-    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingMixed, apply_rot_embed_cat
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     dtype, n = torch.bfloat16, GRID[0] * GRID[1]
@@ -87,6 +90,8 @@ def methods(no_triton: bool) -> tuple[dict, torch.Tensor]:
     cos_hf = torch.cat([angle[0][0], angle[0][0]], -1).to(dtype).expand(BATCH, -1, -1)
     sin_hf = torch.cat([angle[1][0], angle[1][0]], -1).to(dtype).expand(BATCH, -1, -1)
     timm_emb = RotaryEmbeddingCat(HEAD_DIM, in_pixels=False).get_embed(list(GRID))  # float32 (N, 2 head_dim)
+    timm_mixed = RotaryEmbeddingMixed(HEADS * HEAD_DIM, depth=1, num_heads=HEADS, feat_shape=list(GRID))
+    LEARNED[:] = [mixed, timm_mixed]
     nothing = nullcontext
     table = {
         "none": (lambda q, k: (q, k), nothing),
@@ -96,6 +101,7 @@ def methods(no_triton: bool) -> tuple[dict, torch.Tensor]:
         "timm apply_rot_embed_cat": (lambda q, k: (apply_rot_embed_cat(q, timm_emb), apply_rot_embed_cat(k, timm_emb)),
                                      nothing),
         "rope-mixed: pe + apply_qk": (lambda q, k: ndpe.apply_qk(q, k, mixed(GRID)), lambda: rotary_kernel("eager")),
+        "timm RotaryEmbeddingMixed": (lambda q, k: timm_mixed_qk(timm_mixed, q, k), nothing),
     }
     try:
         from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
@@ -114,6 +120,20 @@ def methods(no_triton: bool) -> tuple[dict, torch.Tensor]:
                     yield
             table["ndpe triton (interpreter)"] = (lambda q, k: ndpe.apply_qk(q, k, pos), triton_kernel)
     return table, qkv
+
+
+def timm_mixed_qk(rope, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """timm's RoPE-Mixed ViT block: the block's table from the learned frequencies, then q and k rotated by it."""
+    from timm.layers.pos_embed_sincos import apply_rot_embed_cat
+    emb = rope.get_embed()[0]  # (heads, N, 2 head_dim), float32, interleaved
+    return apply_rot_embed_cat(q, emb, half=False), apply_rot_embed_cat(k, emb, half=False)
+
+
+def zero_grad(qkv: torch.Tensor) -> None:
+    """Every gradient dropped, as a training step's ``zero_grad()`` (the next backward accumulates into none)."""
+    qkv.grad = None
+    for module in LEARNED:
+        module.zero_grad(set_to_none=True)
 
 
 def split(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,12 +166,13 @@ def count(fn, qkv: torch.Tensor, context) -> tuple[int, int]:
             q, k = split(qkv)
             outs = fn(q, k)
             grads = [torch.ones_like(o) for o in outs]
+            zero_grad(qkv)
             with OpTraffic() as bwd:
                 active[:] = [bwd]
                 torch.autograd.backward(outs, grads)
     finally:
         fused._launch = launch
-    qkv.grad = None
+    zero_grad(qkv)
     return fwd.ops, bwd.ops
 
 
@@ -167,7 +188,7 @@ def main(args) -> list[dict]:
     def fwd_bwd(fn):
         outs = fn(*split(qkv))
         torch.autograd.backward(outs, grads or [torch.ones_like(o) for o in outs])
-        qkv.grad = None
+        zero_grad(qkv)
 
     times: dict[tuple[str, str], list[float]] = {(m, p): [] for m in table for p in ("fwd", "fwd+bwd")}
     for r in range(args.rounds + 1):  # round 0 warms up

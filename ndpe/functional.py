@@ -19,6 +19,7 @@ from torch import Tensor
 from .checks import check_float_tensor, check_pairing
 from .contract import PosOut, check_leading, check_pos, check_token_count
 from .fields import acting
+from .kernels import angles
 from .kernels import compile as compile_kernel
 from .kernels import eager
 from .kernels.autograd import Rotary
@@ -132,6 +133,9 @@ def _rotate_many(xs: tuple[Tensor, ...], cos: Tensor, sin: Tensor, pairing: str)
         if cos.device != xs[0].device:
             cos, sin = cos.to(xs[0].device), sin.to(xs[0].device)
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad or any(x.requires_grad for x in xs)):
+        learned = angles.source(cos, sin) if cos.requires_grad else None  # rope-mixed's: the angles' gradient fused
+        if learned is not None:
+            return angles.MixedRotary.apply(*learned, cos.detach(), sin.detach(), pairing, fused, *xs)
         return Rotary.apply(cos, sin, pairing, fused, *xs)
     tables = eager.prepare(cos, sin, torch.float32 if fused else xs[0].dtype, pairing)  # cast and joined once a grid
     if fused:

@@ -111,6 +111,28 @@ def test_apply_qk_grads_match_reference(pairing):
         torch.testing.assert_close(f, r)
 
 
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_learned_tables_with_bfloat16_qk_grads(pairing):
+    """bfloat16 q and k that need gradients, rotated by float32 tables that need theirs (a learned rotation under
+    autocast): the gradients of the plain formula in float32, within bfloat16's precision (interleaved pairs once
+    raised: q's and k's float32 gradient stack met bfloat16 tables in a complex product)."""
+    torch.manual_seed(0)
+    qkv = torch.randn(B, N, 3 * H * 8, dtype=torch.bfloat16, requires_grad=True)
+    a = torch.randn(N, 3, requires_grad=True)
+
+    def loss(rotate):
+        q, k, v = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=H)
+        q, k = rotate(q, k, a.cos(), a.sin())
+        return (q.float() * k.float()).sum() + (q.float() * v.float()).sum()
+
+    fast = torch.autograd.grad(loss(lambda q, k, c, s: ndpe.apply_qk(q, k, ndpe.PosOut(rot=(c, s), pairing=pairing))),
+                               (qkv, a))
+    ref = torch.autograd.grad(loss(lambda q, k, c, s: [rotate_reference(t.float(), c, s, pairing) for t in (q, k)]),
+                              (qkv, a))
+    for f, r in zip(fast, ref):
+        torch.testing.assert_close(f.float(), r.float(), rtol=0, atol=2e-2 * r.abs().max().item())
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_inputs_untouched_and_outputs_fresh(grad):
     qkv = torch.randn(B, N, 3 * H * 8, requires_grad=grad)

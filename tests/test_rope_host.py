@@ -74,3 +74,24 @@ def test_checks_once_a_forward_still_refuse_a_bad_call():
     ndpe.apply_qk(q, k, pos)
     with pytest.raises(ValueError, match="tokens"):
         ndpe.apply_qk(q[:, :, :8], k[:, :, :8], pos)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rope_mixed_backward_within_twice_ropes(pairing):
+    """rope-mixed in training (``pe(grid)`` with learned frequencies, then ``apply_qk``): its backward beyond autograd's
+    own is at most twice rope's 4 kernels: the same inverse rotation of q's and k's gradients, then the angle's
+    gradient (2 ops on the stack) and the frequencies' (a sum over the batch and a bmm); no cos / sin gradients."""
+    mixed = ndpe.make(dims=2, kind="rope-mixed", dim=64, heads=2, pairing=pairing)
+
+    def backward_ops(rotate):
+        qkv, q, k = qk(requires_grad=True)
+        outs = ndpe.apply_qk(q, k, mixed((4, 4))) if rotate else (q, k)
+        mixed.freqs.grad = None  # as after zero_grad(): no accumulation into an earlier step's gradient
+        with OpTraffic() as bwd:
+            torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+        return bwd.ops
+    with rotary_kernel("eager"):
+        backward_ops(True)  # a first step (its one-time set-up is no cost of later ones)
+        ops = backward_ops(True)
+        assert mixed.freqs.grad is not None and mixed.freqs.grad.abs().sum() > 0
+        assert ops - backward_ops(False) <= 2 * 4

@@ -153,3 +153,65 @@ def test_fused_gradient_equals_autograd_of_the_formula(dims, batched, pairing):
 
     loss(rot(q), rot(k)).backward()
     torch.testing.assert_close(pe.freqs.grad, freqs.grad, rtol=2e-2, atol=2e-2 * freqs.grad.abs().max().item())
+
+
+def _qk(n, dtype, prefix=0, batch=3, heads=2, head_dim=24):
+    """q and k: views of one fused qkv leaf ``(batch, prefix + n, 3 * heads * head_dim)``, as a ViT's attention."""
+    qkv = torch.randn(batch, prefix + n, 3 * heads * head_dim, dtype=dtype, requires_grad=True)
+    q, k = qkv.unflatten(-1, (3, heads, head_dim)).permute(2, 0, 3, 1, 4)[:2]
+    return qkv, q, k
+
+
+@pytest.mark.parametrize("pairing,prefix,batched", [("half", 0, False), ("interleaved", 1, False), ("half", 2, True),
+                                                    ("interleaved", 0, True)])
+def test_fused_rotation_gradcheck(pairing, prefix, batched):
+    """The rotation by rope-mixed's tables (MixedRotary: q's, k's and the frequencies' gradients from one inverse
+    rotation) against finite differences in float64, prefix tokens and per-sample positions included."""
+    from ndpe.contract import pad_prefix
+    from ndpe.kernels.angles import MixedCosSin
+    torch.manual_seed(0)
+    freqs = torch.randn(2, 2, 3, dtype=torch.float64, requires_grad=True)
+    pos = torch.rand(*((2,) if batched else ()), 5, 2, dtype=torch.float64) * 4
+    q, k = (torch.randn(2, 2, prefix + 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+
+    def rotate(freqs, q, k):
+        rot = pad_prefix(ndpe.PosOut(rot=MixedCosSin.apply(pos, freqs), pairing=pairing), prefix)
+        out = ndpe.apply_qk(q, k, rot)
+        assert type(out[0].grad_fn).__name__ == "MixedRotaryBackward"
+        return out
+    assert torch.autograd.gradcheck(rotate, (freqs, q, k))
+
+
+@pytest.mark.parametrize("dims,pairing,dtype,batched,prefix", [
+    (2, "half", torch.bfloat16, False, 0), (2, "interleaved", torch.bfloat16, False, 1),
+    (3, "half", torch.float32, True, 0), (2, "interleaved", torch.float32, False, 2)])
+def test_fused_rotation_equals_the_tables_gradient(dims, pairing, dtype, batched, prefix):
+    """q and k rotated by ``pe(grid)`` in training take MixedRotary; by the same tables as plain tensors (cloned), the
+    general Rotary and MixedCosSin's backward (cos / sin gradients, then the angle's). The same outputs bit for bit,
+    the same q / k gradients bit for bit, the frequencies' gradient within float32's precision (bfloat16: within
+    its, the angle's gradient read from the bfloat16 inverse rotation)."""
+    pe = ndpe.make(dims=dims, kind="rope-mixed", dim=48, heads=2, pairing=pairing)
+    grid = (2, 3, 2)[:dims]
+    n = math.prod(grid)
+    positions = torch.rand(3, n, dims) * 8 if batched else None
+
+    def run(tables):
+        torch.manual_seed(0)
+        qkv, q, k = _qk(n, dtype, prefix)
+        weight = torch.randn(prefix + n, prefix + n)
+        pos = pe(grid, positions=positions, num_prefix=prefix)
+        if tables:
+            pos = ndpe.PosOut(rot=tuple(t.clone() for t in pos.rot), pairing=pairing, num_prefix=prefix)
+        rq, rk = ndpe.apply_qk(q, k, pos)
+        pe.freqs.grad = None
+        ((rq.float() @ rk.float().mT) * weight).sum().backward()
+        return type(rq.grad_fn).__name__, rq, rk, qkv.grad, pe.freqs.grad
+
+    fused, plain = run(False), run(True)
+    assert (fused[0], plain[0]) == ("MixedRotaryBackward", "RotaryBackward")
+    for a, b in zip(fused[1:4], plain[1:4]):
+        assert torch.equal(a.detach().view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                           b.detach().view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
+    scale = plain[4].abs().max().item()
+    tol = (1e-2 if dtype == torch.bfloat16 else 1e-5) * scale
+    torch.testing.assert_close(fused[4], plain[4], rtol=0, atol=tol)

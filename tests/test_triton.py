@@ -301,3 +301,25 @@ def test_on_cuda_matches_eager(monkeypatch, dtype, pairing):
         bound = 2 * torch.finfo(dtype).eps * q.double().abs().max()
         assert (q_t.double() - ref).abs().max() <= bound
         torch.testing.assert_close(g_t.float(), g_e.float(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rope_mixed_training_through_the_kernel(pairing):
+    """rope-mixed's learned rotation on the Triton kernel (its frequencies' gradient from the kernel's inverse
+    rotation): the outputs and every gradient of the eager path, float32, a cls token in front."""
+    import ndpe
+    from ndpe.functional import rotary_kernel
+    pe = ndpe.make(dims=2, kind="rope-mixed", dim=48, heads=2, pairing=pairing)
+    qkv = randn(3, 1 + 12, 3 * 48).requires_grad_()
+    weight = randn(13, 13, seed=2)
+
+    def run(kernel):
+        q, k = rearrange(qkv, "b t (three h d) -> three b h t d", three=3, h=2)[:2]
+        with rotary_kernel(kernel):
+            rq, rk = ndpe.apply_qk(q, k, pe((3, 4), num_prefix=1))
+        assert type(rq.grad_fn).__name__ == "MixedRotaryBackward"
+        grads = torch.autograd.grad(((rq @ rk.mT) * weight).sum(), (qkv, pe.freqs))
+        return (rq, rk, *grads)
+
+    for fused, plain in zip(run("triton"), run("eager")):
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5 * plain.abs().max().item())

@@ -28,10 +28,7 @@ class Rotary(torch.autograd.Function):
         ctx.tables = tables = eager.prepare(cos, sin, torch.float32 if fused else xs[0].dtype, pairing)
         if any(ctx.needs_input_grad[:2]):
             ctx.save_for_backward(*xs)
-        if fused:
-            from . import triton  # lazily: it imports the triton package
-            return triton.rotary(xs, tables.cos, tables.sin, pairing)
-        return eager.rotate_many(xs, tables)
+        return rotate_forward(xs, tables, fused)
 
     @staticmethod
     @once_differentiable
@@ -68,12 +65,20 @@ class Rotary(torch.autograd.Function):
         return (gcos, gsin, None, None, *gxs)
 
 
+def rotate_forward(xs: tuple[Tensor, ...], tables: eager.Tables, fused: bool) -> tuple[Tensor, ...]:
+    """``xs`` rotated by prepared ``tables``: by the Triton kernel (``fused``) or the eager one."""
+    if fused:
+        from . import triton  # lazily: it imports the triton package
+        return triton.rotary(xs, tables.cos, tables.sin, tables.pairing)
+    return eager.rotate_many(xs, tables)
+
+
 def table_grads(groups: list[tuple[Tensor, Tensor]], shape: torch.Size, half: int, pairing: str,
                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """d/dcos and d/dsin ``shape`` of the rotation of each ``x`` of ``(gradient, x)`` (q and k, or their stacks):
     ``gsin + i gcos`` is the sum of ``(g2 + i g1)(x1 + i x2)`` over the pairs, accumulated in at least float32
     (for stacked q and k: a cast, two ``complex``, a product and a sum)."""
-    acc = torch.promote_types(dtype, torch.float32)
+    acc = acc_dtype(dtype)
     rot, total = 2 * half, None
     for g, x in groups:
         g1, g2 = eager.pairs(g[..., :rot].to(acc), half, pairing)
@@ -87,5 +92,11 @@ def table_grads(groups: list[tuple[Tensor, Tensor]], shape: torch.Size, half: in
 def stacked(ts) -> Tensor:
     """The tensors stacked on a new first axis, in at least float32 (one op: the cast happens in the copy)."""
     ts = list(ts)
-    out = ts[0].new_empty((len(ts), *ts[0].shape), dtype=torch.promote_types(ts[0].dtype, torch.float32))
+    out = ts[0].new_empty((len(ts), *ts[0].shape), dtype=acc_dtype(ts[0].dtype))
     return torch.stack(ts, out=out)
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums over a floating ``dtype`` run in: at least float32 (no ``torch.promote_types``: under a
+    dispatch mode that is an ATen call of its own)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32

@@ -189,7 +189,8 @@ def rotate_with(x: Tensor, tables: Tables, inverse: bool = False, dtype: torch.d
     else:
         out = empty_in_memory_order(x, dtype)
     xw, ow = (x, out) if width == head_dim else (x[..., :width], out[..., :width])
-    if pairing == "interleaved" and x.dtype in (torch.float32, torch.float64) and complex_view_ok(xw):
+    if pairing == "interleaved" and x.dtype in (torch.float32, torch.float64) and cos.dtype in (
+            torch.float32, torch.float64) and complex_view_ok(xw):  # float32 gradients of bfloat16 tables: no complex
         # (x[2i] + i x[2i+1]) * (cos + i sin): a single pass over x
         torch.mul(torch.view_as_complex(xw.unflatten(-1, (width // 2, 2))), tables.cis(width, inverse),
                   out=torch.view_as_complex(ow.unflatten(-1, (width // 2, 2))))

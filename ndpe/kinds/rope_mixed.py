@@ -18,7 +18,9 @@ coordinates follow ``rope`` (``ndpe.kinds.rope``); the paper/timm pair channels 
 errors grow as ``|angle| * 6e-8``, below 1e-4 rad for coordinates up to ~1000.
 
 Output ``rot = (cos, sin)`` of shape ``(heads, N, rot_dim / 2)``, or ``(B, heads, N, rot_dim / 2)``
-for batched positions; never cached (learned).
+for batched positions; never cached (learned). In training, ``apply_qk`` recognises these tables
+(``ndpe.kernels.angles``) and takes the frequencies' gradient from the inverse rotation of q's and k's
+gradients: 4 backward kernels besides rope's 4, no cos / sin gradients (those tables get none of their own there).
 
 >>> import ndpe
 >>> pe = ndpe.make(dims=2, kind="rope-mixed", dim=96, heads=3)
@@ -28,14 +30,14 @@ torch.Size([3, 24, 16])
 from __future__ import annotations
 
 import math
-from typing import Sequence, cast
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from ..base import Encoding
 from ..contract import PosOut
+from ..kernels.angles import MixedCosSin, mixed_angle
 from ..coords import FLOAT32_MAX
 from ..registry import register
 from ..scaling import axial_inv_freq
@@ -115,32 +117,3 @@ class RoPEMixed(Encoding):
             angle = mixed_angle(pos, freqs)
             return PosOut(rot=(angle.cos(), angle.sin()), pairing=self.pairing)
         return PosOut(rot=MixedCosSin.apply(pos, freqs), pairing=self.pairing)
-
-
-def mixed_angle(pos: Tensor, freqs: Tensor) -> Tensor:
-    """``angle[..., h, n, j] = sum_a pos[..., n, a] * freqs[h, a, j]`` ``(..., H, N, rot/2)``, summed elementwise in
-    float32 (a matmul may run in TF32 on a GPU: 1e-3 relative on the angles)."""
-    return cast(Tensor, sum(pos[..., None, :, a, None] * freqs[:, None, a, :] for a in range(pos.shape[-1])))
-
-
-class MixedCosSin(torch.autograd.Function):
-    """``cos`` and ``sin`` of :func:`mixed_angle` with the frequencies' gradient in two ops: the angle's,
-    ``gsin cos - gcos sin`` (one ``addcmul`` on a product), then its contraction with the positions (one matmul)."""
-
-    @staticmethod
-    def forward(ctx, pos, freqs):
-        angle = mixed_angle(pos, freqs)
-        cos, sin = angle.cos(), angle.sin()
-        ctx.save_for_backward(pos, cos, sin)
-        return cos, sin
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, gcos, gsin):
-        pos, cos, sin = ctx.saved_tensors
-        grad = torch.addcmul(gsin * cos if gsin is not None else torch.zeros_like(cos), gcos, sin, value=-1) \
-            if gcos is not None else gsin * cos  # d angle
-        # d freqs[h, a, j] = sum over samples and tokens n of pos[..., n, a] * d angle[..., h, n, j]
-        if pos.dim() == 2:  # one bmm over the heads (pos broadcast, not copied)
-            return None, torch.bmm(pos.mT.expand(grad.shape[0], -1, -1), grad)
-        return None, torch.einsum("...na,...hnj->haj", pos, grad)
