@@ -23,6 +23,7 @@ from .bench_config import BenchConfig
 from .cells import fingerprint, settings_fields
 from .config import ConfigError
 from .curves import CURVES
+from .protocol import TASKS
 from .results import Row, read_rows, write_rows
 
 FINGERPRINTS = "fingerprints.json"
@@ -69,7 +70,7 @@ def changed_tasks(cfg: BenchConfig, run_dir: Path) -> list[str]:
         path = Path(run_dir) / "fingerprint.txt"
         same = not path.exists() or path.read_text().strip() == fingerprint(cfg)
         return [] if same else [t for t in cfg.tasks if t in with_rows]
-    return [t for t in cfg.tasks if t in with_rows and hashes.get(t, task_fingerprint(cfg, t)) != task_fingerprint(cfg, t)]
+    return [t for t in cfg.tasks if t in with_rows and hashes.get(t) != task_fingerprint(cfg, t)]  # no hash: unknown
 
 
 def check_settings(cfg: BenchConfig, run_dir: Path) -> None:
@@ -82,9 +83,12 @@ def check_settings(cfg: BenchConfig, run_dir: Path) -> None:
 
 
 def record_settings(cfg: BenchConfig, run_dir: Path) -> None:
-    """Write the whole preset's hash (fingerprint.txt) and each of its tasks' (fingerprints.json, others kept)."""
-    hashes = stored(run_dir) or {}
-    hashes.update({t: task_fingerprint(cfg, t) for t in cfg.tasks})
+    """Write the whole preset's hash (fingerprint.txt) and each of its tasks' (fingerprints.json, others kept). A
+    directory that had only the whole hash (checked equal before this) gets every known task's: the whole hash
+    covered all of them, whatever the selection."""
+    hashes = stored(run_dir)
+    tasks = cfg.tasks if hashes is not None else sorted(TASKS)
+    hashes = {**(hashes or {}), **{t: task_fingerprint(cfg, t) for t in tasks}}
     _write(Path(run_dir) / FINGERPRINTS, json.dumps(hashes, indent=1, sort_keys=True) + "\n")
     (Path(run_dir) / "fingerprint.txt").write_text(fingerprint(cfg) + "\n")
 
