@@ -49,7 +49,7 @@ def explorer_page(tmp_path_factory):
 
 
 # The every-kind tests that cost the most per kind (torch.compile, torch.export, eager flex, drawing with matplotlib:
-# 0.1-3 s a kind each) run in the quick tier (the default) for these kinds only, one for each way a kind acts
+# 0.1-2 s a kind each) run in the quick tier (the default) for these kinds only, one for each way a kind acts
 # (``catalog.acts_by``; tests/test_tiers.py keeps it so); for every other kind they carry the ``kinds_full`` marker, a
 # tier of their own that CI runs (``-m "not slow"``), so a new kind adds none of them to the quick tier.
 QUICK_KINDS = ("none", "sinusoidal", "coord", "alibi", "erpe", "rope", "xpos", "cope", "complex", "gta")

@@ -6,7 +6,7 @@ kinds, which declare nothing beyond ``encode`` (so they refuse ``past=`` in one 
 positions are checked finite after the fact). docs/reference.md's kinds table is regenerated with ``ndpe kinds --markdown``,
 as the guide says to after adding a kind. Then, in the copy, ``ndpe kinds`` lists them, the whole suite collects, and
 every test file that runs every registered kind (the contract, finiteness, decoding, flex, memory, the models, ...)
-passes on them; the slow test runs the whole default suite there.
+passes on them; the slow test runs the suite CI runs there.
 """
 from __future__ import annotations
 
