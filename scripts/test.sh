@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up if needed, then run the default test suite (slow tests excluded; `bash scripts/test.sh -m slow` runs them).
+# Set up if needed, then run the quick tier, the default (`-m kinds_full`: the costliest every-kind checks for the
+# other kinds; `-m "not slow"`: both, as CI; `-m slow`: the slow tests; README "Tests").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

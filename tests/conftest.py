@@ -48,21 +48,39 @@ def explorer_page(tmp_path_factory):
     return out / "index.html"
 
 
+# The every-kind tests that cost the most per kind (torch.compile, torch.export, eager flex, drawing with matplotlib:
+# 0.1-2 s a kind each) run in the quick tier (the default) for these kinds only, one for each way a kind acts
+# (``catalog.acts_by``; tests/test_tiers.py keeps it so); for every other kind they carry the ``kinds_full`` marker, a
+# tier of their own that CI runs (``-m "not slow"``), so a new kind adds none of them to the quick tier.
+QUICK_KINDS = ("none", "sinusoidal", "coord", "alibi", "erpe", "rope", "xpos", "cope", "complex", "gta")
+every_dims = lambda kind, dims: True  # noqa: E731
+largest = lambda kind, dims: dims == max(ndpe.available()[kind])  # noqa: E731
+two_d = lambda kind, dims: dims == (2 if 2 in ndpe.available()[kind] else max(ndpe.available()[kind]))  # noqa: E731
+# test name -> the dims of each kind it runs at outside the slow tier (the others: slow)
+PER_KIND_COST = {"test_compile_fullgraph_changing_grids": largest,
+                 "test_every_registered_kind_draws_from_the_command_line": largest,
+                 "test_every_registered_kind_draws_through_draw": two_d,
+                 "test_torch_export": every_dims,
+                 "test_every_score_kind_flex_equals_materialized": every_dims,
+                 "test_packed_flex_equals_sdpa_for_every_kind": every_dims,  # its other dims are marked slow there
+                 "test_flex_attention_equals_sdpa_or_refuses_for_every_kind": every_dims}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Three matrices over every kind and dims run one dims per kind in the default run, their other dims in the
-    slow one (``-m slow``): ``torch.compile`` (about 3 s a compile) and ``ndpe viz`` from the command line at each
-    kind's largest dims, ``ndpe.viz.draw`` at 2D where the kind has it (so the default run draws 1D, 2D and 3D)."""
-    largest = lambda kind, dims: dims == max(ndpe.available()[kind])  # noqa: E731
-    two_d = lambda kind, dims: dims == (2 if 2 in ndpe.available()[kind] else max(ndpe.available()[kind]))  # noqa: E731
-    default = {"test_compile_fullgraph_changing_grids": largest,
-               "test_every_registered_kind_draws_from_the_command_line": largest,
-               "test_every_registered_kind_draws_through_draw": two_d}
+    """The tests of ``PER_KIND_COST`` split by kind and dims: the slow tier (``-m slow``) takes the dims a test leaves
+    out (``torch.compile`` and ``ndpe viz`` from the command line run at each kind's largest dims, ``ndpe.viz.draw``
+    at 2D where the kind has it), the ``kinds_full`` tier the kinds outside ``QUICK_KINDS``, the quick tier the rest."""
     for item in items:
         spec = getattr(item, "callspec", None)
-        keep = default.get(getattr(item, "originalname", None) or "")
-        if keep is not None and spec is not None and not keep(spec.params["kind"], spec.params["dims"]):
+        keep = PER_KIND_COST.get(getattr(item, "originalname", None) or "")
+        if keep is None or spec is None:
+            continue
+        kind, dims = spec.params["kind"], spec.params["dims"]
+        if not keep(kind, dims):
             item.add_marker(pytest.mark.slow)
+        elif kind not in QUICK_KINDS and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.kinds_full)
 
 
 def raises_one_line(name: str, thunk, exc: type[BaseException], fragment: str) -> None:
