@@ -34,6 +34,11 @@ class Rotary(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):
         tables, need_tables = ctx.tables, any(ctx.needs_input_grad[:2])
+        if not (need_tables or ctx.fused) and all(g is not None for g in grads) and all(ctx.needs_input_grad[4:]):
+            # the common case (fixed tables, every input needing its gradient): the inverse rotation alone
+            rotated = eager.rotate_many(grads, tables, inverse=True, stack=True, views=True)
+            return (None, None, None, None, *(r if r.shape == shape else r.sum_to_size(shape)
+                                              for r, shape in zip(rotated, ctx.shapes)))
         todo = [i for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[4:])) if g is not None and need]
         gxs: list[Tensor | None] = [None] * len(grads)
         # q's and k's gradients stacked once, in float32, when the tables need them too: the rotation reads the stack
