@@ -21,6 +21,7 @@ from .coords import COORD_MODES, check_finite_output, check_grid_shape, check_po
 from .decoding import decode
 from .memory import bias_budget, check_bias_size, check_memory, set_bias_budget  # noqa: F401  (re-exported)
 from .packing import check_mask_memory, pack
+from .tables import Table, options_of
 
 _E = TypeVar("_E", bound="Encoding")
 
@@ -73,6 +74,7 @@ class Encoding(nn.Module):
     coordinate_based: ClassVar[bool] = True
     integer_positions: ClassVar[bool] = False
     repr_attributes: ClassVar[dict[str, str]] = {"coords": "coords_mode"}  # option -> attribute holding its value
+    option_tables: ClassVar[tuple[Table, ...]] = ()  # tables whose entries' options it takes as **options (rope)
     _anchor: Tensor
     _init_kwargs: dict[str, Any]
 
@@ -126,6 +128,16 @@ class Encoding(nn.Module):
         if cls.causal_only or name is None:
             return cls.causal_only
         return bool(options.get(name, inspect.signature(cls.__init__).parameters[name].default))
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """Every keyword option with its default (``inspect.Parameter.empty``: required): those of ``__init__``'s
+        signature, then, where it takes ``**options``, those its :attr:`option_tables` declare."""
+        params = inspect.signature(cls.__init__).parameters.values()
+        own = {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return own
+        return {**own, **{n: d for n, d in options_of(*cls.option_tables).items() if n not in own}}
 
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
@@ -346,18 +358,18 @@ class Encoding(nn.Module):
     def extra_repr(self) -> str:
         """``dims, dim, heads`` and every option that was passed or holds a value other than its default.
 
-        Derived from the kind's signature, so no option can be left out of the repr: an option shows the
+        Derived from the kind's options (:meth:`option_defaults`), so no option can be left out of the repr: an option shows the
         attribute of its name (or of :attr:`repr_attributes`), which holds the value as the kind
         resolved it (e.g. per-axis tuples), else the value passed.
         """
         parts = [f"dims={self.dims}", f"dim={self.dim}", f"heads={self.heads}"]
         passed = self._init_kwargs
-        for name, param in inspect.signature(type(self).__init__).parameters.items():
-            if name in ("self", "dims", "dim", "heads") or param.kind is not param.KEYWORD_ONLY:
+        for name, default in self.option_defaults().items():
+            if name in ("dims", "dim", "heads"):
                 continue
             held = getattr(self, self.repr_attributes.get(name, name), None)
-            value = passed.get(name, param.default) if held is None or isinstance(held, Tensor) else held
-            if value is None or (name not in passed and _equal(value, param.default)):
+            value = passed.get(name, default) if held is None or isinstance(held, Tensor) else held
+            if value is None or (name not in passed and _equal(value, default)):
                 continue
             parts.append(f"{name}={value!r}")
         return ", ".join(parts)

@@ -94,7 +94,7 @@ from ..frequencies import FREQUENCIES, axial_inv_freq, resolve_scheme
 from ..registry import register
 from ..scaling import SCALINGS
 from ..scaling_config import RopeScaling, rope_scaling
-from ..tables import equal, with_options
+from ..tables import check_known, equal
 
 
 def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None) -> tuple[int, ...]:
@@ -138,9 +138,8 @@ class RoPE(Encoding):
                 ``int(proportion * d_a // 2)`` frequencies of each axis keep their value, the slower ones are 0, so
                 their channels carry no position (default 1: all rotate).
             the scheme's own options, as its table entry declares them: ``"pixel"`` ``max_res`` (timm
-                ``in_pixels=True, max_res=``, for ``coords="pixel"``) and ``linear_bands`` (timm ``linear_bands=True``,
-                rotary-embedding-torch ``freqs_for="pixel"``); ``"periods"`` ``min_period`` and ``max_period`` (both or
-                neither: periods log-spaced between them on every axis).
+                ``in_pixels=True, max_res=``, for ``coords="pixel"``) and ``linear_bands`` (timm ``linear_bands=True``);
+                ``"periods"`` ``min_period`` and ``max_period`` (both or neither: periods log-spaced between them).
         Channels:
             axis_dims: rotary channels per axis (even, sum <= head_dim); default equal even shares.
             mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
@@ -169,8 +168,8 @@ class RoPE(Encoding):
     colour, marker = "#d62728", "o"
 
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
+    option_tables = (FREQUENCIES, SCALINGS)  # the schemes' and the scaling types' options, taken as **options
 
-    @with_options(FREQUENCIES, SCALINGS)  # the schemes' and the scaling types' options join the signature
     def __init__(self, *, dims: int, dim: int, heads: int = 1,
                  # frequency scheme (its own options come in **options)
                  freqs: str | None = None, theta: float | Sequence[float] = 10000.0, periods: bool = False,
@@ -184,6 +183,7 @@ class RoPE(Encoding):
                  # scaling (the type's own options come in **options)
                  scaling: str | RopeScaling | None = None, scale: float | Sequence[float] | None = None,
                  train_shape: int | Sequence[int] | None = None, **options: Any):
+        check_known(f"{type(self).__qualname__}.__init__()", options, self.option_defaults())
         super().__init__(dims=dims, dim=dim, heads=heads)
         if check_bool(periods, "periods") and freqs not in (None, "periods"):
             raise ValueError(f"periods=True is freqs='periods', got freqs={freqs!r}: pass one of them")
