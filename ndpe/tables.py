@@ -42,10 +42,11 @@ E = TypeVar("E", bound=Formula)
 
 
 class Table(Generic[E]):
-    """Entries by name; ``what`` is the option that picks one (``"scaling"``, ``"freqs"``), used in errors."""
+    """Entries by name; ``what`` is the option that picks one (``"scaling"``, ``"freqs"``) and ``entries`` what they
+    are (``"frequency schemes"``), both used in errors."""
 
-    def __init__(self, what: str):
-        self.what = what
+    def __init__(self, what: str, entries: str = "entries"):
+        self.what, self.entries = what, entries
         self._entries: dict[str, E] = {}
         self._defaults: dict[str, Any] = {}  # every entry's options (None where required), kept with the entries
 
@@ -107,6 +108,18 @@ class Table(Generic[E]):
         """The error for ``option`` set with ``what=name``, which does not read it."""
         owners = " or ".join(map(repr, self.owners(option)))
         return ValueError(f"{option} is used by {self.what}={owners} only, not by {self.what}={name!r}")
+
+    def pick(self, name: str | None, options: dict[str, Any], default: str) -> str:
+        """``name``, or else the one entry whose options ``options`` sets away from their defaults, else ``default``;
+        options of two entries refuse in one line."""
+        if name is not None:
+            return name
+        given = self.given(options)
+        owners = list(dict.fromkeys(o for n in given for o in self.owners(n)))
+        if len(owners) > 1:
+            raise ValueError(f"{', '.join(given)} set options of {len(owners)} {self.entries} "
+                             f"({', '.join(map(repr, owners))}): pass one of them, or {self.what}= to pick it")
+        return owners[0] if owners else default
 
     def resolve(self, name: str, options: dict[str, Any]) -> dict[str, Any]:
         """Entry ``name``'s options, every one, from ``options``: another entry's option set away from its default
