@@ -183,7 +183,8 @@ class RoPE(Encoding):
         self.register_buffer("order", order.clone(), persistent=False)
         self.theta = per_axis(theta, dims, "theta", low=1.0, inclusive=False)
         if layout.shared_series and len(set(self.theta)) > 1:
-            raise ValueError(f"{layout.summary} uses one frequency series: theta must be one number, got {theta!r}")
+            raise ValueError(f"channels={self.channel_layout!r} ({layout.summary}) shares one frequency series between "
+                             f"axes: theta must be one number, got {theta!r}")
         check_pairing(pairing)
         self.coords_mode, self.pairing = coords, pairing
         self.rope_scaling = self._scaling_per_axis(rope_scaling(scaling, scale, train_shape, **scaling_options))
