@@ -8,7 +8,6 @@ encodings per ``(grid_shape, num_prefix, device, dtype)``.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence, TypeVar, cast
 
@@ -19,8 +18,10 @@ from .cache import TensorCache
 from .checks import check_choice, check_dims, check_float_dtype, check_heads, check_int
 from .contract import PosOut, pad_prefix, tensors  # noqa: F401  (pad_prefix re-exported)
 from .coords import COORD_MODES, check_finite_output, check_grid_shape, check_positions, grid_coords, num_grid_tokens
-from .memory import bias_budget, check_memory, coords_bytes, set_bias_budget  # noqa: F401  (re-exported)
+from .decoding import decode
+from .memory import bias_budget, check_bias_size, check_memory, set_bias_budget  # noqa: F401  (re-exported)
 from .packing import check_mask_memory, pack
+from .tables import Table, options_of
 
 _E = TypeVar("_E", bound="Encoding")
 
@@ -73,6 +74,7 @@ class Encoding(nn.Module):
     coordinate_based: ClassVar[bool] = True
     integer_positions: ClassVar[bool] = False
     repr_attributes: ClassVar[dict[str, str]] = {"coords": "coords_mode"}  # option -> attribute holding its value
+    option_tables: ClassVar[tuple[Table, ...]] = ()  # tables whose entries' options it takes as **options (rope)
     _anchor: Tensor
     _init_kwargs: dict[str, Any]
 
@@ -126,6 +128,16 @@ class Encoding(nn.Module):
         if cls.causal_only or name is None:
             return cls.causal_only
         return bool(options.get(name, inspect.signature(cls.__init__).parameters[name].default))
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """Every keyword option with its default (``inspect.Parameter.empty``: required): those of ``__init__``'s
+        signature, then, where it takes ``**options``, those its :attr:`option_tables` declare."""
+        params = inspect.signature(cls.__init__).parameters.values()
+        own = {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return own
+        return {**own, **{n: d for n, d in options_of(*cls.option_tables).items() if n not in own}}
 
     @classmethod
     def example_options(cls, dims: int) -> dict[str, Any]:
@@ -231,7 +243,7 @@ class Encoding(nn.Module):
         ``positions``); the arguments are described in the class docstring ("Args of ``forward``")."""
         grid_shape = self.check_call(grid_shape, positions, num_prefix, dtype, past)
         if past:
-            return self._decode(cast(tuple, grid_shape), positions, num_prefix, dtype, past)
+            return decode(self, cast(tuple, grid_shape), positions, num_prefix, dtype, past)
         augmenting, explicit = self.augment is not None and self.training, positions is not None
         key = None
         if positions is None and not augmenting and self._cacheable():
@@ -240,13 +252,13 @@ class Encoding(nn.Module):
             if hit is not None:
                 return hit
         if positions is None:  # the bias (the larger) and the coordinates are checked from the shape first
-            self._check_bias_size(None, num_grid_tokens(cast(Sequence[int], grid_shape)), grid_shape, num_prefix)
+            check_bias_size(self, None, num_grid_tokens(cast(Sequence[int], grid_shape)), grid_shape, num_prefix)
             positions = self.coords(cast(Sequence[int], grid_shape))
         else:
             positions = self.explicit_positions(positions, grid_shape, dtype)
         if augmenting:
             positions = cast(nn.Module, self.augment)(positions, grid_shape)
-        self._check_bias_size(positions.shape[0] if positions.ndim == 3 else None, positions.shape[-2], grid_shape,
+        check_bias_size(self, positions.shape[0] if positions.ndim == 3 else None, positions.shape[-2], grid_shape,
                               num_prefix)
         self.check_range(positions, dtype or torch.float32)
         out = pad_prefix(self.encode(positions, grid_shape), num_prefix)
@@ -299,38 +311,6 @@ class Encoding(nn.Module):
         out = pack(outs, sizes, device=self.device)
         return out if dtype is None else out.to(dtype)
 
-    def _decode(self, grid_shape: tuple[int, ...] | None, positions: Tensor | None, num_prefix: int,
-                dtype: torch.dtype | None, past: int) -> PosOut:
-        """``pe((n,), past=p)``: n new queries at positions p .. p + n - 1 against the p + n cached keys."""
-        if self.dims != 1:
-            raise ValueError(f"past= (KV-cache decoding) needs a token order, dims=1; got dims={self.dims}")
-        if grid_shape is None or positions is not None:
-            raise ValueError("past= takes grid_shape=(n,) for the n new tokens and no explicit positions")
-        if self.augment is not None and self.training:
-            raise ValueError("past= (KV-cache decoding) is for inference: call pe.eval() to turn position augmentation off")
-        if self.coords_mode != "index":
-            raise ValueError(f"past= (KV-cache decoding) needs coords='index': {self.coords_mode!r} coordinates are "
-                             "normalized by the sequence length, which grows with every decoded token")
-        n = grid_shape[0]
-        self._check_bias_size(None, n, (past + n,), num_prefix, num_keys=past + n)
-        if self.takes_key_positions:  # the keys' coordinates (past + n, 1), checked from the shape first
-            if not torch.compiler.is_compiling():
-                check_memory(coords_bytes((past + n,)), f"{self.kind} keys for decoding past={past} + {n} new "
-                             f"tokens ({past + n} float32 key coordinates)", "decode with a shorter past (a KV cache "
-                             "that long also holds past + n keys per layer)")
-            keys = grid_coords((past + n,), self.coords_mode, device=self.device)  # (past + n, 1)
-            self.check_range(keys, dtype or torch.float32)
-            out = self.encode(keys[past:], (past + n,), key_positions=keys)  # type: ignore[call-arg]
-        else:  # per-token fields: the n new positions past .. past + n - 1 only
-            new = torch.arange(past, past + n, device=self.device).to(torch.float32)[:, None]
-            self.check_range(new, dtype or torch.float32)
-            out = self.encode(new, (past + n,))
-            if out.bias is not None or out.logits is not None:
-                raise ValueError(f"kind {self.kind!r} pairs queries with keys but does not declare takes_key_positions "
-                                "= True (encode taking key_positions=), so it cannot decode with a KV cache")
-        out = dataclasses.replace(pad_prefix(out, 0, k_prefix=num_prefix), past=num_prefix + past)
-        return out if dtype is None else out.to(dtype)
-
     def position_limit(self, dtype: torch.dtype = torch.float32) -> tuple[float, str] | None:
         """The largest ``|coordinate|`` explicit ``positions=`` may hold for an output in ``dtype``, and why (the
         error's clause), checked with their finiteness (:func:`ndpe.coords.check_positions`); None: any. A kind
@@ -361,28 +341,6 @@ class Encoding(nn.Module):
         padded = self.heads * rows * (keys + num_prefix) if num_prefix else 0
         return 4 * batch * (words * num_queries * keys + padded)
 
-    def _check_bias_size(self, batch: int | None, num_queries: int, grid_shape, num_prefix: int,
-                         num_keys: int | None = None) -> None:
-        """Refuse a bias over the memory budget from its shape, before it is built: ``batch`` positions (None:
-        unbatched) of ``num_queries`` tokens; ``num_keys``: decoding (the queries are the new tokens)."""
-        if torch.compiler.is_compiling():
-            return
-        need = self.bias_bytes(batch or 1, num_queries, num_prefix, num_keys)
-        if need is None:
-            return
-        check_memory(need, lambda: self._bias_text(batch, num_queries, grid_shape, num_prefix, num_keys),
-                     "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md)",
-                     detail="with intermediates")
-
-    def _bias_text(self, batch: int | None, num_queries: int, grid_shape, num_prefix: int,
-                   num_keys: int | None) -> str:
-        """What a refused bias is, for the message of :meth:`_check_bias_size`."""
-        rows = num_queries + (num_prefix if num_keys is None else 0)
-        cols = (num_queries if num_keys is None else num_keys) + num_prefix
-        where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{num_queries} positions"
-        shape = (self.heads, rows, cols) if batch is None else (batch, self.heads, rows, cols)
-        return f"{self.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor"
-
     def _cacheable(self) -> bool:
         # inference-mode tensors cannot be saved for a later backward: never cache them (nor serve them)
         if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
@@ -400,18 +358,18 @@ class Encoding(nn.Module):
     def extra_repr(self) -> str:
         """``dims, dim, heads`` and every option that was passed or holds a value other than its default.
 
-        Derived from the kind's signature, so no option can be left out of the repr: an option shows the
+        Derived from the kind's options (:meth:`option_defaults`), so no option can be left out of the repr: an option shows the
         attribute of its name (or of :attr:`repr_attributes`), which holds the value as the kind
         resolved it (e.g. per-axis tuples), else the value passed.
         """
         parts = [f"dims={self.dims}", f"dim={self.dim}", f"heads={self.heads}"]
         passed = self._init_kwargs
-        for name, param in inspect.signature(type(self).__init__).parameters.items():
-            if name in ("self", "dims", "dim", "heads") or param.kind is not param.KEYWORD_ONLY:
+        for name, default in self.option_defaults().items():
+            if name in ("dims", "dim", "heads"):
                 continue
             held = getattr(self, self.repr_attributes.get(name, name), None)
-            value = passed.get(name, param.default) if held is None or isinstance(held, Tensor) else held
-            if value is None or (name not in passed and _equal(value, param.default)):
+            value = passed.get(name, default) if held is None or isinstance(held, Tensor) else held
+            if value is None or (name not in passed and _equal(value, default)):
                 continue
             parts.append(f"{name}={value!r}")
         return ", ".join(parts)

@@ -170,7 +170,7 @@ def _options(kind: str) -> int:
     print(f"{kind} (dims {', '.join(map(str, available()[kind]))}): "
           f"ndpe.make(dims=..., kind={kind!r}, dim=..., heads=1, <options>)")
     for name, default in options(kind).items():
-        note = params[name].annotation
+        note = params[name].annotation if name in params else None  # a table's option (Encoding.option_defaults)
         typed = f"{name}: {note}" if isinstance(note, str) else name
         print(f"  {typed}  (required)" if default is inspect.Parameter.empty else f"  {typed} = {default!r}")
     own = call_arguments(kind)

@@ -18,10 +18,9 @@ rotate differently from queries (xPos). The apply functions call them, so a mode
 Each field is declared once, in :class:`PosOut`'s body, by a :class:`~ndpe.fields.Field`; prefix padding
 (:func:`pad_prefix`), the dtype cast, the pytree, the cache's tensors (:func:`tensors`), :func:`merge` and, in
 :mod:`ndpe.packing`, :func:`~ndpe.packing.pack` and :func:`~ndpe.packing.stack` read those declarations. A
-``PosOut`` is checked when it is built; the apply functions check only how it meets their tensors.
-
-``apply_tokens`` and ``attn_bias`` live here; ``apply_qk`` lives in :mod:`ndpe.functional` beside the rotation
-kernels it dispatches to, so this module (a data type) imports no kernel.
+``PosOut`` is checked when it is built (each tensor by its ``Field.check``); the apply functions check only how it
+meets their tensors (:mod:`ndpe.layout`). ``apply_tokens`` and ``attn_bias`` live here; ``apply_qk`` lives in
+:mod:`ndpe.functional` beside the rotation kernels it dispatches to, so this module (a data type) imports no kernel.
 """
 from __future__ import annotations
 
@@ -30,28 +29,18 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .checks import check_float_dtype, check_float_tensor, check_int, check_pairing
-from .fields import Field, LogitsTerm, TokenTerm, acting, declare, declared, each, parts, specs, transform_frame
+from .fields import (Field, LogitsTerm, TokenTerm, acting, add_after_softmax, declare, declared, derive, each, parts,
+                     register_pytree, specs, transform_frame)
+from .layout import MAX_PREFIX_HINTED, check_leading, check_token_count, check_tokens  # noqa: F401  (re-exported)
 
 __all__ = ["Field", "LogitsTerm", "PosOut", "TokenTerm", "apply_tokens", "attn_bias", "merge", "pad_prefix",
            "take_tokens"]
 
 TOKENS, QK = ("batch",), ("batch", "heads")  # what leading dims broadcast to: tokens (B, T, C), q/k (B, heads, T, d)
 _CONTENT = "(content-dependent kinds): use one of them"
-
-
-def add_after_softmax(probs: Tensor, prob_bias: Tensor) -> Tensor:
-    """``probs + prob_bias``: the attention probabilities ``(B, heads, Tq, Tk)`` with an encoding's term added after the
-    softmax (eRPE, Foumani et al. 2023: ConvTran's ``attn = softmax(q.k) + relative_bias``); ``prob_bias``
-    ``(*, Tq, Tk)``, ``*`` broadcast to ``(B, heads)``. The act of ``PosOut.prob_bias`` (stage ``"probs"``)."""
-    if prob_bias.shape[-2:] != probs.shape[-2:]:
-        raise ValueError(f"tokens have length {probs.shape[-2]} (keys {probs.shape[-1]}) but the encoding's prob_bias "
-                         f"covers {tuple(prob_bias.shape[-2:])} (grid + prefix; with a KV cache build it with past=)")
-    check_leading(prob_bias.shape[:-2], probs, "prob_bias")
-    return probs + prob_bias.to(probs.dtype)
 
 
 @dataclass(frozen=True)
@@ -128,7 +117,7 @@ class PosOut:
     def __init_subclass__(cls, **kwargs: Any) -> None:  # a PosOut with more fields: its declarations, its pytree
         super().__init_subclass__(**kwargs)
         declared(cls, specs(cls.__mro__[1]))
-        _register_pytree(cls, f"{cls.__module__}.{cls.__qualname__}")
+        register_pytree(cls, f"{cls.__module__}.{cls.__qualname__}")
 
     def __post_init__(self) -> None:
         check_pairing(self.pairing)
@@ -138,7 +127,7 @@ class PosOut:
         for name, spec, _ in specs(type(self)):
             value = getattr(self, name)
             if value is not None and spec.is_tensor:
-                _check_value(name, spec, value)
+                spec.check(name, value)
                 if spec.role != "whole" and not spec.keys:
                     n = parts(value)[0].shape[-2]
                     if count is not None and n != count:
@@ -172,36 +161,9 @@ class PosOut:
                                    for name, spec, value in _items(self)})
 
 
-def _check_value(name: str, spec: Field, value: Any) -> None:
-    """A tensor field's value: floating tensors (a tuple of them where its identity is one) of one token count."""
-    ids = spec.identity if isinstance(spec.identity, tuple) else None
-    ts = parts(value)
-    what = f"a tuple of {len(ids)} tensors" if ids else "a tensor"
-    if (isinstance(value, tuple) != bool(ids) or len(ts) != len(ids or (0,))
-            or not all(isinstance(t, Tensor) for t in ts)):
-        raise TypeError(f"PosOut.{name} must be {what}, got {type(value).__name__}")
-    rank = 1 if spec.role == "whole" else 2
-    for t in ts:
-        if not t.is_floating_point() or t.dim() < rank:
-            raise ValueError(f"PosOut.{name} must be floating with at least {rank} dims, got {t.dtype} "
-                             f"{tuple(t.shape)}")
-    if any(t.shape[-2:] != ts[0].shape[-2:] for t in ts[1:]):
-        raise ValueError(f"PosOut.{name}'s tensors must cover the same tokens and channels, got "
-                         f"{[tuple(t.shape) for t in ts]}")
-
-
 def _items(out: PosOut):
     """``(name, Field, value)`` of every field of ``out``."""
     return ((name, spec, getattr(out, name)) for name, spec, _ in specs(type(out)))
-
-
-def derive(cls: type[PosOut], values: dict[str, Any]) -> PosOut:
-    """A ``PosOut`` of class ``cls`` made from checked ones by an operation of ndpe (valid by construction, so not
-    checked again); fields left out of ``values`` take their defaults."""
-    out = object.__new__(cls)
-    for name, _, default in specs(cls):
-        object.__setattr__(out, name, values.get(name, default))
-    return out
 
 
 def tensors(out: PosOut) -> tuple[Tensor, ...]:
@@ -238,26 +200,8 @@ def token_count(out: PosOut) -> int | None:
                  if value is not None and spec.role in ("token", "pair") and not spec.keys), None)
 
 
-def _register_pytree(cls: type, serialized_name: str) -> None:
-    """Make ``cls`` a pytree node, so it crosses torch.compile / torch.export boundaries: the tensor fields are its
-    children, the rest (the functions of content-dependent kinds travel there, as code does) its context."""
-    def names(tensor: bool) -> list[str]:
-        return [name for name, spec, _ in specs(cls) if spec.is_tensor == tensor]
-
-    def flatten(out):
-        return [getattr(out, n) for n in names(True)], tuple(getattr(out, n) for n in names(False))
-
-    def unflatten(children, context) -> PosOut:
-        values = {n: tuple(v) if isinstance(v, list) else v for n, v in zip(names(True), children)}
-        return derive(cls, {**values, **dict(zip(names(False), context))})
-
-    pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=serialized_name,
-                                flatten_with_keys_fn=lambda o: ([(pytree.GetAttrKey(n), getattr(o, n))
-                                                                 for n in names(True)], flatten(o)[1]))
-
-
 declared(PosOut)
-_register_pytree(PosOut, "ndpe.PosOut")
+register_pytree(PosOut, "ndpe.PosOut")
 
 
 def pad_prefix(out: PosOut, num_prefix: int, k_prefix: int | None = None) -> PosOut:
@@ -382,10 +326,10 @@ def apply_tokens(x: Tensor, pos: PosOut | None) -> Tensor:
     if pos.tokens is not None:
         x = pos.tokens(x)
     if pos.add is not None:
-        _check_tokens(x, pos.add, "add", pos.num_prefix)
+        check_tokens(x, pos.add, "add", pos.num_prefix)
         x = x + pos.add.to(x.dtype)
     if pos.cat is not None:
-        _check_tokens(x, pos.cat, "cat", pos.num_prefix)
+        check_tokens(x, pos.cat, "cat", pos.num_prefix)
         cat = pos.cat.to(x.dtype).expand(*x.shape[:-1], pos.cat.shape[-1])
         x = torch.cat([x, cat], dim=-1)
     for name, act in acting(type(pos), "tokens"):  # fields declared with an act of their own
@@ -447,64 +391,9 @@ def attn_term(pos: PosOut | None, dtype: torch.dtype | None = None, *, q: Tensor
     return bias if dtype is None else bias.to(dtype)
 
 
-def check_leading(lead: tuple[int, ...], x: Tensor, field: str) -> None:
-    """Refuse an encoding field whose leading dims would broadcast ``x`` ``(B, heads, T, head_dim)`` to a larger
-    batch or more heads (per-sample positions of another batch size, another ``heads=``): the one heads check."""
-    have = tuple(x.shape[:-2])
-    lead = tuple(lead)
-    if len(have) == 2 and len(lead) >= 1 and lead[-1] not in (1, have[-1]):
-        raise ValueError(f"the encoding's {field} has {lead[-1]} heads but the attention has heads={have[-1]}; "
-                         f"build the encoding with heads={have[-1]}")
-    if len(lead) > len(have) or any(a != 1 and a != b for a, b in zip(reversed(lead), reversed(have))):
-        raise ValueError(f"the encoding's {field} has leading dims {lead} (batch, heads) but the attention's tensors "
-                         f"are {have} (batch, heads): per-sample positions of another batch size?")
-
-
 def check_pos(pos) -> None:
     """Refuse anything but a :class:`PosOut` where an apply function takes one."""
     if not isinstance(pos, PosOut):
         raise TypeError(f"pos must be an ndpe.PosOut (what pe(grid_shape) returns) or None, got {type(pos).__name__}")
 
 
-MAX_PREFIX_HINTED = 8  # more tokens than the encoding by up to this: prefix tokens (cls, registers) it was not told of
-
-
-def check_token_count(x: Tensor, covered: int, num_prefix: int, name: str, layout: tuple[str, ...],
-                      what: str = "") -> None:
-    """Refuse ``x``, laid out as ``layout`` (its axis names, tokens at -2), unless it has the ``covered`` tokens of an
-    encoding built with ``num_prefix``. The one-line error names the layout and the likely cause: the token axis
-    swapped with another (another axis holds ``covered``), or prefix tokens counted on one side only. ``what``: the
-    encoding's field ``x`` meets (``"add"``), if one.
-
-    >>> check_token_count(torch.zeros(2, 197, 6, 64), 197, 1, "q", ("B", "heads", "T", "head_dim"))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ValueError: q has 6 tokens but ... einops.rearrange(q, 'b t heads head_dim -> b heads t head_dim')
-    """
-    have = x.shape[-2]
-    if have == covered:
-        return
-    shape = tuple(x.shape)
-    says = (f"tokens have length {have} but the encoding's {what}" if what
-            else f"{name} has {have} tokens but the encoding")
-    text = (f"{says} covers {covered} ({covered - num_prefix} grid + {num_prefix} prefix); {name} must be "
-            f"({', '.join(layout)}), got {shape}")
-    swapped = [a for a in range(x.dim() - 2) if shape[a] == covered] if len(layout) == x.dim() else []
-    if swapped:
-        names = [n.lower() for n in layout]
-        given = list(names)
-        given[swapped[0]], given[-2] = names[-2], names[swapped[0]]
-        text += (f": its axis {swapped[0]} looks like the tokens: einops.rearrange({name}, '{' '.join(given)} -> "
-                 f"{' '.join(names)}')")
-    elif -num_prefix <= have - covered < 0:  # the prefix (cls, registers) counted by the encoding only
-        text += (f": the encoding counts {covered - have} prefix token(s) more than {name} has: put the cls / register "
-                 f"tokens first in {name}, or build the encoding with num_prefix={num_prefix + have - covered}")
-    elif 0 < have - covered <= MAX_PREFIX_HINTED:  # by the tokens only
-        text += (f": if {name}'s first {num_prefix + have - covered} tokens are cls / register tokens, build the "
-                 f"encoding with num_prefix={num_prefix + have - covered}")
-    raise ValueError(text)
-
-
-def _check_tokens(x: Tensor, t: Tensor, name: str, num_prefix: int) -> None:
-    check_token_count(x, t.shape[-2], num_prefix, "x", ("B", "T", "C"), name)
-    if name == "add" and x.shape[-1] != t.shape[-1]:
-        raise ValueError(f"tokens have {x.shape[-1]} channels but the encoding adds {t.shape[-1]}; build it with dim={x.shape[-1]}")

@@ -22,14 +22,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from einops import rearrange
 from torch import Tensor
 
 from .checks import check_float_tensor
+from .layout import check_leading
+
+_T = TypeVar("_T")
 
 ROLES = ("token", "pair", "whole", "term", "meta")
 STAGES = ("tokens", "qk", "probs", "qkvo")  # where a field with an act of its own acts (Field.stage)
@@ -97,6 +101,24 @@ class Field:
         ids = self.identity if isinstance(self.identity, tuple) else (self.identity,)
         return ids if isinstance(value, tuple) else ids[:1]
 
+    def check(self, name: str, value: Any) -> None:
+        """Refuse a value of this tensor field (``PosOut.<name>``) that is not floating tensors (a tuple of them where
+        its identity is one) of at least its rank, every component covering the same tokens and channels."""
+        ids = self.identity if isinstance(self.identity, tuple) else None
+        ts = parts(value)
+        what = f"a tuple of {len(ids)} tensors" if ids else "a tensor"
+        if (isinstance(value, tuple) != bool(ids) or len(ts) != len(ids or (0,))
+                or not all(isinstance(t, Tensor) for t in ts)):
+            raise TypeError(f"PosOut.{name} must be {what}, got {type(value).__name__}")
+        rank = 1 if self.role == "whole" else 2
+        for t in ts:
+            if not t.is_floating_point() or t.dim() < rank:
+                raise ValueError(f"PosOut.{name} must be floating with at least {rank} dims, got {t.dtype} "
+                                 f"{tuple(t.shape)}")
+        if any(t.shape[-2:] != ts[0].shape[-2:] for t in ts[1:]):
+            raise ValueError(f"PosOut.{name}'s tensors must cover the same tokens and channels, got "
+                             f"{[tuple(t.shape) for t in ts]}")
+
 
 def declare(spec: Field, default: Any = None) -> Any:
     """A dataclass field of ``PosOut`` (or a subclass) carrying its :class:`Field` declaration."""
@@ -129,6 +151,33 @@ def specs(cls: type) -> tuple[tuple[str, Field, Any], ...]:
 def acting(cls: type, stage: str) -> tuple[tuple[str, Callable[..., Any]], ...]:
     """``(name, act)`` of the fields of ``cls`` that act at ``stage`` through their declared ``act``."""
     return cls._ndpe_acting[stage]  # type: ignore[attr-defined]
+
+
+def derive(cls: type[_T], values: dict[str, Any]) -> _T:
+    """A ``PosOut`` of class ``cls`` (or a subclass) made from checked ones by an operation of ndpe (valid by construction, so not
+    checked again); fields left out of ``values`` take their defaults."""
+    out = object.__new__(cls)
+    for name, _, default in specs(cls):
+        object.__setattr__(out, name, values.get(name, default))
+    return out
+
+
+def register_pytree(cls: type, serialized_name: str) -> None:
+    """Make ``cls`` (a ``PosOut`` class) a pytree node, so it crosses torch.compile / torch.export boundaries: the tensor fields are its
+    children, the rest (the functions of content-dependent kinds travel there, as code does) its context."""
+    def names(tensor: bool) -> list[str]:
+        return [name for name, spec, _ in specs(cls) if spec.is_tensor == tensor]
+
+    def flatten(out):
+        return [getattr(out, n) for n in names(True)], tuple(getattr(out, n) for n in names(False))
+
+    def unflatten(children, context):
+        values = {n: tuple(v) if isinstance(v, list) else v for n, v in zip(names(True), children)}
+        return derive(cls, {**values, **dict(zip(names(False), context))})
+
+    pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=serialized_name,
+                                flatten_with_keys_fn=lambda o: ([(pytree.GetAttrKey(n), getattr(o, n))
+                                                                 for n in names(True)], flatten(o)[1]))
 
 
 def parts(value: Any) -> tuple[Tensor, ...]:
@@ -272,3 +321,14 @@ def transform_frame(t: Tensor, frame: tuple[Tensor, Tensor], which: str) -> Tens
     pattern = "...nji,...nj->...ni" if which == "q" else "...nij,...nj->...ni"  # q: D^T
     out = rearrange(blocks + torch.einsum(pattern, mats, blocks), "... n i -> ... (n i)")
     return out if 4 * n == t.shape[-1] else torch.cat([out, t[..., 4 * n:]], dim=-1)
+
+
+def add_after_softmax(probs: Tensor, prob_bias: Tensor) -> Tensor:
+    """``probs + prob_bias``: the attention probabilities ``(B, heads, Tq, Tk)`` with an encoding's term added after the
+    softmax (eRPE, Foumani et al. 2023: ConvTran's ``attn = softmax(q.k) + relative_bias``); ``prob_bias``
+    ``(*, Tq, Tk)``, ``*`` broadcast to ``(B, heads)``. The act of ``PosOut.prob_bias`` (stage ``"probs"``)."""
+    if prob_bias.shape[-2:] != probs.shape[-2:]:
+        raise ValueError(f"tokens have length {probs.shape[-2]} (keys {probs.shape[-1]}) but the encoding's prob_bias "
+                         f"covers {tuple(prob_bias.shape[-2:])} (grid + prefix; with a KV cache build it with past=)")
+    check_leading(prob_bias.shape[:-2], probs, "prob_bias")
+    return probs + prob_bias.to(probs.dtype)

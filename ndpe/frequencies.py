@@ -87,7 +87,7 @@ class FreqScheme(Formula):
     theta: bool = True
 
 
-FREQUENCIES: Table[FreqScheme] = Table("freqs")
+FREQUENCIES: Table[FreqScheme] = Table("freqs", "frequency schemes")
 
 
 def frequency_scheme(name: str, *, summary: str = "", theta: bool = True,
@@ -143,12 +143,7 @@ def resolve_scheme(freqs: str | None, options: dict[str, Any], theta_series: dic
     (``max_res=`` picks ``"pixel"``), else ``"theta"``. ``theta_series``: the options that only ``"theta"`` reads
     (``theta``, ``scaling``, ``mrope_section``), those set; a scheme that does not read them raises, in one line."""
     given = FREQUENCIES.given(options)
-    if freqs is None:
-        owners = list(dict.fromkeys(o for n in given for o in FREQUENCIES.owners(n)))
-        if len(owners) > 1:
-            raise ValueError(f"{', '.join(given)} set options of {len(owners)} frequency schemes "
-                             f"({', '.join(map(repr, owners))}): pass one, or freqs= to pick it")
-        freqs = owners[0] if owners else "theta"
+    freqs = FREQUENCIES.pick(freqs, options, "theta")
     entry = FREQUENCIES[freqs]
     foreign = {n: v for n, v in given.items() if n not in entry.options}
     if freqs != "theta":

@@ -40,7 +40,7 @@ True
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -122,3 +122,28 @@ def coords_bytes(grid_shape: Iterable[int]) -> int:
     coordinates and the stacked copy they are rearranged from."""
     shape = tuple(grid_shape)
     return 4 * (sum(shape) + 2 * math.prod(shape) * len(shape))
+
+
+def check_bias_size(pe: Any, batch: int | None, num_queries: int, grid_shape: Sequence[int] | None,
+                    num_prefix: int, num_keys: int | None = None) -> None:
+    """Refuse the bias of the encoding ``pe`` (an :class:`ndpe.Encoding`, which imports this module) over the budget from its shape, before it is built: ``batch`` positions
+    (None: unbatched) of ``num_queries`` tokens; ``num_keys``: decoding (the queries are the new tokens). Its size is
+    the kind's :meth:`~ndpe.Encoding.bias_bytes`; a kind that builds no bias passes."""
+    if torch.compiler.is_compiling():
+        return
+    need = pe.bias_bytes(batch or 1, num_queries, num_prefix, num_keys)
+    if need is None:
+        return
+    check_memory(need, lambda: _bias_text(pe, batch, num_queries, grid_shape, num_prefix, num_keys),
+                 "use ndpe.flex.attention / ndpe.flex.score_mod, which never builds it (docs/bias.md)",
+                 detail="with intermediates")
+
+
+def _bias_text(pe: Any, batch: int | None, num_queries: int, grid_shape: Sequence[int] | None,
+               num_prefix: int, num_keys: int | None) -> str:
+    """What a refused bias is, for the message of :func:`check_bias_size`."""
+    rows = num_queries + (num_prefix if num_keys is None else 0)
+    cols = (num_queries if num_keys is None else num_keys) + num_prefix
+    where = f"grid {tuple(grid_shape)}" if grid_shape is not None else f"{num_queries} positions"
+    shape = (pe.heads, rows, cols) if batch is None else (batch, pe.heads, rows, cols)
+    return f"{pe.kind} bias for {where} (+{num_prefix} prefix) is a {shape} float32 tensor"

@@ -53,9 +53,7 @@ def available() -> dict[str, tuple[int, ...]]:
 
 def options(kind: str) -> dict[str, object]:
     """The keyword options of ``kind`` with their defaults (``inspect.Parameter.empty`` when required)."""
-    cls = lookup(kind)
-    params = inspect.signature(cls.__init__).parameters
-    return {n: p.default for n, p in params.items() if n != "self" and n not in _BASE_ARGS}
+    return {n: d for n, d in lookup(kind).option_defaults().items() if n not in _BASE_ARGS}
 
 
 def kind_class(kind: str) -> type[Encoding]:

@@ -170,7 +170,7 @@ class ScalingType(Formula):
         return (0.0, False) if self.any_scale else (1.0, True)
 
 
-SCALINGS: Table[ScalingType] = Table("scaling")
+SCALINGS: Table[ScalingType] = Table("scaling", "scaling types")
 
 
 def scaling_type(name: str, *, at_length: Callable[..., Tensor] | None = None,

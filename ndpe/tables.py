@@ -4,7 +4,8 @@ RoPE's frequency schemes (:data:`ndpe.frequencies.FREQUENCIES`) and scaling type
 are such tables, as Hugging Face keeps ``ROPE_INIT_FUNCTIONS``: one function per entry. An entry's options are
 declared once, by its function's signature (``*, beta_fast=32.0``; no default: required), and everything else
 derives from it: validation (:meth:`Table.resolve`), the owners named in errors, and the keyword options of the
-encodings that take them (:func:`with_options`). Adding an entry is registering one function.
+encodings that take them (a kind's ``option_tables``: :func:`options_of`, read by ``ndpe.options``, ``repr`` and
+:func:`check_known`). Adding an entry is registering one function.
 
 >>> from ndpe.scaling import SCALINGS
 >>> SCALINGS["llama3"].options
@@ -12,7 +13,6 @@ encodings that take them (:func:`with_options`). Adding an entry is registering 
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass
 from functools import cached_property
@@ -42,10 +42,11 @@ E = TypeVar("E", bound=Formula)
 
 
 class Table(Generic[E]):
-    """Entries by name; ``what`` is the option that picks one (``"scaling"``, ``"freqs"``), used in errors."""
+    """Entries by name; ``what`` is the option that picks one (``"scaling"``, ``"freqs"``) and ``entries`` what they
+    are (``"frequency schemes"``), both used in errors."""
 
-    def __init__(self, what: str):
-        self.what = what
+    def __init__(self, what: str, entries: str = "entries"):
+        self.what, self.entries = what, entries
         self._entries: dict[str, E] = {}
         self._defaults: dict[str, Any] = {}  # every entry's options (None where required), kept with the entries
 
@@ -75,7 +76,6 @@ class Table(Generic[E]):
         for entry in self._entries.values():
             for name, default in entry.options.items():
                 self._defaults.setdefault(name, None if default is REQUIRED else default)
-        _resign()
 
     def __getitem__(self, name: str) -> E:
         if not isinstance(name, str) or name not in self._entries:
@@ -109,6 +109,18 @@ class Table(Generic[E]):
         owners = " or ".join(map(repr, self.owners(option)))
         return ValueError(f"{option} is used by {self.what}={owners} only, not by {self.what}={name!r}")
 
+    def pick(self, name: str | None, options: dict[str, Any], default: str) -> str:
+        """``name``, or else the one entry whose options ``options`` sets away from their defaults, else ``default``;
+        options of two entries refuse in one line."""
+        if name is not None:
+            return name
+        given = self.given(options)
+        owners = list(dict.fromkeys(o for n in given for o in self.owners(n)))
+        if len(owners) > 1:
+            raise ValueError(f"{', '.join(given)} set options of {len(owners)} {self.entries} "
+                             f"({', '.join(map(repr, owners))}): pass one of them, or {self.what}= to pick it")
+        return owners[0] if owners else default
+
     def resolve(self, name: str, options: dict[str, Any]) -> dict[str, Any]:
         """Entry ``name``'s options, every one, from ``options``: another entry's option set away from its default
         raises, as does a required one left out; then the entry's ``check``."""
@@ -123,41 +135,22 @@ class Table(Generic[E]):
         return entry.check(out) if entry.check is not None else out
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-_SIGNED: list[tuple[Any, inspect.Signature, tuple[Table, ...]]] = []
+def options_of(*tables: Table) -> dict[str, Any]:
+    """Every option the entries of ``tables`` declare, with its default (None for a required one), in table and
+    registration order: what a kind taking those tables' options as keywords (its ``option_tables``) accepts."""
+    out: dict[str, Any] = {}
+    for table in tables:
+        for name, default in table.defaults().items():
+            out.setdefault(name, default)
+    return out
 
 
-def with_options(*tables: Table) -> Callable[[_F], _F]:
-    """Decorate a function taking ``**options``: its signature shows the tables' options as keyword-only parameters
-    with their defaults (so ``ndpe.options``, ``repr`` and ``make`` see them), kept in step as entries register,
-    and a keyword that is neither its own nor a table's raises a one-line ``TypeError`` naming the valid ones."""
-    def wrap(fn: _F) -> _F:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            valid = getattr(call, "__signature__").parameters
-            unknown = sorted(set(kwargs) - set(valid))
-            if unknown:
-                raise TypeError(f"{fn.__qualname__}() got unknown option(s) {unknown}; valid options: "
-                                f"{sorted(n for n in valid if n != 'self')}")
-            return fn(*args, **kwargs)
-
-        _SIGNED.append((call, inspect.signature(fn), tables))
-        _resign()
-        return call  # type: ignore[return-value]
-
-    return wrap
-
-
-def _resign() -> None:
-    for call, own, tables in _SIGNED:
-        params = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
-        taken = {p.name for p in params}
-        for table in tables:
-            for name, default in table.defaults().items():
-                if name not in taken:
-                    params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
-                    taken.add(name)
-        setattr(call, "__signature__", own.replace(parameters=params))
+def check_known(owner: str, options: dict[str, Any], known: dict[str, Any]) -> None:
+    """Refuse (``TypeError``, one line naming the valid ones) a keyword in ``options`` that is not in ``known`` (a
+    kind's options, :meth:`ndpe.Encoding.option_defaults`); ``owner`` names what was called."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"{owner} got unknown option(s) {unknown}; valid options: {sorted(known)}")
 
 
 def equal(a: Any, b: Any) -> bool:

@@ -159,7 +159,7 @@ def test_grid_indexing_xy_3d_swaps_only_the_first_two_blocks():
 
 
 @pytest.mark.parametrize("kwargs, match", [({"dims": 1}, "needs dims >= 2"), ({"grid_indexing": "yx"}, "one of"),
-                                           ({"mrope_section": (4, 6, 6), "dims": 3}, "no mrope_section")])
+                                           ({"mrope_section": (4, 6, 6), "dims": 3}, r"options of 2 channel layouts \('axial', 'mrope'\)")])
 def test_grid_indexing_refusals(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ndpe.make(kind="rope", dim=64, **{"dims": 2, "grid_indexing": "xy", **kwargs})

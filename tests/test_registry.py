@@ -24,9 +24,20 @@ def test_every_kind_has_keyword_only_init_without_kwargs():
 
     for name, cls in _KINDS.items():
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-        assert all(p.kind is p.KEYWORD_ONLY for p in params), name
-        assert not any(p.kind is p.VAR_KEYWORD for p in params), name
+        table_options = [p for p in params if p.kind is p.VAR_KEYWORD]  # rope: its tables' options, declared there
+        assert all(p.kind is p.KEYWORD_ONLY for p in params if p not in table_options), name
+        assert not table_options or cls.option_tables, name
         assert cls.__doc__, f"kind {name!r} has no docstring"
+
+
+@pytest.mark.parametrize("kind", [k for k in sorted(ndpe.available()) if ndpe.registry.kind_class(k).option_tables])
+def test_a_kind_taking_table_options_refuses_a_typo(kind):
+    """**options holds the tables' options only: a typo called on the class itself is a TypeError naming them."""
+    cls = ndpe.registry.kind_class(kind)
+    if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values()):
+        return
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['thetaa'\]; valid options: .*'theta'"):
+        cls(dims=cls.supported_dims[0], dim=16, thetaa=1.0)
 
 
 def test_options_lists_defaults():

@@ -1,8 +1,9 @@
-"""RoPE's frequency schemes and scaling types are tables: a new one is one registered function, made from here
+"""RoPE's frequency schemes, scaling types and channel layouts are tables: a new one is one registered function, made from here
 alone, and works through ``ndpe.make(kind="rope")`` with its options as keywords; bad names get one line naming
 the valid ones."""
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 import ndpe
 from ndpe.frequencies import FREQUENCIES, frequency_scheme
+from ndpe.rope_layouts import LAYOUTS, Channels, channel_layout
 from ndpe.scaling import SCALINGS, scaling_type
 
 
@@ -151,3 +153,62 @@ def test_the_tables_hold_every_builtin_once():
     assert SCALINGS.owners("attention_factor") == ("yarn", "longrope")
     yarn = ndpe.RopeScaling("yarn", scale=4.0, train_shape=64)
     assert yarn.beta_fast == 32.0 and math.isclose(yarn.for_axes((8,)).axis_inv_freq(0, (8,), 1e4)[1], 0.1 * math.log(4) + 1)
+
+
+# ---- channel layouts (ndpe.rope_layouts.LAYOUTS): rope's switches as entries ------------------------------------------
+@pytest.fixture
+def rolled():
+    """A channel layout of this file: the axial blocks in rolled axis order (``shift`` required: the first axis)."""
+    @channel_layout("rolled")
+    def rolled_channels(dims, head_dim, axis_dims, *, shift):
+        axial = LAYOUTS["axial"].fn(dims, head_dim, axis_dims)
+        blocks = [(shift + i) % dims for i in range(dims)]
+        starts = [sum(axial.axis_dims[:a]) // 2 for a in range(dims)]
+        order = torch.cat([torch.arange(starts[a], starts[a] + axial.axis_dims[a] // 2) for a in blocks])
+        return Channels(axial.axis_dims, torch.tensor([a for a in blocks for _ in range(axial.axis_dims[a] // 2)]),
+                        order)
+
+    yield rolled_channels
+    LAYOUTS.unregister("rolled")
+
+
+def test_a_registered_layout_works_through_make(rolled):
+    assert ndpe.options("rope")["shift"] is None and "channels" in ndpe.options("rope")
+    pe = ndpe.make(dims=3, kind="rope", dim=36, axis_dims=(4, 8, 6), shift=1)  # its option picks it
+    assert pe.channel_layout == "rolled" and "shift=1" in repr(pe)
+    cos = pe((2, 3, 4)).rot[0][0, 23]  # token (1, 2, 3): axis 1's 4 pairs, then axis 2's 3, then axis 0's 2
+    naive = [c * 1e4 ** (-2 * j / d) for a, c, d in [(1, 2.0, 8), (2, 3.0, 6), (0, 1.0, 4)] for j in range(d // 2)]
+    torch.testing.assert_close(cos, torch.tensor(naive, dtype=torch.float64).cos().float(), rtol=0, atol=0)
+    assert torch.equal(pe.inv_freq, ndpe.make(dims=3, kind="rope", dim=36, axis_dims=(4, 8, 6)).inv_freq)
+
+
+def test_a_registered_layout_keeps_the_tables_rules(rolled):
+    for opts, match in [(dict(channels="rolled"), "channels='rolled' needs shift="),
+                        (dict(shift=1, grid_indexing="xy"), r"set options of 2 channel layouts \('rolled', 'axial'\)"),
+                        (dict(channels="axial", shift=1), "shift is used by channels='rolled' only"),
+                        (dict(channels="mrope", grid_indexing="xy", mrope_section=(2, 3, 3)),
+                         "grid_indexing is used by channels='axial' only, not by channels='mrope'")]:
+        with pytest.raises(ValueError, match=match) as err:
+            ndpe.make(dims=3, kind="rope", dim=32, **opts)
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("dims, opts", [
+    (3, dict(mrope_section=(4, 6, 6))), (3, dict(mrope_section=(6, 5, 5), mrope_interleaved=True)),
+    (2, dict(grid_indexing="xy")), (2, dict(proportion=0.5)), (2, dict(head_axes=(0, None))), (1, {})])
+def test_a_layout_picked_by_name_equals_one_picked_by_its_options(dims, opts):
+    name = "mrope" if "mrope_section" in opts else "axial"
+    by_option = ndpe.make(dims=dims, kind="rope", dim=64, heads=2, **opts)
+    by_name = ndpe.make(dims=dims, kind="rope", dim=64, heads=2, channels=name, **opts)
+    assert by_option.channel_layout == by_name.channel_layout == name
+    grid = (2, 3, 4)[:dims]
+    for a, b in zip(by_option(grid).rot, by_name(grid).rot):
+        assert torch.equal(a, b)
+
+
+def test_the_layouts_table_holds_rope_switches_once():
+    assert tuple(LAYOUTS) == ("axial", "mrope")
+    assert LAYOUTS["axial"].options == {"grid_indexing": "ij", "proportion": 1.0, "head_axes": None}
+    assert LAYOUTS["mrope"].options["mrope_interleaved"] is False and LAYOUTS["mrope"].shared_series
+    params = inspect.signature(ndpe.registry.kind_class("rope").__init__).parameters
+    assert not {"grid_indexing", "proportion", "head_axes", "mrope_section", "beta_fast", "max_res"} & params.keys()

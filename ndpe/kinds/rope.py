@@ -48,6 +48,8 @@ Conventions:
   axes in order; the long ones are used on an axis whose ``max(position) + 1`` exceeds its
   ``train_shape``) and ``attention_factor``: each type's options are its table entry's, passed as keywords or inside
   ``scaling=ndpe.RopeScaling(...)``. ``ndpe.from_hf_rope(config)`` builds the rope of a HF config (:mod:`ndpe.hf`).
+- Channel layouts (``channels=``, one registered function each in :data:`ndpe.rope_layouts.LAYOUTS`): ``"axial"``
+  (default) is the split above, with ``grid_indexing``, ``proportion`` and ``head_axes``; ``"mrope"`` the one below.
 - M-RoPE (Qwen2-VL, ``mrope_section=``): ONE frequency series ``theta ** (-2j / rot_dim)`` over
   ``rot_dim = 2 * sum(mrope_section)`` channels, cut in consecutive sections, axis ``a`` taking
   ``mrope_section[a]`` frequencies (Qwen2-VL: ``(16, 24, 24)`` for (t, h, w), head_dim 128),
@@ -87,36 +89,15 @@ from einops import rearrange
 from torch import Tensor
 
 from ..base import Encoding
-from ..checks import check_bool, check_choice, check_number, check_pairing, per_axis
+from ..checks import check_bool, check_pairing, per_axis
 from ..contract import PosOut
 from ..coords import angle_limit
 from ..frequencies import FREQUENCIES, axial_inv_freq, resolve_scheme
 from ..registry import register
+from ..rope_layouts import LAYOUTS, check_head_axes, resolve_axis_dims, resolve_channels  # noqa: F401  (re-exported)
 from ..scaling import SCALINGS
 from ..scaling_config import RopeScaling, rope_scaling
-from ..tables import equal, with_options
-
-
-def resolve_axis_dims(head_dim: int, dims: int, axis_dims: Sequence[int] | None) -> tuple[int, ...]:
-    """Rotary channels per axis: checked ``axis_dims`` or the default equal even split of ``head_dim``."""
-    if head_dim % 2:
-        raise ValueError(f"rotary encodings need an even head_dim (dim // heads), got head_dim={head_dim}")
-    if axis_dims is None:
-        share = 2 * (head_dim // (2 * dims))
-        if share == 0:
-            raise ValueError(f"head_dim={head_dim} is too small to rotate {dims} axes: need head_dim >= {2 * dims}")
-        return (share,) * dims
-    if isinstance(axis_dims, int) or not all(isinstance(d, int) and not isinstance(d, bool) for d in axis_dims):
-        raise TypeError(f"axis_dims must be a tuple of {dims} ints (rotary channels per axis), got {axis_dims!r}")
-    axis_dims = tuple(axis_dims)
-    if len(axis_dims) != dims:
-        raise ValueError(f"axis_dims must have one entry per axis ({dims}), got {axis_dims}")
-    if any(d < 0 or d % 2 for d in axis_dims) or sum(axis_dims) == 0:
-        raise ValueError(f"axis_dims entries must be even and >= 0 (pairs of channels) with a positive sum, "
-                         f"got {axis_dims}")
-    if sum(axis_dims) > head_dim:
-        raise ValueError(f"axis_dims {axis_dims} rotate {sum(axis_dims)} channels but head_dim is {head_dim}")
-    return axis_dims
+from ..tables import check_known, equal
 
 
 def angle_dtype(device: torch.device) -> torch.dtype:
@@ -134,21 +115,21 @@ class RoPE(Encoding):
                 scheme whose options are set (``max_res=`` picks ``"pixel"``), else ``"theta"``.
             theta: frequency base, one or per axis.
             periods: DINOv3's schedule, ``freqs="periods"`` (angle ``2 pi * coord / theta_a ** (2j / d_a)``).
-            proportion: p-RoPE (Barbero et al. 2025; HF's ``proportional`` rope type, Gemma 4): the fastest
-                ``int(proportion * d_a // 2)`` frequencies of each axis keep their value, the slower ones are 0, so
-                their channels carry no position (default 1: all rotate).
             the scheme's own options, as its table entry declares them: ``"pixel"`` ``max_res`` (timm
-                ``in_pixels=True, max_res=``, for ``coords="pixel"``) and ``linear_bands`` (timm ``linear_bands=True``,
-                rotary-embedding-torch ``freqs_for="pixel"``); ``"periods"`` ``min_period`` and ``max_period`` (both or
-                neither: periods log-spaced between them on every axis).
-        Channels:
+                ``in_pixels=True, max_res=``, for ``coords="pixel"``) and ``linear_bands`` (timm ``linear_bands=True``);
+                ``"periods"`` ``min_period`` and ``max_period`` (both or neither: periods log-spaced between them).
+        Channels (:data:`ndpe.rope_layouts.LAYOUTS`):
+            channels: the layout, ``"axial"`` (default) or ``"mrope"`` or any registered one; left None, the layout
+                whose options are set (``mrope_section=`` picks ``"mrope"``), else ``"axial"``.
             axis_dims: rotary channels per axis (even, sum <= head_dim); default equal even shares.
-            mrope_section: M-RoPE frequencies per axis (one shared series, see the module doc); replaces axis_dims.
-            mrope_interleaved: Qwen3-VL's interleaved M-RoPE layout (needs ``mrope_section``).
-            grid_indexing: ``"ij"`` (default: axis 0's channels first) or ``"xy"`` (timm's: axis 1's first).
             pairing: ``"half"`` or ``"interleaved"``.
-            head_axes: one entry per head: an axis (the head's ``rot_dim`` channels all rotate by that axis), None (the
-                head is not rotated) or ``"all"`` (the axial split); default every head ``"all"``.
+            the layout's own options, as its table entry declares them: ``"axial"`` ``grid_indexing`` (``"ij"``,
+                default: axis 0's channels first, or ``"xy"``, timm's: axis 1's first), ``proportion`` (p-RoPE, Barbero
+                et al. 2025, HF's ``proportional``: the fastest ``int(proportion * d_a // 2)`` frequencies of each axis
+                keep their value, the slower ones are 0; default 1) and ``head_axes`` (one entry per head: an axis, the
+                head's ``rot_dim`` channels all rotating by it, None, not rotated, or ``"all"``, the axial split);
+                ``"mrope"`` ``mrope_section`` (frequencies per axis of one shared series; replaces axis_dims) and
+                ``mrope_interleaved`` (Qwen3-VL's layout). Another layout's option set away from its default raises.
         Coordinates:
             coords: ``"index"``, ``"pixel"`` or ``"centered"`` coordinates.
         Scaling (:data:`ndpe.scaling.SCALINGS`; theta's series, ``coords="index"``):
@@ -169,56 +150,45 @@ class RoPE(Encoding):
     colour, marker = "#d62728", "o"
 
     inv_freq: Tensor  # (rot_dim / 2,) float64 buffer
+    freq_axis: Tensor  # (rot_dim / 2,) int64 buffer: the axis turning each pair, in channel order
+    order: Tensor  # (rot_dim / 2,) int64 buffer: each pair's frequency in the axes' series (axis order)
+    option_tables = (FREQUENCIES, SCALINGS, LAYOUTS)  # their entries' options, declared there, taken as **options
 
-    @with_options(FREQUENCIES, SCALINGS)  # the schemes' and the scaling types' options join the signature
-    def __init__(self, *, dims: int, dim: int, heads: int = 1,
-                 # frequency scheme (its own options come in **options)
-                 freqs: str | None = None, theta: float | Sequence[float] = 10000.0, periods: bool = False,
-                 proportion: float = 1.0,
-                 # channels
-                 axis_dims: Sequence[int] | None = None, mrope_section: Sequence[int] | None = None,
-                 mrope_interleaved: bool = False, grid_indexing: str = "ij", pairing: str = "half",
-                 head_axes: Sequence[int | str | None] | None = None,
-                 # coordinates
-                 coords: str = "index",
-                 # scaling (the type's own options come in **options)
+    def __init__(self, *, dims: int, dim: int, heads: int = 1, freqs: str | None = None,
+                 theta: float | Sequence[float] = 10000.0, periods: bool = False, channels: str | None = None,
+                 axis_dims: Sequence[int] | None = None, pairing: str = "half", coords: str = "index",
                  scaling: str | RopeScaling | None = None, scale: float | Sequence[float] | None = None,
                  train_shape: int | Sequence[int] | None = None, **options: Any):
+        check_known(f"{type(self).__qualname__}.__init__()", options, RoPE.option_defaults())
         super().__init__(dims=dims, dim=dim, heads=heads)
         if check_bool(periods, "periods") and freqs not in (None, "periods"):
             raise ValueError(f"periods=True is freqs='periods', got freqs={freqs!r}: pass one of them")
-        scaling_names = SCALINGS.defaults()
-        scaling_options = {n: options.pop(n) for n in list(options) if n in scaling_names}
+        scaling_options = {n: options.pop(n) for n in list(options) if n in SCALINGS.defaults()}
+        self.channel_layout, layout_options = resolve_channels(
+            channels, {n: options.pop(n) for n in list(options) if n in LAYOUTS.defaults()})
+        layout = LAYOUTS[self.channel_layout]
         theta_series = {"theta": None if equal(theta, 10000.0) else theta, "scaling": scaling,
-                        "mrope_section": mrope_section}  # what only theta's series takes, those set
+                        "mrope_section": layout_options.get("mrope_section")}  # what only theta's series takes
         self.freq_scheme, self.freq_options = resolve_scheme(
             "periods" if periods else freqs, options, {n: v for n, v in theta_series.items() if v is not None})
-        self.proportion = check_number(proportion, "proportion", low=0.0, inclusive=False, high=1.0)
-        if proportion != 1.0 and mrope_section is not None:
-            raise ValueError("proportion= keeps the fastest frequencies of each axis' series; mrope_section shares "
-                             "one series between axes: pass one of them")
-        self.grid_indexing = check_choice(grid_indexing, "grid_indexing", ("ij", "xy"))
-        if grid_indexing == "xy" and (dims < 2 or mrope_section is not None):
-            raise ValueError("grid_indexing='xy' swaps the channel blocks of the first two axes: it needs dims >= 2 "
-                             f"and no mrope_section, got dims={dims}, mrope_section={mrope_section!r}")
-        # the axis whose frequencies fill each channel block, in channel order
-        self.block_axes = (1, 0, *range(2, dims)) if grid_indexing == "xy" else tuple(range(dims))
-        self.mrope_section, self.mrope_interleaved = self._check_mrope(mrope_section, mrope_interleaved, axis_dims)
-        if self.mrope_section is not None:
-            axis_dims = tuple(2 * n for n in self.mrope_section)
-        self.axis_dims = resolve_axis_dims(self.head_dim, dims, axis_dims)
+        self.axis_dims, freq_axis, order = layout.fn(dims, self.head_dim, axis_dims, **layout_options)
         self.rot_dim = sum(self.axis_dims)
-        if self.proportion != 1.0 and min(int(self.proportion * d // 2) for d in self.axis_dims) == 0:
-            raise ValueError(f"proportion={proportion!r} keeps no frequency of an axis of {min(self.axis_dims) // 2} "
-                             f"(axis_dims {self.axis_dims}): nothing would rotate; use proportion >= "
-                             f"{2 / min(self.axis_dims):g}")
+        self.grid_indexing = layout_options.get("grid_indexing", "ij")
+        self.proportion = float(layout_options.get("proportion", 1.0))
+        self.mrope_section = tuple(d // 2 for d in self.axis_dims) if layout.shared_series else None
+        self.mrope_interleaved = bool(layout_options.get("mrope_interleaved", False))
+        # pair j turns with coordinate freq_axis[j] at frequency order[j] of the axes' series (concatenated in axis order)
+        self._pairs = (self._mrope_freq_axis(freq_axis) if layout.shared_series else freq_axis, order)  # CPU copies
+        self.register_buffer("freq_axis", self._pairs[0].clone(), persistent=False)
+        self.register_buffer("order", order.clone(), persistent=False)
         self.theta = per_axis(theta, dims, "theta", low=1.0, inclusive=False)
-        if self.mrope_section is not None and len(set(self.theta)) > 1:
-            raise ValueError(f"mrope_section uses one frequency series: theta must be one number, got {theta!r}")
+        if layout.shared_series and len(set(self.theta)) > 1:
+            raise ValueError(f"channels={self.channel_layout!r} ({layout.summary}) shares one frequency series between "
+                             f"axes: theta must be one number, got {theta!r}")
         check_pairing(pairing)
         self.coords_mode, self.pairing = coords, pairing
         self.rope_scaling = self._scaling_per_axis(rope_scaling(scaling, scale, train_shape, **scaling_options))
-        self.head_axes = self._check_head_axes(head_axes)
+        self.head_axes = self._check_head_axes(layout_options.get("head_axes"))
         inv_freq, self.attn_factor = self._build_inv_freq(torch.device("cpu"))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (rot_dim / 2,) float64
         # single-axis heads: each axis' series over all rot_dim channels, (dims * rot_dim / 2,) float64
@@ -231,25 +201,14 @@ class RoPE(Encoding):
         return angle_limit(self.kind, self.fastest)
 
     def _check_head_axes(self, head_axes) -> tuple[int | str | None, ...] | None:
-        """``head_axes`` checked: one axis, None or ``"all"`` per head (see the module doc)."""
-        if head_axes is None:
-            return None
-        choices = f"an axis 0..{self.dims - 1}, None (unrotated) or 'all'"
-        if isinstance(head_axes, (str, bytes)) or not isinstance(head_axes, Sequence) or len(head_axes) != self.heads:
-            raise ValueError(f"head_axes must list one entry per head ({self.heads}), each {choices}; got {head_axes!r}")
-        for entry in head_axes:
-            if not (entry is None or entry == "all" or (isinstance(entry, int) and not isinstance(entry, bool)
-                                                         and 0 <= entry < self.dims)):
-                raise ValueError(f"head_axes entries must each be {choices}; got {entry!r} in {head_axes!r}")
-        if self.mrope_section is not None:
-            raise ValueError("head_axes maps heads to axes; mrope_section shares one series between axes in every head: "
-                             "pass one of them")
-        single = any(isinstance(e, int) for e in head_axes)
-        if single and self.dims > 1 and self.rope_scaling is not None and any(
-                dict(self.rope_scaling.options).get(n) is not None for n in self.rope_scaling.entry.per_frequency):
+        """``head_axes`` checked (:func:`ndpe.rope_layouts.check_head_axes`) against the scaling: a per-frequency one's
+        factors fit the axial layout alone."""
+        head_axes = check_head_axes(head_axes, self.heads, self.dims)
+        if head_axes and any(isinstance(e, int) for e in head_axes) and self.dims > 1 and self.rope_scaling is not None \
+                and any(dict(self.rope_scaling.options).get(n) is not None for n in self.rope_scaling.entry.per_frequency):
             raise ValueError(f"scaling={self.scaling!r} gives per-frequency factors for the axial layout; a single-axis "
                              "head spends every rotary channel on one axis: use head_axes 'all' / None with it")
-        return tuple(head_axes)
+        return head_axes
 
     def _build_head_inv_freq(self, device: torch.device) -> tuple[Tensor, tuple[float, ...]]:
         """Single-axis heads' frequencies (each axis' series over all ``rot_dim`` channels), built only where a head
@@ -289,20 +248,6 @@ class RoPE(Encoding):
         """The trained length per axis of a scaling that reads it, else None."""
         return None if self.rope_scaling is None else cast("tuple | None", self.rope_scaling.train_shape)
 
-    def _check_mrope(self, section, interleaved, axis_dims):
-        check_bool(interleaved, "mrope_interleaved")
-        if section is None:
-            if interleaved:
-                raise ValueError("mrope_interleaved=True needs mrope_section= (frequencies per axis)")
-            return None, False
-        if axis_dims is not None:
-            raise ValueError("pass mrope_section (frequencies per axis) or axis_dims (channels per axis), not both")
-        section = per_axis(section, self.dims, "mrope_section", low=0, integer=True)
-        if sum(section) == 0 or 2 * sum(section) > self.head_dim:
-            raise ValueError(f"mrope_section {section} must hold 1 to head_dim / 2 = {self.head_dim // 2} "
-                             f"frequencies in all, got {sum(section)}")
-        return section, interleaved
-
     def _build_inv_freq(self, device: torch.device,
                         axis_dims: tuple[int, ...] | None = None) -> tuple[Tensor, tuple[float, ...]]:
         """Static per-axis frequencies concatenated ``(sum(axis_dims) / 2,)`` (default: the encoding's ``axis_dims``)
@@ -317,8 +262,6 @@ class RoPE(Encoding):
 
     def _series(self, device: torch.device, axis_dims: tuple[int, ...]) -> tuple[Tensor, tuple[float, ...]]:
         if self.mrope_section is not None:  # one series over rot_dim, shared out by freq_axis
-            freq_axis = self._mrope_freq_axis()
-            self.freq_axis = freq_axis.to(device)
             return axial_inv_freq(self.rot_dim, self.theta[0], device=device).to(angle_dtype(device)), (1.0,) * self.dims
         if self.rope_scaling is not None:  # theta's series under the scaling type's formula, axis by axis
             scaled = [self.rope_scaling.axis_inv_freq(a, axis_dims, self.theta[a], device=device)
@@ -328,22 +271,16 @@ class RoPE(Encoding):
         freqs = [scheme(d, self.theta[a], **self.freq_options, device=device) for a, d in enumerate(axis_dims)]
         return torch.cat(freqs).to(angle_dtype(device)), (1.0,) * self.dims
 
-    def _mrope_freq_axis(self) -> Tensor:
-        """The axis each of the ``rot_dim / 2`` frequencies rotates by, ``(rot_dim / 2,)`` int64."""
-        section = self.mrope_section
-        assert section is not None
-        if not self.mrope_interleaved:
-            return torch.repeat_interleave(torch.arange(self.dims), torch.tensor(section))
-        j = torch.arange(self.rot_dim // 2)
-        axis = torch.zeros_like(j)
-        for a in range(1, self.dims):
-            axis[(j % self.dims == a) & (j < self.dims * section[a])] = a
-        return axis
+    def _mrope_freq_axis(self, freq_axis: Tensor) -> Tensor:
+        """The axis each of the ``rot_dim / 2`` frequencies of a shared series turns by, ``(rot_dim / 2,)`` int64:
+        the layout's ``freq_axis``; a kind with ids of its own (vrope, videorope) deals them out otherwise."""
+        return freq_axis
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self.inv_freq = self._build_inv_freq(self.inv_freq.device)[0]  # .half() / .to(bf16) never reach it
         self.head_inv_freq = self._build_head_inv_freq(self.inv_freq.device)[0]
+        self.freq_axis, self.order = (t.to(self.inv_freq.device) for t in self._pairs)  # to_empty never reaches them
         return out
 
     def axis_inv_freqs(self, positions: Tensor, single: bool = False) -> list[Tensor]:
@@ -377,16 +314,21 @@ class RoPE(Encoding):
                              f"static scaling ({static})")
         pos = positions.to(self.inv_freq.dtype)  # (..., N, dims), float64
         pattern = "b n r -> b 1 n r" if positions.ndim == 3 else "n r -> 1 n r"  # heads axis
-        if self.mrope_section is not None:  # frequency j turns with the coordinate of axis freq_axis[j]
-            angle = pos[..., self.freq_axis.to(pos.device)] * self.inv_freq  # (..., N, rot_dim / 2)
-            rot = (rearrange(angle.cos().float(), pattern), rearrange(angle.sin().float(), pattern))
-            return PosOut(rot=rot, pairing=self.pairing)
-        cos_axes, sin_axes = self._cos_sin(pos)
-        cos = torch.cat([cos_axes[a] for a in self.block_axes], dim=-1).float()  # (..., N, rot_dim / 2)
-        sin = torch.cat([sin_axes[a] for a in self.block_axes], dim=-1).float()
+        cos, sin = self._rotation(pos)
         if self.head_axes is not None:
             return PosOut(rot=self._per_head(pos, cos, sin), pairing=self.pairing)
         return PosOut(rot=(rearrange(cos, pattern), rearrange(sin, pattern)), pairing=self.pairing)
+
+    def _rotation(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        """``cos``, ``sin`` ``(..., N, rot_dim / 2)`` float32 of ``pos`` (float64) in channel order, as the layout lays
+        the pairs out: pair ``j`` turns with coordinate ``freq_axis[j]`` at frequency ``order[j]``, times its axis'
+        factor."""
+        angle = pos[..., self.freq_axis] * torch.cat(self.axis_inv_freqs(pos))[self.order]
+        cos, sin = angle.cos(), angle.sin()
+        if any(m != 1.0 for m in self.attn_factor):
+            factor = torch.tensor(self.attn_factor, dtype=angle.dtype, device=angle.device)[self.freq_axis]
+            cos, sin = cos * factor, sin * factor
+        return cos.float(), sin.float()
 
     def _per_head(self, pos: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """``head_axes``' rotation ``(..., heads, N, rot_dim / 2)``: per head the axial ``cos`` / ``sin``, one axis'

@@ -60,7 +60,7 @@ class VideoRoPE(RoPE):
                          mrope_section=(t, (spatial + 1) // 2, spatial // 2))
         self.temporal_spacing = check_number(temporal_spacing, "temporal_spacing", low=0.0, inclusive=False)
 
-    def _mrope_freq_axis(self) -> Tensor:
+    def _mrope_freq_axis(self, freq_axis: Tensor) -> Tensor:
         """Frequency ``j`` of the ``rot_dim / 2``: rows (1) for even ``j`` and columns (2) for odd ``j`` among the fast
         ones, time (0) for the last ``temporal_frequencies``."""
         n, t = self.rot_dim // 2, self.temporal_frequencies

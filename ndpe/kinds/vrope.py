@@ -65,7 +65,7 @@ class VRoPE(RoPE):
         limit = super().position_limit(dtype)
         return None if limit is None else (limit[0] / 2, f"{limit[1]} (each id adds two coordinates)")
 
-    def _mrope_freq_axis(self) -> Tensor:
+    def _mrope_freq_axis(self, freq_axis: Tensor) -> Tensor:
         """Frequency ``j`` of the ``head_dim / 2`` turns by id ``c_{j mod 4}``."""
         return torch.arange(self.rot_dim // 2) % 4
 
