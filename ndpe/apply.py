@@ -22,13 +22,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_bool, check_devices, check_number
-from .contract import QK, PosOut, attn_term, check_pos, check_token_count, derive, prob_fields
+from .contract import QK, PosOut, attention_fields, attn_term, check_pos, check_token_count, derive, prob_fields
 from .fields import acting, parts, specs
 from .functional import rotate_qk, transform_heads
 
-__all__ = ["HIDDEN", "attend", "attend_probs", "attention", "causal_mask", "check_call", "refuse", "token_fields"]
+__all__ = ["HIDDEN", "attend", "attend_probs", "attention", "beyond_rotation", "causal_mask", "check_call", "refuse",
+           "refuse_states", "state_fields", "token_fields"]
 
 
+ROTATION = "rotate q, k"  # the declared act of the rotation a cos / sin rotary path carries
 HIDDEN = -1e4  # an additive mask value at or below this hides its key from a term after the softmax too
 
 
@@ -112,6 +114,27 @@ def refuse(pos: PosOut, who: str, where: str, instead: str) -> None:
     if after := prob_fields(pos):
         raise ValueError(f"{who} acts on the attention probabilities after the softmax ({', '.join(after)}), which "
                          f"{where} cannot carry: {instead}")
+
+
+def state_fields(pos: PosOut) -> list[str]:
+    """The fields of ``pos`` set whose act reads the layer's token states ``x`` (a term declaring ``uses_states``:
+    data-dependent ALiBi), which an attention that is not handed ``x`` cannot apply."""
+    return [name for name, _, _ in specs(type(pos)) if getattr(getattr(pos, name), "uses_states", False)]
+
+
+def refuse_states(pos: PosOut, who: str, where: str, instead: str) -> None:
+    """Refuse, in one line, a ``pos`` with a field reading the token states where ``where`` does not receive them."""
+    if fields := state_fields(pos):
+        raise ValueError(f"{who} reads the token states ({', '.join(fields)}), which {where} does not receive: "
+                         f"{instead}")
+
+
+def beyond_rotation(pos: PosOut) -> list[str]:
+    """The fields of ``pos`` set that act in attention other than as the one rotation of q and k (declared
+    ``acts="rotate q, k"``): keys rotated apart, a basis, a bias or logits term, a term after the softmax, a map of
+    the values. A caller that only hands attention cos / sin (a HF model's own rotary path) would drop them."""
+    declared = {name: spec for name, spec, _ in specs(type(pos))}
+    return [name for name in attention_fields(pos) if declared[name].acts != ROTATION]
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, pos: PosOut | None, *, attn_mask: Tensor | None = None,

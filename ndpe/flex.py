@@ -33,7 +33,7 @@ from torch import Tensor
 
 from .base import Encoding
 from .checks import check_bool, check_devices, check_float_tensor, check_int
-from .apply import refuse
+from .apply import refuse, refuse_states
 from .contract import attn_term, logit_fields
 from .memory import check_memory
 
@@ -71,9 +71,8 @@ def grid_term(pe: Encoding, grid_shape: Sequence[int], *, q: Tensor | None = Non
     refuse(out, f"kind {pe.kind!r}", "a flex score_mod", "use ndpe.attend (or ndpe.Attention)")
     if not logit_fields(out):
         return None
-    if out.logits is not None and out.logits.uses_states:
-        raise ValueError(f"kind {pe.kind!r} computes its logits term from the token states x, which flex attention "
-                         "does not take: use ndpe.attend(q, k, v, pos, x=x) (ndpe.Attention does)")
+    refuse_states(out, f"kind {pe.kind!r}", "flex attention", "use ndpe.attend(q, k, v, pos, x=x) (ndpe.Attention "
+                  "does)")
     if out.logits is not None and (q is None or k is None):
         raise ValueError(f"kind {pe.kind!r}'s logits term depends on the queries and keys: pass q= and k= "
                          "(B, heads, N, head_dim)")

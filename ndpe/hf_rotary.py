@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .apply import beyond_rotation
 from .functional import apply_qk
 from .kinds.rope import RoPE
 
@@ -140,7 +141,7 @@ class ModelRotary:
         if not (isinstance(pe, RoPE) and pe.dims == 1 and self.form is not None and pe.rot_dim == self.width):
             return False
         pos = pe((PROBE,))
-        if pos.rot is None or pos.rot_k is not None or pos.basis is not None:
+        if beyond_rotation(pos):  # the model's rotary path carries the rotation only; the probe: whether exactly so
             return False
         try:
             q0, k0 = self.qk(self.identity(self.ids, self._x()))

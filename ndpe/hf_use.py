@@ -14,7 +14,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from .apply import attention as apply_attention, token_fields
+from .apply import attention as apply_attention, refuse_states, token_fields
 from .contract import PosOut, apply_tokens
 from .hf_rope import from_hf_rope, own_rope
 from .hf_rotary import ModelRotary
@@ -73,10 +73,8 @@ class Adapter:
         self.own = own = ModelRotary(inner)  # how this model hands its rotation to its attention (run to find out)
         self.kind, self.head_dim = kind, own.head_dim
         self.pe = pe = self._encoding(model, kind, options)
-        probe = pe((2,))
-        if probe.logits is not None and probe.logits.uses_states:
-            raise ValueError(f"kind {kind!r} reads the token states, which transformers' attention interface does "
-                             "not receive: use it in ndpe.Attention or ndpe.timm.use")
+        refuse_states(pe((2,)), f"kind {kind!r}", "transformers' attention interface",
+                      "use it in ndpe.Attention or ndpe.timm.use")
         self.via_rotary = own.takes(pe)  # the model's attention applies pe's cos/sin exactly as ndpe does
         if kind == "rope" and not options and not self.via_rotary:
             raise ValueError(f"this model's attention does not apply its config's rope (from_hf_rope: {pe.rot_dim} "

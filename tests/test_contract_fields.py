@@ -255,3 +255,21 @@ def test_a_field_is_declared_once():
         @dataclass(frozen=True)
         class Twice(GainOut):
             gain: Tensor | None = declare(Field("token"))
+
+
+def test_what_an_integration_cannot_carry_is_read_from_the_table():
+    """HF's rotary path (``beyond_rotation``: only the rotation of q and k) and the refusals of HF and flex
+    (``state_fields``: a term reading the token states) read the field table, not field names: the field declared
+    here counts where it acts."""
+    from ndpe.apply import beyond_rotation, state_fields
+
+    assert beyond_rotation(GainBias()((5,))) == ["bias", "gain"]  # a rotary path carries neither
+    expected = {"rope": [], "alibi": ["bias"], "erpe": ["prob_bias"], "gta": ["frame"], "string": ["basis"],
+                "xpos": ["rot_k"]}
+    for kind, fields in expected.items():
+        grid = (2, 3) if kind in ("gta", "string") else (5,)
+        opts = {"length": 5} if kind == "erpe" else {}
+        out = ndpe.make(dims=len(grid), kind=kind, dim=DIM, heads=HEADS, **opts)(grid)
+        assert beyond_rotation(out) == fields and state_fields(out) == [], kind
+    dd = ndpe.make(dims=1, kind="dd-alibi", dim=DIM, heads=HEADS)((5,))
+    assert state_fields(dd) == ["logits"] and beyond_rotation(dd) == ["logits"]
