@@ -186,3 +186,17 @@ def test_apply_rotary_many_mixed_dtypes():
 def test_bad_pairing():
     with pytest.raises(ValueError, match="pairing"):
         apply_rotary(torch.zeros(1, 4, 8), torch.ones(4, 4), torch.zeros(4, 4), "pairs")
+
+
+def test_the_rotation_is_differentiable_once_with_or_without_create_graph():
+    """The fast backward (grad mode off) skips once_differentiable's wrapper; with create_graph=True the first
+    derivative still works and the second is refused in one line, as the wrapper makes it."""
+    pos = ndpe.make(dims=1, kind="rope", dim=16, heads=2)((5,))
+    q, k = (torch.randn(1, 2, 5, 8, requires_grad=True) for _ in range(2))
+    q2, k2 = ndpe.apply_qk(q, k, pos)
+    (g,) = torch.autograd.grad((q2 * k2).sum(), q, create_graph=True)
+    q3, k3 = ndpe.apply_qk(q, k, pos)
+    (plain,) = torch.autograd.grad((q3 * k3).sum(), q)
+    assert torch.equal(g.detach(), plain) and g.requires_grad
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()

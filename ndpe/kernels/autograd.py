@@ -31,44 +31,52 @@ class Rotary(torch.autograd.Function):
         return rotate_forward(xs, tables, fused)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads):
-        tables, need_tables = ctx.tables, any(ctx.needs_input_grad[:2])
-        if not (need_tables or ctx.fused) and all(g is not None for g in grads) and all(ctx.needs_input_grad[4:]):
-            # the common case (fixed tables, every input needing its gradient): the inverse rotation alone
-            rotated = eager.rotate_many(grads, tables, inverse=True, stack=True, views=True)
-            return (None, None, None, None, *(r if r.shape == shape else r.sum_to_size(shape)
-                                              for r, shape in zip(rotated, ctx.shapes)))
-        todo = [i for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[4:])) if g is not None and need]
-        gxs: list[Tensor | None] = [None] * len(grads)
-        # q's and k's gradients stacked once, in float32, when the tables need them too: the rotation reads the stack
-        stack = stacked(grads) if need_tables and not ctx.fused and len(grads) > 1 and all(
-            g is not None for g in grads) and len({g.shape for g in grads}) == 1 else None
-        if todo:
-            gs = tuple(grads[i] for i in todo)
-            if stack is not None and len(todo) == len(grads):
-                rotated = eager.rotate_with(stack, tables, inverse=True, dtype=grads[0].dtype).unbind(0)
-            elif ctx.fused:
-                from . import triton
-                # incoming gradients may have any strides (expanded, transposed by q @ k.mT): the kernel
-                # needs unit channel stride
-                gs = tuple(g if g.stride(-1) == 1 else g.contiguous() for g in gs)
-                rotated = triton.rotary(gs, tables.cos, tables.sin, ctx.pairing, inverse=True)
-            else:
-                rotated = eager.rotate_many(gs, tables, inverse=True, stack=True, views=True)  # q's and k's at once
-            for i, r in zip(todo, rotated):
-                gxs[i] = r if r.shape == ctx.shapes[i] else r.sum_to_size(ctx.shapes[i])
-        gcos = gsin = None
-        if need_tables:
-            xs = ctx.saved_tensors
-            if stack is not None:
-                x = eager.stacked_view(xs)
-                groups = [(stack, stacked(xs) if x is None else x)]
-            else:
-                groups = [(g, x) for g, x in zip(grads, xs) if g is not None]
-            gcos, gsin = table_grads(groups, tables.cos.shape, tables.half, ctx.pairing, ctx.cos_dtype)
-        return (gcos, gsin, None, None, *gxs)
+        if torch.is_grad_enabled():  # create_graph=True: differentiable once (an error on the second derivative)
+            return _backward_once(ctx, *grads)
+        return _backward(ctx, *grads)  # once_differentiable's wrapper does nothing more here, at a few µs a call
 
+
+def _backward(ctx, *grads):
+    """:class:`Rotary`'s backward: the inverse rotation of q's and k's gradients, and the tables' where they need it."""
+    tables, need_tables = ctx.tables, any(ctx.needs_input_grad[:2])
+    if not (need_tables or ctx.fused) and all(g is not None for g in grads) and all(ctx.needs_input_grad[4:]):
+        # the common case (fixed tables, every input needing its gradient): the inverse rotation alone
+        rotated = eager.rotate_many(grads, tables, inverse=True, stack=True, views=True)
+        return (None, None, None, None, *(r if r.shape == shape else r.sum_to_size(shape)
+                                          for r, shape in zip(rotated, ctx.shapes)))
+    todo = [i for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[4:])) if g is not None and need]
+    gxs: list[Tensor | None] = [None] * len(grads)
+    # q's and k's gradients stacked once, in float32, when the tables need them too: the rotation reads the stack
+    stack = stacked(grads) if need_tables and not ctx.fused and len(grads) > 1 and all(
+        g is not None for g in grads) and len({g.shape for g in grads}) == 1 else None
+    if todo:
+        gs = tuple(grads[i] for i in todo)
+        if stack is not None and len(todo) == len(grads):
+            rotated = eager.rotate_with(stack, tables, inverse=True, dtype=grads[0].dtype).unbind(0)
+        elif ctx.fused:
+            from . import triton
+            # incoming gradients may have any strides (expanded, transposed by q @ k.mT): the kernel
+            # needs unit channel stride
+            gs = tuple(g if g.stride(-1) == 1 else g.contiguous() for g in gs)
+            rotated = triton.rotary(gs, tables.cos, tables.sin, ctx.pairing, inverse=True)
+        else:
+            rotated = eager.rotate_many(gs, tables, inverse=True, stack=True, views=True)  # q's and k's at once
+        for i, r in zip(todo, rotated):
+            gxs[i] = r if r.shape == ctx.shapes[i] else r.sum_to_size(ctx.shapes[i])
+    gcos = gsin = None
+    if need_tables:
+        xs = ctx.saved_tensors
+        if stack is not None:
+            x = eager.stacked_view(xs)
+            groups = [(stack, stacked(xs) if x is None else x)]
+        else:
+            groups = [(g, x) for g, x in zip(grads, xs) if g is not None]
+        gcos, gsin = table_grads(groups, tables.cos.shape, tables.half, ctx.pairing, ctx.cos_dtype)
+    return (gcos, gsin, None, None, *gxs)
+
+
+_backward_once = once_differentiable(_backward)
 
 def rotate_forward(xs: tuple[Tensor, ...], tables: eager.Tables, fused: bool) -> tuple[Tensor, ...]:
     """``xs`` rotated by prepared ``tables``: by the Triton kernel (``fused``) or the eager one."""
