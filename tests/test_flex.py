@@ -277,7 +277,7 @@ def test_flex_attention_equals_sdpa_or_refuses_for_every_kind(kind, dims):
         q, k = ndpe.apply_qk(q, k, pos)
     if not attention_terms(pos) or reads_states(pos):
         what = ("after the softmax" if after_softmax(pos) else "adds nothing to the attention logits"
-                if not attention_terms(pos) else "from the token states")
+                if not attention_terms(pos) else "reads the token states")
         with pytest.raises(ValueError, match=rf"^kind '{kind}' [^\n]*{what}[^\n]*$"), torch.no_grad():
             flex.attention(q, k, v, pe, grid, num_prefix=1, causal=causal, compiled=False)
         return
