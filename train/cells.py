@@ -191,7 +191,12 @@ NEWER_KEYS = {"data_workers": 0, "lr_searches": {}, "search_runs": 1, "search_da
 
 def fingerprint(cfg: BenchConfig) -> str:
     """The whole preset's settings hash (fingerprint.txt); train/settings.py keeps one per task."""
-    return hashlib.sha1(json.dumps(settings_fields(cfg), sort_keys=True).encode()).hexdigest()[:16]
+    return settings_hash(settings_fields(cfg))
+
+
+def settings_hash(fields: dict) -> str:
+    """A 16-hex hash of settings as :func:`settings_fields` gives them."""
+    return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def settings_fields(cfg: BenchConfig) -> dict:

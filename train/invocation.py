@@ -156,6 +156,7 @@ def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, st
     if not (cfg.curve_points and cfg.lr_search):
         return {}
     short = {}
+    rows = read_rows(run_dir / "results.csv")
     for task in cfg.tasks:
         curves = [c for c in read_curves(run_dir, task).values()
                   if c["search"] and chosen.get((task, c["kind"])) == (c["lr"], c["weight_decay"])]
@@ -163,7 +164,7 @@ def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, st
             continue
         steps = int(cfg.steps.get(task, cfg.default_steps))
         metric = TASKS[task].metric
-        floors = [r.value for r in read_rows(run_dir / "results.csv") if r.task == task and r.kind == FLOOR
+        floors = [r.value for r in rows if r.task == task and r.kind == FLOOR
                   and r.variant == CHANCE_FLOORS.get(metric) and r.split == TASKS[task].competence_split
                   and r.test_size == r.train_size]
         chance = statistics.median(floors) if floors else None

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from .bench_config import BenchConfig
-from .cells import fingerprint, settings_fields
+from .cells import fingerprint, settings_fields, settings_hash
 from .config import ConfigError
 from .curves import CURVES
 from .protocol import TASKS
@@ -38,13 +38,7 @@ def task_fingerprint(cfg: BenchConfig, task: str) -> str:
         fields[key] = getattr(cfg, key).get(task)
     if cfg.lr_file:  # the choices of this task's kinds
         fields["lr_file"] = [(name, v) for name, v in fields["lr_file"] if name.startswith(f"{task}|")]
-    return _hash(fields)
-
-
-def _hash(fields: dict) -> str:
-    import hashlib
-
-    return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    return settings_hash(fields)
 
 
 def stored(run_dir: Path) -> dict[str, str] | None:
