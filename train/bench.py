@@ -119,7 +119,7 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
         dispatch(runs_to_train(cfg, run_dir, todo.later, dispatch))
         status = "failed" if dispatch.failures else "finished"
     finally:
-        executor.close()
+        executor.close(done=status != "interrupted")
         provenance.append_invocation(run_dir, {  # also when interrupted: what it wrote stays traceable
             **invocation, "end": provenance.utc_now(), "status": status,
             "wall_s": round(time.perf_counter() - dispatch.start, 1), "cells_trained": len(dispatch.written),

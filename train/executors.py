@@ -56,9 +56,15 @@ class LocalExecutor:
         """``fn(job)`` for every job, yielded as they finish (``lost`` is unused: a dead pool process stops the run)."""
         return self.pool.imap_unordered(fn, jobs) if self.pool else map(fn, jobs)
 
-    def close(self) -> None:
+    def close(self, done: bool = False) -> None:
+        """``done``: every job came back, so the processes exit on their own (their finalizers run: a terminated
+        process leaves the semaphores it made to the resource tracker's "leaked" warning); else stop them now."""
         if self.pool is not None:
-            self.pool.terminate()
+            if done:
+                self.pool.close()
+            else:
+                self.pool.terminate()
+            self.pool.join()
 
 
 def _call(fn: Callable, job: Any, threads: int) -> Any:
@@ -149,7 +155,7 @@ class RayExecutor:
                 result = lost(job, e)
             yield result
 
-    def close(self) -> None:
+    def close(self, done: bool = False) -> None:
         for ref in self.pending:  # an interrupted run: stop its cells (they are redone on the next run)
             try:
                 self.ray.cancel(ref, force=True)
