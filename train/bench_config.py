@@ -71,6 +71,9 @@ class BenchConfig:
     # empty: the first of data_seeds
     curve_points: int = 0  # > 0: every trained cell evaluates on its validation split that many times (its learning
     # curve, committed in curves/<task>.jsonl); 0: once, at the end
+    eval_batch_by_size: bool = False  # true: beyond the training size, evaluation batches shrink with the tokens per
+    # item, so none holds more tokens than a training batch (long contexts: the memory of pairwise terms)
+    memory_budget_gib: float | None = None  # ndpe's memory budget in each cell (ndpe.set_memory_budget); null: 1 GiB
     wd_search: dict = field(default_factory=dict)  # task -> candidate weight decays searched with lr_search
     lr_file: str | None = None  # a search's choice file (lr_choices.yaml; relative paths from the checkout's root)
     warmup_steps: int = 20
@@ -170,6 +173,9 @@ def check_per_task(cfg: BenchConfig) -> None:
                           f"{cfg.other_runs!r}")
     if any(not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0) for v in cfg.lr_search):
         raise ConfigError(f"lr_search must hold finite numbers > 0, got {cfg.lr_search}")
+    if cfg.memory_budget_gib is not None and not (type(cfg.memory_budget_gib) in (int, float)
+                                                  and math.isfinite(cfg.memory_budget_gib) and cfg.memory_budget_gib > 0):
+        raise ConfigError(f"memory_budget_gib must be null or a number > 0 (GiB), got {cfg.memory_budget_gib!r}")
     if type(cfg.search_runs) is not int or cfg.search_runs < 1:
         raise ConfigError(f"search_runs must be an int >= 1 (runs per search candidate), got {cfg.search_runs!r}")
     if type(cfg.curve_points) is not int or cfg.curve_points < 0:

@@ -186,7 +186,8 @@ SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "other_runs", "wor
              "ray_address", "gpus_per_cell", "task_kinds", "why", "download")
 
 
-NEWER_KEYS = {"data_workers": 0, "lr_searches": {}, "search_runs": 1, "search_data_seeds": [], "curve_points": 0}
+NEWER_KEYS = {"data_workers": 0, "lr_searches": {}, "search_runs": 1, "search_data_seeds": [], "curve_points": 0,
+              "eval_batch_by_size": False, "memory_budget_gib": None}
 
 
 def fingerprint(cfg: BenchConfig) -> str:

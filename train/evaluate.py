@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
 import time
 from pathlib import Path
 
@@ -95,6 +96,8 @@ def run_cell(args: tuple) -> tuple[list[Row], float]:
     the console gets one line per finished cell from the driver.
     """
     cfg, cell, run_dir = args
+    if cfg.memory_budget_gib is not None:  # each worker process has its own budget
+        ndpe.set_memory_budget(int(cfg.memory_budget_gib * 2 ** 30))
     out = cell_dir(run_dir, cell)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "console.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -141,6 +144,14 @@ def grid_of(tcfg: Config, dataset) -> tuple[int, ...] | None:
     return grid_shape(tcfg.model, dataset[0][0].shape)
 
 
+def eval_batch(cfg: BenchConfig, train_grid, test_grid) -> int | None:
+    """The evaluation batch at a test grid: the training batch (None), or with ``eval_batch_by_size`` that batch
+    divided by the growth in tokens per item, at least 1."""
+    if not cfg.eval_batch_by_size or not train_grid or not test_grid:
+        return None
+    return max(1, cfg.batch_size * math.prod(train_grid) // math.prod(test_grid))
+
+
 def cell_grids(cfg: BenchConfig, task: Task, run_dir, data_seed: int | None = None, largest=None):
     """The grids the encoder sees at the training size and at the largest test size (None, None for conv), read
     from the data of ``data_seed`` (the first data seed by default); ``largest``: that test set, if already built."""
@@ -185,13 +196,14 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
     for size in task.test_sizes:
         test = tests[size] if size in tests else build_data(tcfg, "test", data=data, **test_options(task, size))
         scaled = len(variants) > 1 and float(size) > float(task.train_size)  # scaling changes nothing at the training size
-        test_grid = grid_of(tcfg, test) if scaled else None
+        test_grid = grid_of(tcfg, test) if scaled or cfg.eval_batch_by_size else None
+        batch = eval_batch(cfg, train_grid, test_grid)
         for variant in variants:
             tested = model
             if variant != "-":
                 if not scaled:
                     continue
                 tested = with_encoding(model, scaled_rope(model.encoder.pe, variant, train_grid, test_grid))
-            metrics = evaluate_dataset(tested, tcfg, test)
+            metrics = evaluate_dataset(tested, tcfg, test, batch_size=batch)
             rows.append(cell_row(task, cell, variant, size, metrics[task.metric], train_time))
     return rows, time.perf_counter() - start
