@@ -453,6 +453,8 @@ def test_a_half_that_cannot_see_the_papers_effect_is_underpowered(paper, label):
     v = verdict(claim, worsening_rows(0.0, 0.0))
     assert v.label == label
     assert ("the paper's effect: not stated here" in v.detail) is (paper is None)
+    # no worsening difference, measured tightly: an effect of the paper's 0.5 would have been seen
+    assert ("the paper's effect above its 95 % interval" in v.detail) is (paper == 0.5)
 
 
 def test_coordconv_on_the_held_out_quadrant_is_judged_on_success_rates():

@@ -22,7 +22,8 @@ Each half is a test; Holm's correction runs over the halves of one claim. Each s
 power at Holm's strictest level, its own test) beside the effect the paper reports (``Claim.paper_effect``, cited). A
 half whose kind does not count (misses the task's bar or a floor) or was not run is *dropped* and named. Labels: a
 half significant for or against the claim ``agrees`` / ``disagrees``; otherwise ``underpowered`` where its detectable
-effect is larger than the paper's (the record cannot see the paper's effect), ``inconclusive`` where it could. The
+effect is larger than the paper's (the record cannot see the paper's effect), ``inconclusive`` where it could (and
+then says when the paper's effect lies above the half's 95 % interval: an effect of the paper's size not seen). The
 claim: ``disagrees`` when a half disagrees; ``agrees`` when every half agrees and none was dropped; ``agrees in part``
 when every half tested agrees but some were dropped (the headline names them); else ``underpowered`` if a half is,
 else ``inconclusive``; ``not tested`` when the protocol differs in a way that changes what is measured (said in the
@@ -289,6 +290,8 @@ def judge(claim: Claim, tests, dropped, metric, first, last, level, second: str)
         labels.append(label)
         power = f"detectable {mde:.3g}" if not math.isnan(mde) else "no effect detectable at this n"
         power += f" vs the paper's {paper:.3g}" if paper is not None else ""
+        if label == "inconclusive" and paper is not None and getattr(est, "high", math.inf) < paper:
+            power += ", the paper's effect above its 95 % interval"  # a null the record could have seen
         parts.append(f"{name}: {est.fmt()} (Holm p={p:.2g}, {power}, {label})")
     log = " of log ppl (nats per character)" if metric in LOG_METRICS else ""
     what = {"degradation": f"worsening{log} from ×{first:g} to ×{last:g} per run, on the runs that pass the bar at "
