@@ -87,4 +87,7 @@ CHANGES_AFTER_RESULTS = [
     "standard-v3 (2026-11-28): audio/tones and video/trajectory-long at 2,400 steps instead of 1,200, the plateau "
     "rule's own remedy (their median kinds at the chosen rates still rose after step 960 of 1,200: 0.950 -> 0.962 and "
     "0.930 -> 0.987 validation accuracy); the 1,200-step searches are kept in the record's superseded/ folder; no verdict moved",
+    "standard-v3 (2026-11-28): image/digits-zoom at 1,200 steps instead of 600, the plateau rule's own remedy (trained "
+    "on random resized crops, its median kind at the chosen rates still rose after step 480 of 600: 0.850 -> 0.872 "
+    "validation accuracy); the 600-step search is kept in the record's superseded/ folder; no verdict moved",
 ]
