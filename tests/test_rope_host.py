@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -60,10 +61,11 @@ def test_tables_kept_weakly_and_refreshed_after_an_edit():
     assert fresh is not first and torch.equal(fresh.sin, sin.bfloat16())
     same_dtype = eager.prepare(cos, sin, torch.float32, "half")  # no cast: an alias, not cos itself
     assert same_dtype.cos is not cos and same_dtype.cos.data_ptr() == cos.data_ptr()
-    n = len(eager._TABLES)
+    gc.collect()  # garbage of earlier tests in this worker first, so that the count below sees only this cos
+    n, cos_ref = len(eager._TABLES), weakref.ref(cos)
     del cos, first, fresh, same_dtype
     gc.collect()
-    assert len(eager._TABLES) == n - 1
+    assert cos_ref() is None and len(eager._TABLES) == n - 1
 
 
 def test_checks_once_a_forward_still_refuse_a_bad_call():
