@@ -280,6 +280,7 @@ def test_use_leaves_nothing_registered_and_keeps_no_model_alive():
     import gc
     import weakref
 
+    gc.collect()  # earlier tests' models first: their registrations would go in the collection below
     before = registered()
     model = ndpe.hf.use(fresh("llama"), "alibi")
     name = model.config._attn_implementation
