@@ -163,7 +163,8 @@ def test_every_data_seed_gives_its_own_data(task):
 
 
 def curve_cell(rising: bool):
-    """A fake cell whose search runs log a learning curve: still rising at the last step, or flat from the first."""
+    """A fake cell that logs a learning curve: its search runs still rising at the last step, or flat from the first;
+    its reported runs still rising."""
     def cell_fn(args):
         import json
 
@@ -173,13 +174,13 @@ def curve_cell(rising: bool):
         task = bench.TASKS[cell.task]
         if cell.kind == bench.FLOOR:
             return [bench.cell_row(task, cell, "chance", size, 0.0, 0.0) for size in task.test_sizes], 0.0, None
+        out = cell_dir(run_dir, cell)
+        out.mkdir(parents=True, exist_ok=True)
+        values = [0.1 * (i + 1) for i in range(5)] if rising or not cell.search else [0.9] * 5  # runs: rising
+        (out / "log.jsonl").write_text("".join(json.dumps({"phase": "curve", "step": 2 * (i + 1), "train_seq_acc": v,
+                                                           "eval_seq_acc": v, "eval_loss": 1 - v}) + "\n"
+                                               for i, v in enumerate(values)))
         if cell.search:
-            out = cell_dir(run_dir, cell)
-            out.mkdir(parents=True, exist_ok=True)
-            values = [0.1 * (i + 1) for i in range(5)] if rising else [0.9] * 5
-            (out / "log.jsonl").write_text("".join(json.dumps({"phase": "curve", "step": 2 * (i + 1), "train_seq_acc": v,
-                                                               "eval_seq_acc": v, "eval_loss": 1 - v}) + "\n"
-                                                   for i, v in enumerate(values)))
             return [bench.cell_row(task, cell, SEARCH, task.train_size, values[-1], 0.0, split="val")], 0.0, None
         return [bench.cell_row(task, cell, "-", size, 0.5, 0.0) for size in task.test_sizes], 0.0, None
     return cell_fn
@@ -192,8 +193,10 @@ def test_a_task_whose_search_curves_still_rise_is_not_run(tmp_path, rising, caps
         with pytest.raises(SystemExit):
             bench.run(cfg, "test", cell_fn=curve_cell(rising))
         assert "budget too short by the plateau rule" in capsys.readouterr().out
-    else:
+    else:  # the report reads the rule on the search's curves and on the reported runs' (these still rise)
         bench.run(cfg, "test", cell_fn=curve_cell(rising))
+        report = (tmp_path / "quick" / "report.md").read_text()
+        assert "| text/copy | 2 of 10 (enough) | 10 of 10 (**still rising**) |" in report
     rows = read_rows(tmp_path / "quick" / "results.csv")
     assert bool([r for r in rows if r.variant == "-"]) is not rising
 

@@ -27,6 +27,8 @@ import os
 import statistics
 from pathlib import Path
 
+from .results import FLOOR
+
 CURVES = "curves"
 RELATIVE_METRICS = ("ppl",)  # tolerances relative to the value
 CHANCE_FLOORS = {"coord_err": "mean-predictor"}  # an error whose span runs from 0 to this floor (chance)
@@ -118,3 +120,20 @@ def budget_verdict(curves: list[dict], steps: int, *, higher: bool, metric: str,
     tol, relative = tolerance(metric, chance)
     step = plateau_step(median_kind_curve(curves), higher=higher, tolerance=tol, relative=relative)
     return step <= BUDGET_SHARE * steps, step
+
+
+def task_budget(run_dir: Path, rows: list, task: str, chosen: dict[str, tuple[float, float]], *, search: bool,
+                higher: bool, metric: str, split: str, steps: int | None = None) -> tuple[bool, float, int] | None:
+    """(enough, the step where the median kind stopped rising, steps) for ``task`` by the plateau rule, on its search
+    curves (``search``: the rule's own probes) or its reported runs' curves, each kind's at its ``chosen`` (lr, weight
+    decay); ``steps`` defaults to the curves' last step; the chance floor of an error metric is the median of the
+    task's in-distribution floor rows on ``split`` (results.csv ``rows``). None when no such curve exists."""
+    curves = [c for c in read_curves(run_dir, task).values()
+              if c["search"] == search and chosen.get(c["kind"]) == (c["lr"], c["weight_decay"])]
+    if not curves:
+        return None
+    steps = steps or int(max(p[0] for c in curves for p in c["points"]))
+    floors = [r.value for r in rows if r.task == task and r.kind == FLOOR and r.variant == CHANCE_FLOORS.get(metric)
+              and r.split == split and r.test_size == r.train_size]
+    chance = statistics.median(floors) if floors else None
+    return (*budget_verdict(curves, steps, higher=higher, metric=metric, chance=chance), steps)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .bench_config import BenchConfig
 from .cells import CellSpec, cells_for, choices, extension_cells, lr_of, search_cells, write_choices
-from .curves import BUDGET_SHARE, CHANCE_FLOORS, append_curve, budget_verdict, cell_curve, read_curves
+from .curves import BUDGET_SHARE, append_curve, cell_curve, task_budget
 from .evaluate import cell_dir
 from .protocol import TASKS
 from .results import FLOOR, SEARCH, SEARCH_LOSS, Row, append_rows, read_rows
@@ -158,17 +158,13 @@ def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, st
     short = {}
     rows = read_rows(run_dir / "results.csv")
     for task in cfg.tasks:
-        curves = [c for c in read_curves(run_dir, task).values()
-                  if c["search"] and chosen.get((task, c["kind"])) == (c["lr"], c["weight_decay"])]
-        if not curves:
+        spec, steps = TASKS[task], int(cfg.steps.get(task, cfg.default_steps))
+        kinds = {k: v for (t, k), v in chosen.items() if t == task}
+        found = task_budget(run_dir, rows, task, kinds, search=True, higher=spec.higher_is_better,
+                            metric=spec.metric, split=spec.competence_split, steps=steps)
+        if found is None:
             continue
-        steps = int(cfg.steps.get(task, cfg.default_steps))
-        metric = TASKS[task].metric
-        floors = [r.value for r in rows if r.task == task and r.kind == FLOOR
-                  and r.variant == CHANCE_FLOORS.get(metric) and r.split == TASKS[task].competence_split
-                  and r.test_size == r.train_size]
-        chance = statistics.median(floors) if floors else None
-        enough, step = budget_verdict(curves, steps, higher=TASKS[task].higher_is_better, metric=metric, chance=chance)
+        enough, step, _ = found
         if not enough:
             short[task] = (f"{task}: budget too short by the plateau rule (the median kind's validation "
                            f"{TASKS[task].metric} still rises at step {step:g} of {steps}, past "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import stats
 from .claims import LOG_METRICS, Verdict, check_claim, claim_line, measured_values, zoom_and_canvas  # noqa: F401
+from .curves import BUDGET_SHARE, task_budget
 from .competence import (NOPE, Competence, KindStatus, beats, beats_welch, competence, good,  # noqa: F401 (re-exported)
                          in_distribution, margins, passes_bar, retention, strongest_floor, train_ratio,
                          with_floor)
@@ -254,6 +255,34 @@ def on_edge(vals: dict, point: tuple[float, float], higher: bool) -> bool:
     return good(vals[point], higher) > good(vals[neighbour], higher)
 
 
+def budget_section(run_dir: Path, rows: list[Row]) -> list[str]:
+    """Each task's budget by the plateau rule (train/curves.py), from the curves the record commits: where the median
+    kind stopped rising on the search's curves at the chosen rates (the rule, checked before the runs were trained)
+    and on the reported runs' curves (the same reading of the runs themselves)."""
+    chosen: dict = defaultdict(dict)
+    for r in rows:
+        if r.variant != SEARCH and r.kind != "floor":
+            chosen[r.task][r.kind] = (r.lr, r.weight_decay)
+    lines = []
+    for task in sorted(t for t in chosen if t in TASKS):
+        spec = TASKS[task]
+        found = [task_budget(run_dir, rows, task, chosen[task], search=search, higher=spec.higher_is_better,
+                             metric=spec.metric, split=spec.competence_split) for search in (True, False)]
+        if found[0] is None and found[1] is None:
+            continue
+        text = [f"{f[1]:g} of {f[2]} ({'enough' if f[0] else '**still rising**'})" if f else "–" for f in found]
+        lines.append(f"| {task} | {text[0]} | {text[1]} |")
+    if not lines:
+        return []
+    return ["## Budgets (the plateau rule)", "",
+            f"The step after which the median kind's validation curve (per evaluation, the median over kinds of each "
+            f"kind's median over its runs) never improves by more than the rule's tolerance (0.01 accuracy; 1 % of "
+            f"the mean predictor's error; 1 % of a perplexity); a budget is enough when that step is within "
+            f"{BUDGET_SHARE * 100:g} % of the steps. The rule reads the search's curves at the chosen rates before the runs "
+            f"are trained; the reported runs' curves are the same reading of the record (`curves/<task>.jsonl`).", "",
+            "| task | search runs at the chosen rates (the rule) | reported runs |", "|---|---|---|", *lines, ""]
+
+
 def mixed_settings(rows: list[Row]) -> list[str]:
     """(task, kind) whose runs trained with more than one (lr, weight decay): a run directory that mixed settings."""
     used: dict = defaultdict(set)
@@ -308,6 +337,7 @@ def write_report(run_dir: Path, header: str, select=None, test_items: int | None
                   markdown_table(agg[task], sizes, checks[task], times.get(task, {}), row.metric, test_items), "",
                   f"![{task}]({plot.name})", ""]
     parts += lr_section(rows)
+    parts += budget_section(run_dir, rows)
     parts += ["## Does it reproduce the literature?", "",
               "Each claim is judged whole (train/claims.py): each half (an ordered pair of kinds, a kind said to keep "
               "its quality beyond the training size, a threshold) is a test on per-run values (a worsening is paired "
