@@ -178,7 +178,7 @@ def test_an_invocation_killed_outright_is_listed_with_its_start(tmp_path):
     assert rows and all(r.kind != "rope" for r in rows)  # what it wrote before the kill stays
     report = bench.run(tiny(tmp_path), "resumed")
     text = report.read_text()
-    assert f"1. `killed command`: started {killed['start']}, **{provenance.KILLED}**" in text
+    assert f"1. `killed command`: started {killed['start']}, **{provenance.KILLED}**, ran at most " in text
     assert "2. `resumed`: ended " in text
     assert [i["status"] for i in provenance.read_invocations(run_dir)] == [provenance.KILLED, "finished"]
 

@@ -43,6 +43,7 @@ import platform
 import subprocess
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: ndpe/, models/, train/, configs/
@@ -272,8 +273,17 @@ def _minutes(seconds: float) -> str:
     return f"{m}:{s:02d}"
 
 
-def invocation_line(i: int, inv: dict) -> str:
-    """One invocation as a list item of the report's header."""
+def _bound(inv: dict, later: dict | None) -> str:
+    """", ran at most M:SS (to the next invocation's start)" for a killed invocation followed by another."""
+    try:
+        seconds = (datetime.fromisoformat(later["start"]) - datetime.fromisoformat(inv["start"])).total_seconds()
+    except (TypeError, KeyError, ValueError):
+        return ""
+    return f", ran at most {_minutes(seconds)} (to the next invocation's start)" if seconds >= 0 else ""
+
+
+def invocation_line(i: int, inv: dict, later: dict | None = None) -> str:
+    """One invocation as a list item of the report's header; ``later``: the next invocation (bounds a killed one)."""
     m = inv.get("machine", {})
     commit = inv.get("commit", UNKNOWN)
     short = commit if commit == UNKNOWN else commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
@@ -282,7 +292,8 @@ def invocation_line(i: int, inv: dict) -> str:
     where = (f"({m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs, torch {m.get('torch', '?')}, "
              f"device {m.get('device', '?')})")
     if inv.get("status") == KILLED:  # no end, wall time or counts: what it wrote is told by its rows' provenance
-        return f"  {i}. `{inv['command']}`: started {inv.get('start', '?')}, **{KILLED}**, {code} {where}"
+        return (f"  {i}. `{inv['command']}`: started {inv.get('start', '?')}, **{KILLED}**{_bound(inv, later)}, "
+                f"{code} {where}")
     return (f"  {i}. `{inv['command']}`: ended {inv.get('end', '?')}, wall time {_minutes(inv.get('wall_s', 0))}, "
             f"{code}; {inv.get('cells_trained', 0)} cells trained, {inv.get('rows_written', 0)} rows written"
             f"{status} {where}")
@@ -295,7 +306,8 @@ def header_lines(run_dir: Path, rows: list, info: dict | None, workers: str) -> 
     invocations = read_invocations(run_dir)
     if invocations:
         lines = [f"- invocations that wrote to this run directory ({INVOCATIONS}, oldest first):",
-                 *(invocation_line(i, inv) for i, inv in enumerate(invocations, start=1))]
+                 *(invocation_line(i, inv, later) for i, (inv, later)
+                   in enumerate(zip(invocations, [*invocations[1:], None]), start=1))]
         newest = invocations[-1].get("protocol", "")
     else:
         lines = [f"- command: `{info['command']}`" if info else "- command: not recorded",
