@@ -103,7 +103,8 @@ PRESS_PROTOCOL = ("causal character LM trained on windows of C characters (every
 ZOOM = "the same scene rendered at a higher resolution (more patches, same content): Heo et al. 2024"
 ZOOM_CROP = (0.25, 1.0)  # random resized crops of 1/4 to all of the image: content 1-2x larger, the test zoom's range
 # (DeiT-III's and RoPE-ViT's training augmentation; without it NoPE itself collapses under zoom)
-ZOOM_TRAINED = "; trained with random resized crops of 1/4 to all of each image (content 1-2x larger, as DeiT-III)"
+ZOOM_TRAINED = ("; trained with random resized crops of 1/4 to all of each image (content 1-2x larger, as DeiT-III; "
+                "since 2026-11-28: the standard record's rows were trained without, train/changes.py)")
 CANVAS = "a larger field with objects of the same pixel size (position extrapolation; not Heo et al.'s protocol)"
 LIU = ("a one-hot pixel in a 64x64 image -> its (row, col); CoordConv vs plain conv, as Liu et al. 2018 (their "
        "supervised coordinate regression task and split), both with the paper's He-normal initialization")
