@@ -90,4 +90,7 @@ CHANGES_AFTER_RESULTS = [
     "standard-v3 (2026-11-28): image/digits-zoom at 1,200 steps instead of 600, the plateau rule's own remedy (trained "
     "on random resized crops, its median kind at the chosen rates still rose after step 480 of 600: 0.850 -> 0.872 "
     "validation accuracy); the 600-step search is kept in the record's superseded/ folder; no verdict moved",
+    "standard-v3 (2026-11-29): image/mnist-pair at 4,800 steps instead of 2,400, the plateau rule's own remedy (its "
+    "median kind at the chosen rates still rose after step 1,920 of 2,400: 0.912 -> 0.926 validation accuracy); the "
+    "2,400-step search is kept in the record's superseded/ folder; no verdict moved",
 ]
