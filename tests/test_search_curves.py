@@ -193,6 +193,7 @@ def test_a_task_whose_search_curves_still_rise_is_not_run(tmp_path, rising, caps
         with pytest.raises(SystemExit):
             bench.run(cfg, "test", cell_fn=curve_cell(rising))
         assert "budget too short by the plateau rule" in capsys.readouterr().out
+        assert "**no runs trained yet** (no verdict)" in (tmp_path / "quick" / "report.md").read_text()
     else:  # the report reads the rule on the search's curves and on the reported runs' (these still rise)
         bench.run(cfg, "test", cell_fn=curve_cell(rising))
         report = (tmp_path / "quick" / "report.md").read_text()

@@ -134,6 +134,9 @@ def competence_lines(task: str, check: Competence, metric: str, train_agg: dict)
     blind = TASKS[task].order_blind if task in TASKS else ""
     floors = ", ".join(f"{n} {c.mean:.3g}" for n, c in sorted(check.floors.items())) or "none measured"
     best = check.best
+    if not check.kinds:  # floors only: the runs are not trained yet (a search held back, or still under way)
+        return [f"- bar: {bar}; floors in distribution: {floors}; order-blind: {blind or 'not stated'}",
+                "- **no runs trained yet** (no verdict): only the floors and the learning-rate search are in the record"]
     state = "**learned at this budget**" if check.learned else "**not learned at this budget** (no verdict)"
     lines = [f"- bar: {bar}; floors in distribution: {floors}; order-blind: {blind or 'not stated'}",
              f"- {state}; best kind: {best} {cell_text(check.kinds[best].cell, metric) if best else ''}"]
