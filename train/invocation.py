@@ -5,7 +5,6 @@ State lives in the objects it belongs to (a :class:`Plan`, a :class:`Dispatch`),
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

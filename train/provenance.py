@@ -275,9 +275,11 @@ def _minutes(seconds: float) -> str:
 
 def _bound(inv: dict, later: dict | None) -> str:
     """", ran at most M:SS (to the next invocation's start)" for a killed invocation followed by another."""
+    if later is None:
+        return ""
     try:
         seconds = (datetime.fromisoformat(later["start"]) - datetime.fromisoformat(inv["start"])).total_seconds()
-    except (TypeError, KeyError, ValueError):
+    except (TypeError, KeyError, ValueError):  # a start missing or not an ISO time (a hand-edited line)
         return ""
     return f", ran at most {_minutes(seconds)} (to the next invocation's start)" if seconds >= 0 else ""
 

@@ -134,12 +134,11 @@ def competence_lines(task: str, check: Competence, metric: str, train_agg: dict)
     blind = TASKS[task].order_blind if task in TASKS else ""
     floors = ", ".join(f"{n} {c.mean:.3g}" for n, c in sorted(check.floors.items())) or "none measured"
     best = check.best
+    head = f"- bar: {bar}; floors in distribution: {floors}; order-blind: {blind or 'not stated'}"
     if not check.kinds:  # floors only: the runs are not trained yet (a search held back, or still under way)
-        return [f"- bar: {bar}; floors in distribution: {floors}; order-blind: {blind or 'not stated'}",
-                "- **no runs trained yet** (no verdict): only the floors and the learning-rate search are in the record"]
+        return [head, "- **no runs trained yet** (no verdict): only the floors and the learning-rate search are in the record"]
     state = "**learned at this budget**" if check.learned else "**not learned at this budget** (no verdict)"
-    lines = [f"- bar: {bar}; floors in distribution: {floors}; order-blind: {blind or 'not stated'}",
-             f"- {state}; best kind: {best} {cell_text(check.kinds[best].cell, metric) if best else ''}"]
+    lines = [head, f"- {state}; best kind: {best} {cell_text(check.kinds[best].cell, metric) if best else ''}"]
     counting = [k for k, s in check.kinds.items() if s.counts]
     lines.append(f"- kinds that count: {', '.join(counting) or 'none'}; that do not: "
                  + (", ".join(f"{k} ({'bar' if not s.bar else 'floor'})" for k, s in check.kinds.items()
@@ -199,10 +198,7 @@ def lr_section(rows: list[Row]) -> list[str]:
         values[(r.task, r.kind)][(r.lr, r.weight_decay)].append(r.value)
     by = {key: {p: statistics.median(v) for p, v in points.items()} for key, points in values.items()}
     runs = max(len(v) for points in values.values() for v in points.values())
-    used: dict = defaultdict(set)
-    for r in rows:
-        if r.variant != SEARCH and r.kind != "floor":
-            used[(r.task, r.kind)].add((r.lr, r.weight_decay))
+    used = trained_settings(rows)
     higher = {r.task: r.higher_is_better for r in search}
     lines = ["## Learning-rate search", "",
              "Every kind gets the same search: each candidate (peak learning rate, weight decay) trains "
@@ -263,9 +259,8 @@ def budget_section(run_dir: Path, rows: list[Row]) -> list[str]:
     kind stopped rising on the search's curves at the chosen rates (the rule, checked before the runs were trained)
     and on the reported runs' curves (the same reading of the runs themselves)."""
     chosen: dict = defaultdict(dict)
-    for r in rows:
-        if r.variant != SEARCH and r.kind != "floor":
-            chosen[r.task][r.kind] = (r.lr, r.weight_decay)
+    for (task, kind), used in trained_settings(rows).items():
+        chosen[task][kind] = max(used)  # one setting per kind in a consistent record (else the header says so)
     lines = []
     for task in sorted(t for t in chosen if t in TASKS):
         spec = TASKS[task]
@@ -286,13 +281,18 @@ def budget_section(run_dir: Path, rows: list[Row]) -> list[str]:
             "| task | search runs at the chosen rates (the rule) | reported runs |", "|---|---|---|", *lines, ""]
 
 
-def mixed_settings(rows: list[Row]) -> list[str]:
-    """(task, kind) whose runs trained with more than one (lr, weight decay): a run directory that mixed settings."""
+def trained_settings(rows: list[Row]) -> dict[tuple[str, str], set[tuple[float, float]]]:
+    """(task, kind) -> the (lr, weight decay) its reported runs trained with (search rows and floors left out)."""
     used: dict = defaultdict(set)
     for r in rows:
         if r.variant != SEARCH and r.kind != "floor":
             used[(r.task, r.kind)].add((r.lr, r.weight_decay))
-    return [f"{t} {k}: {sorted(v)}" for (t, k), v in sorted(used.items()) if len(v) > 1]
+    return used
+
+
+def mixed_settings(rows: list[Row]) -> list[str]:
+    """(task, kind) whose runs trained with more than one (lr, weight decay): a run directory that mixed settings."""
+    return [f"{t} {k}: {sorted(v)}" for (t, k), v in sorted(trained_settings(rows).items()) if len(v) > 1]
 
 
 def write_report(run_dir: Path, header: str, select=None, test_items: int | None = None) -> Path:
