@@ -197,8 +197,9 @@ def test_bad_inputs():
     (torch.float16, "interleaved", (H, 24, 31), True),
 ])
 def test_compiles_for_sm90(monkeypatch, tmp_path, dtype, pairing, cs_shape, k):
-    """The compiled (non-interpreted) kernel builds for sm_90 with a launch's specialization; q/k of a
-    qkv buffer with head_dim 64 get 128-bit loads and stores; bfloat16 is stored rounded to nearest."""
+    """The compiled (non-interpreted) kernel builds for sm_90 with a launch's specialization and options; q/k of a
+    qkv buffer with head_dim 64 get 128-bit loads and stores; bfloat16 is stored rounded to nearest; the rotation
+    is fused multiply-adds whatever Triton's default (3.10 turns its default fusion off)."""
     monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     try:
@@ -215,8 +216,8 @@ def test_compiles_for_sm90(monkeypatch, tmp_path, dtype, pairing, cs_shape, k):
     _, args, _ = T._prepare(q, kk if k else None, cos, sin, pairing, True)
     kernel = T._kernel()
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, spec, opts = binder(**args, num_warps=4)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, {"num_warps": 4}, bound, spec, opts)
+    bound, spec, opts = binder(**args, **T.LAUNCH_OPTIONS)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, dict(T.LAUNCH_OPTIONS), bound, spec, opts)
     compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
                               options=options.__dict__)
     ptx = compiled.asm["ptx"]
@@ -224,6 +225,7 @@ def test_compiles_for_sm90(monkeypatch, tmp_path, dtype, pairing, cs_shape, k):
         assert "ld.global.v4" in ptx and "st.global.v4" in ptx
     if dtype == torch.bfloat16:
         assert "cvt.rn.bf16x2.f32" in ptx
+    assert ("fma.rn.f64" if dtype == torch.float32 else "fma.rn.f32") in ptx
 
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
