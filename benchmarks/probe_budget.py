@@ -9,7 +9,10 @@ draws lengths 1..L), also ``val_as_bar``: the validation split drawn as the bar'
     python benchmarks/probe_budget.py text/copy --kinds none rope --steps 400 1000 --lr 3e-3
     python benchmarks/probe_budget.py text/stdlib_lm --kinds rope --steps 2000 --set dim=64 depth=3
 
-``--set key=value`` overrides the quick preset's keys (``dim``, ``depth``, ``batch_size``, ...). ``--task-set
+``--set key=value`` overrides the preset's keys (``dim``, ``depth``, ``batch_size``, ...; the quick preset unless
+``--config`` names another); ``--set curve_points=10`` adds the cell's validation curve (``curve``: [step, metric] at
+each of 10 evaluations), for the plateau rule (train/curves.py). The data seed is the preset's first unless ``--set
+data_seeds=[...]`` names an unreported one. ``--task-set
 key=value`` probes a variant of the task before the protocol is changed to it: ``train_size``, ``test_sizes`` or one
 option of its ``data`` / ``model_opts`` (``model_opts.patch_size=7``), values read as YAML.
 
@@ -35,6 +38,8 @@ import yaml  # noqa: E402
 from train.bench import (CONFIG_DIR, TASKS, CellSpec, Task, cell_grids, load_bench_config, test_options,  # noqa: E402
                          train_config)
 from train.bench_data import cell_data  # noqa: E402
+from train.curves import cell_curve  # noqa: E402
+from train.evaluate import cell_dir  # noqa: E402
 from train.main import evaluate_model, fit  # noqa: E402
 
 
@@ -59,19 +64,20 @@ def task_variant(task: Task, settings: list[str]) -> Task:
 
 
 def probe(task_name: str, kind: str, steps: int, lr: float, overrides: list[str], seed: int, out: Path,
-          task_settings: list[str] = ()) -> dict:
-    cfg = load_bench_config(CONFIG_DIR / "quick.yaml", [*overrides, f"steps={{{task_name}: {steps}}}",
-                                                        f"lrs={{{task_name}: {lr}}}"])
+          task_settings: list[str] = (), config: Path = CONFIG_DIR / "quick.yaml") -> dict:
+    cfg = load_bench_config(config, [*overrides, f"steps={{{task_name}: {steps}}}", f"lrs={{{task_name}: {lr}}}"])
     task = task_variant(TASKS[task_name], list(task_settings))
     grids = cell_grids(cfg, task, out)
-    tcfg = train_config(cfg, task, CellSpec(task_name, kind, seed, cfg.data_seeds[0], lr, cfg.weight_decay), out,
-                        *grids)
+    cell = CellSpec(task_name, kind, seed, cfg.data_seeds[0], lr, cfg.weight_decay)
+    tcfg = train_config(cfg, task, cell, out, *grids)
     start = time.perf_counter()
     data = cell_data(cfg, task, out)  # the cells' cached data
     model, result = fit(tcfg, data)
-    out = {"task": task_name, "kind": kind, "steps": steps, "lr": lr, "seed": seed,
+    curve = [[int(step), round(value, 4)] for step, _, value, _ in cell_curve(cell_dir(out, cell) / "log.jsonl",
+                                                                               task.metric)]
+    out = {"task": task_name, "kind": kind, "steps": steps, "lr": lr, "seed": seed, "data_seed": cell.data_seed,
            "train": {k: round(v, 4) for k, v in result["train"].items() if k != "time"},
-           "val": {k: round(v, 4) for k, v in result["eval"].items()}}
+           "val": {k: round(v, 4) for k, v in result["eval"].items()}, **({"curve": curve} if curve else {})}
     if task.test_data:  # the bar's own split: validation drawn as the test split at the training size (copy: exactly L)
         bar = evaluate_model(model.eval(), tcfg, split="val", data=data, **test_options(task, task.train_size))
         out["val_as_bar"] = {task.metric: round(bar[task.metric], 4)}
@@ -85,7 +91,8 @@ def main() -> None:
     parser.add_argument("--steps", nargs="+", type=int, default=[300])
     parser.add_argument("--lr", nargs="+", type=float, default=[2e-3])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--set", nargs="*", default=[], help="quick-preset overrides, key=value")
+    parser.add_argument("--config", type=Path, default=CONFIG_DIR / "quick.yaml", help="the preset (default: quick)")
+    parser.add_argument("--set", nargs="*", default=[], help="the preset's overrides, key=value")
     parser.add_argument("--task-set", nargs="*", default=[], help="a variant of the task, key=value")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -95,7 +102,7 @@ def main() -> None:
                 for lr in args.lr:
                     for seed in args.seeds:
                         print(json.dumps(probe(args.task, kind, steps, lr, args.set, seed, Path(tmp),
-                                               args.task_set)), flush=True)
+                                               args.task_set, args.config)), flush=True)
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, st
         enough, step, _ = found
         if not enough:
             short[task] = (f"{task}: budget too short by the plateau rule (the median kind's validation "
-                           f"{TASKS[task].metric} still rises at step {step:g} of {steps}, past "
+                           f"{spec.metric} still {'rises' if spec.higher_is_better else 'falls'} at step {step:g} of {steps}, past "
                            f"{BUDGET_SHARE:.0%}); its runs were not trained: raise steps[{task}] (x2) and run again with "
                            f"--supersede {task} (its search is kept in superseded/ and done anew)")
     return short

@@ -268,7 +268,7 @@ def budget_section(run_dir: Path, rows: list[Row]) -> list[str]:
                              metric=spec.metric, split=spec.competence_split) for search in (True, False)]
         if found[0] is None and found[1] is None:
             continue
-        text = [f"{f[1]:g} of {f[2]} ({'enough' if f[0] else '**still rising**'})" if f else "–" for f in found]
+        text = [f"{f[1]:g} of {f[2]} ({'enough' if f[0] else '**still improving**'})" if f else "–" for f in found]
         lines.append(f"| {task} | {text[0]} | {text[1]} |")
     if not lines:
         return []
