@@ -186,6 +186,23 @@ def curve_cell(rising: bool):
     return cell_fn
 
 
+def test_a_final_budget_trains_its_runs_though_still_rising(tmp_path, capsys):
+    """A task whose steps were doubled once (final_budgets) is not held back again: its runs train, the driver says
+    why, and the budgets table marks it; the key selects, it changes no cell's settings (the fingerprint)."""
+    cfg = tiny(tmp_path, "lr_search=[0.002]", "rope_variants=[]", "curve_points=5", "default_steps=10",
+               "final_budgets=[text/copy]")
+    bench.run(cfg, "test", cell_fn=curve_cell(True))
+    assert "doubled once already (final_budgets): its runs train" in capsys.readouterr().out
+    report = (tmp_path / "quick" / "report.md").read_text()
+    assert "| text/copy (doubled once: final) | 10 of 10 (**still improving**) | 10 of 10 (**still improving**) |" \
+        in report
+    assert any(r.variant == "-" for r in bench.read_rows(tmp_path / "quick" / "results.csv"))  # reported runs
+    assert bench.fingerprint(cfg) == bench.fingerprint(tiny(tmp_path, "lr_search=[0.002]", "rope_variants=[]",
+                                                              "curve_points=5", "default_steps=10"))
+    with pytest.raises(Exception, match="final_budgets must be a list of known tasks"):
+        tiny(tmp_path, "final_budgets=[text/nope]")
+
+
 @pytest.mark.parametrize("rising", [True, False])
 def test_a_task_whose_search_curves_still_rise_is_not_run(tmp_path, rising, capsys):
     cfg = tiny(tmp_path, "lr_search=[0.002]", "rope_variants=[]", "curve_points=5", "default_steps=10")
@@ -194,7 +211,9 @@ def test_a_task_whose_search_curves_still_rise_is_not_run(tmp_path, rising, caps
             bench.run(cfg, "test", cell_fn=curve_cell(rising))
         out = capsys.readouterr().out
         assert "budget too short by the plateau rule" in out and "still rises at step" in out  # accuracy: larger is better
-        assert "**no runs trained yet** (no verdict)" in (tmp_path / "quick" / "report.md").read_text()
+        report = (tmp_path / "quick" / "report.md").read_text()
+        assert "**no runs trained yet** (no verdict)" in report
+        assert "| text/copy | 10 of 10 (**still improving**) | – |" in report  # why it was held back
     else:  # the report reads the rule on the search's curves and on the reported runs' (these still rise)
         bench.run(cfg, "test", cell_fn=curve_cell(rising))
         report = (tmp_path / "quick" / "report.md").read_text()

@@ -71,6 +71,8 @@ class BenchConfig:
     # empty: the first of data_seeds
     curve_points: int = 0  # > 0: every trained cell evaluates on its validation split that many times (its learning
     # curve, committed in curves/<task>.jsonl); 0: once, at the end
+    final_budgets: list[str] = field(default_factory=list)  # tasks whose steps the plateau rule has doubled once: the
+    # rule does not double them again (their runs train where it still finds them short; the report says so)
     eval_batch_by_size: bool = False  # true: beyond the training size, evaluation batches shrink with the tokens per
     # item, so none holds more tokens than a training batch (long contexts: the memory of pairwise terms)
     memory_budget_gib: float | None = None  # ndpe's memory budget in each cell (ndpe.set_memory_budget); null: 1 GiB
@@ -180,6 +182,9 @@ def check_per_task(cfg: BenchConfig) -> None:
         raise ConfigError(f"search_runs must be an int >= 1 (runs per search candidate), got {cfg.search_runs!r}")
     if type(cfg.curve_points) is not int or cfg.curve_points < 0:
         raise ConfigError(f"curve_points must be an int >= 0 (evaluations per cell), got {cfg.curve_points!r}")
+    if not isinstance(cfg.final_budgets, list) or set(cfg.final_budgets) - set(TASKS):
+        raise ConfigError(f"final_budgets must be a list of known tasks (those whose steps were doubled once), got "
+                          f"{cfg.final_budgets!r}")
     reported = sorted(set(cfg.seeds) & {cfg.search_seed + j for j in range(cfg.search_runs)})
     if reported:
         raise ConfigError(f"search seeds {cfg.search_seed}..{cfg.search_seed + cfg.search_runs - 1} include reported "

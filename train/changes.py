@@ -93,4 +93,15 @@ CHANGES_AFTER_RESULTS = [
     "standard-v3 (2026-11-29): image/mnist-pair at 4,800 steps instead of 2,400, the plateau rule's own remedy (its "
     "median kind at the chosen rates still rose after step 1,920 of 2,400: 0.912 -> 0.926 validation accuracy); the "
     "2,400-step search is kept in the record's superseded/ folder; no verdict moved",
+    "standard-v3 (2026-11-29): text/stdlib_lm at 3,000 steps instead of 1,500, the plateau rule's own remedy (its "
+    "median kind at the chosen rates still fell after step 1,200 of 1,500: 4.42 -> 4.35 -> 4.32 validation "
+    "perplexity); the 1,500-step search is kept in the record's superseded/ folder; no verdict moved",
+    "plateau rule (2026-11-29, after text/stdlib_lm's 1,500-step search curves and two probes at the training context "
+    "on unreported seeds, before any search at a doubled LM budget and before image/mnist-pair's 4,800-step curves "
+    "were looked at): a short budget is doubled once; a task still short at twice its first budget trains its runs "
+    "there, marked in the report (the preset's final_budgets), instead of doubling again. The probes (FIRE on the "
+    "64-character LM at 3,000 steps: 3.97 -> 3.93 -> 3.91 over its last fifth; on the 256-character LM at 1,500 "
+    "steps: 3.83 -> 3.76 -> 3.75) show a perplexity still falling 1-2 % over the last fifth of any budget this "
+    "machine affords, and a second doubling of the two LMs would add about 20 hours of CPU; no verdict moved (none "
+    "existed)",
 ]

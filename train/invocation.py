@@ -164,11 +164,16 @@ def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, st
         if found is None:
             continue
         enough, step, _ = found
-        if not enough:
-            short[task] = (f"{task}: budget too short by the plateau rule (the median kind's validation "
-                           f"{spec.metric} still {'rises' if spec.higher_is_better else 'falls'} at step {step:g} of {steps}, past "
-                           f"{BUDGET_SHARE:.0%}); its runs were not trained: raise steps[{task}] (x2) and run again with "
-                           f"--supersede {task} (its search is kept in superseded/ and done anew)")
+        if enough:
+            continue
+        why = (f"{task}: budget too short by the plateau rule (the median kind's validation {spec.metric} still "
+               f"{'rises' if spec.higher_is_better else 'falls'} at step {step:g} of {steps}, past {BUDGET_SHARE:.0%})")
+        if task in cfg.final_budgets:
+            print(f"{why}; its steps were doubled once already (final_budgets): its runs train, the report says "
+                  "'still improving'", flush=True)
+        else:
+            short[task] = (f"{why}; its runs were not trained: raise steps[{task}] (x2), add it to final_budgets and "
+                           f"run again with --supersede {task} (its search is kept in superseded/ and done anew)")
     return short
 
 

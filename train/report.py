@@ -254,22 +254,30 @@ def on_edge(vals: dict, point: tuple[float, float], higher: bool) -> bool:
     return good(vals[point], higher) > good(vals[neighbour], higher)
 
 
-def budget_section(run_dir: Path, rows: list[Row]) -> list[str]:
+def budget_section(run_dir: Path, rows: list[Row], search_chosen: dict | None = None,
+                   final: dict[str, int] | None = None) -> list[str]:
     """Each task's budget by the plateau rule (train/curves.py), from the curves the record commits: where the median
-    kind stopped rising on the search's curves at the chosen rates (the rule, checked before the runs were trained)
-    and on the reported runs' curves (the same reading of the runs themselves)."""
-    chosen: dict = defaultdict(dict)
+    kind stopped rising on the search's curves at the chosen rates (the rule, checked before the runs were trained;
+    ``search_chosen``: (task, kind) -> (lr, weight decay), the search's choices, so that a task held back by the rule
+    is listed too) and on the reported runs' curves (the same reading of the runs themselves). ``final``: task ->
+    steps of the preset's ``final_budgets`` (doubled once), marked where the curves are at those steps."""
+    trained: dict = defaultdict(dict)
     for (task, kind), used in trained_settings(rows).items():
-        chosen[task][kind] = max(used)  # one setting per kind in a consistent record (else the header says so)
+        trained[task][kind] = max(used)  # one setting per kind in a consistent record (else the header says so)
+    searched: dict = defaultdict(dict)
+    for (task, kind), point in (search_chosen or {}).items():
+        searched[task][kind] = point
     lines = []
-    for task in sorted(t for t in chosen if t in TASKS):
+    for task in sorted(t for t in {*trained, *searched} if t in TASKS):
         spec = TASKS[task]
-        found = [task_budget(run_dir, rows, task, chosen[task], search=search, higher=spec.higher_is_better,
-                             metric=spec.metric, split=spec.competence_split) for search in (True, False)]
+        found = [task_budget(run_dir, rows, task, chosen, search=search, higher=spec.higher_is_better,
+                             metric=spec.metric, split=spec.competence_split)
+                 for search, chosen in ((True, searched.get(task) or trained[task]), (False, trained.get(task, {})))]
         if found[0] is None and found[1] is None:
             continue
         text = [f"{f[1]:g} of {f[2]} ({'enough' if f[0] else '**still improving**'})" if f else "–" for f in found]
-        lines.append(f"| {task} | {text[0]} | {text[1]} |")
+        at_final = any(f and f[2] == (final or {}).get(task) for f in found)
+        lines.append(f"| {task}{' (doubled once: final)' if at_final else ''} | {text[0]} | {text[1]} |")
     if not lines:
         return []
     return ["## Budgets (the plateau rule)", "",
@@ -277,7 +285,9 @@ def budget_section(run_dir: Path, rows: list[Row]) -> list[str]:
             f"kind's median over its runs) never improves by more than the rule's tolerance (0.01 accuracy; 1 % of "
             f"the mean predictor's error; 1 % of a perplexity); a budget is enough when that step is within "
             f"{BUDGET_SHARE * 100:g} % of the steps. The rule reads the search's curves at the chosen rates before the runs "
-            f"are trained; the reported runs' curves are the same reading of the record (`curves/<task>.jsonl`).", "",
+            f"are trained; the reported runs' curves are the same reading of the record (`curves/<task>.jsonl`). A "
+            f"short budget is doubled once; a task still short at that budget (`final`) trains there, its verdicts "
+            f"about models still improving.", "",
             "| task | search runs at the chosen rates (the rule) | reported runs |", "|---|---|---|", *lines, ""]
 
 
@@ -295,10 +305,12 @@ def mixed_settings(rows: list[Row]) -> list[str]:
     return [f"{t} {k}: {sorted(v)}" for (t, k), v in sorted(trained_settings(rows).items()) if len(v) > 1]
 
 
-def write_report(run_dir: Path, header: str, select=None, test_items: int | None = None) -> Path:
+def write_report(run_dir: Path, header: str, select=None, test_items: int | None = None,
+                 search_chosen: dict | None = None, final_budgets: dict[str, int] | None = None) -> Path:
     """Write report.md and plots for ``run_dir/results.csv`` (``select`` filters its rows); returns the path.
     ``test_items``: the items of a built-in test set, for the success rate of tasks whose bar is the order-blind
-    ceiling (:func:`markdown_table`)."""
+    ceiling (:func:`markdown_table`); ``search_chosen``, ``final_budgets``: for the budgets table
+    (:func:`budget_section`)."""
     from .plots import plot_task
 
     rows = read_rows(run_dir / "results.csv")
@@ -340,7 +352,7 @@ def write_report(run_dir: Path, header: str, select=None, test_items: int | None
                   markdown_table(agg[task], sizes, checks[task], times.get(task, {}), row.metric, test_items), "",
                   f"![{task}]({plot.name})", ""]
     parts += lr_section(rows)
-    parts += budget_section(run_dir, rows)
+    parts += budget_section(run_dir, rows, search_chosen, final_budgets)
     parts += ["## Does it reproduce the literature?", "",
               "Each claim is judged whole (train/claims.py): each half (an ordered pair of kinds, a kind said to keep "
               "its quality beyond the training size, a threshold) is a test on per-run values (a worsening is paired "
