@@ -28,3 +28,17 @@ def test_a_variant_changes_only_what_it_names():
 def test_a_setting_it_cannot_apply_is_refused(setting):
     with pytest.raises(SystemExit, match="--task-set"):
         probe_budget.task_variant(probe_budget.TASKS["image/mnist-pair"], [setting])
+
+
+def test_a_probe_reports_its_curve_and_data_seed(tmp_path):
+    """``--set curve_points=N`` adds the cell's validation curve (N evaluations, the last at the final step, equal to
+    the final validation metric), and ``--set data_seeds=[...]`` the data it trained on."""
+    out = probe_budget.probe("video/trajectory", "none", 4, 2e-3, ["curve_points=2", "train_items=64", "test_items=16",
+                                                                    "data_seeds=[13]", "dim=16", "heads=2", "depth=1"],
+                             0, tmp_path)
+    assert out["data_seed"] == 13
+    assert [step for step, _ in out["curve"]] == [2, 4]
+    assert out["curve"][-1][1] == out["val"]["acc"]
+    without = probe_budget.probe("video/trajectory", "none", 4, 2e-3, ["train_items=64", "test_items=16", "dim=16",
+                                                                       "heads=2", "depth=1"], 0, tmp_path / "b")
+    assert "curve" not in without and without["data_seed"] == 0
