@@ -138,7 +138,7 @@ def finish(cfg: BenchConfig, run_dir: Path, command: str, dispatch: Dispatch, ra
     head = header(cfg, provenance.read_run_info(run_dir))
     if failures:
         head += "\n- **failed cells** (rerun the same command to retry them):\n" + "\n".join(f"  - {f}" for f in failures)
-    report = write_report(run_dir, head, **report_options(cfg, run_dir))
+    report = write_report(run_dir, head, **report_options(cfg))
     write_explorer_tab(run_dir)
     print(f"wrote {run_dir / 'results.csv'} and {report} in {fmt_time(wall)}"
           + (f"; {len(failures)} cell(s) FAILED" if failures else ""), flush=True)
@@ -147,10 +147,10 @@ def finish(cfg: BenchConfig, run_dir: Path, command: str, dispatch: Dispatch, ra
     return report
 
 
-def report_options(cfg: BenchConfig, run_dir: Path) -> dict:
+def report_options(cfg: BenchConfig) -> dict:
     """write_report's options from the preset: its rows, the test items, the search's choices and final budgets."""
     return {"select": lambda rows: selected_rows(cfg, rows), "test_items": cfg.test_items,
-            "search_chosen": choices(cfg, read_rows(run_dir / "results.csv")) if cfg.lr_search else None,
+            "choose": (lambda rows: choices(cfg, rows)) if cfg.lr_search else None,
             "final_budgets": {t: int(cfg.steps.get(t, cfg.default_steps)) for t in cfg.final_budgets}}
 
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> Path:
             if info is None and not provenance.read_invocations(run_dir):
                 parser.error(f"{run_dir} holds no run (run_info.json, {provenance.INVOCATIONS}): run the benchmark "
                              "first")
-            report = write_report(run_dir, header(cfg, info), **report_options(cfg, run_dir))
+            report = write_report(run_dir, header(cfg, info), **report_options(cfg))
             write_explorer_tab(run_dir)
             return report
         for task in args.supersede:

@@ -261,18 +261,22 @@ def budget_section(run_dir: Path, rows: list[Row], search_chosen: dict | None = 
     ``search_chosen``: (task, kind) -> (lr, weight decay), the search's choices, so that a task held back by the rule
     is listed too) and on the reported runs' curves (the same reading of the runs themselves). ``final``: task ->
     steps of the preset's ``final_budgets`` (doubled once), marked where the curves are at those steps."""
-    trained: dict = defaultdict(dict)
-    for (task, kind), used in trained_settings(rows).items():
-        trained[task][kind] = max(used)  # one setting per kind in a consistent record (else the header says so)
-    searched: dict = defaultdict(dict)
-    for (task, kind), point in (search_chosen or {}).items():
-        searched[task][kind] = point
+    def by_task(settings) -> dict:
+        out: dict = defaultdict(dict)
+        for (task, kind), point in settings:
+            out[task][kind] = point
+        return out
+
+    # one setting per kind in a consistent record (else the header says so)
+    trained = by_task((key, max(used)) for key, used in trained_settings(rows).items())
+    searched = by_task((search_chosen or {}).items())
     lines = []
     for task in sorted(t for t in {*trained, *searched} if t in TASKS):
         spec = TASKS[task]
         found = [task_budget(run_dir, rows, task, chosen, search=search, higher=spec.higher_is_better,
                              metric=spec.metric, split=spec.competence_split)
-                 for search, chosen in ((True, searched.get(task) or trained[task]), (False, trained.get(task, {})))]
+                 for search, chosen in ((True, searched.get(task) or trained.get(task, {})),
+                                        (False, trained.get(task, {})))]
         if found[0] is None and found[1] is None:
             continue
         text = [f"{f[1]:g} of {f[2]} ({'enough' if f[0] else '**still improving**'})" if f else "–" for f in found]
@@ -305,12 +309,12 @@ def mixed_settings(rows: list[Row]) -> list[str]:
     return [f"{t} {k}: {sorted(v)}" for (t, k), v in sorted(trained_settings(rows).items()) if len(v) > 1]
 
 
-def write_report(run_dir: Path, header: str, select=None, test_items: int | None = None,
-                 search_chosen: dict | None = None, final_budgets: dict[str, int] | None = None) -> Path:
+def write_report(run_dir: Path, header: str, select=None, test_items: int | None = None, choose=None,
+                 final_budgets: dict[str, int] | None = None) -> Path:
     """Write report.md and plots for ``run_dir/results.csv`` (``select`` filters its rows); returns the path.
     ``test_items``: the items of a built-in test set, for the success rate of tasks whose bar is the order-blind
-    ceiling (:func:`markdown_table`); ``search_chosen``, ``final_budgets``: for the budgets table
-    (:func:`budget_section`)."""
+    ceiling (:func:`markdown_table`); ``choose`` (rows -> the search's choices) and ``final_budgets``: for the
+    budgets table (:func:`budget_section`)."""
     from .plots import plot_task
 
     rows = read_rows(run_dir / "results.csv")
@@ -352,7 +356,7 @@ def write_report(run_dir: Path, header: str, select=None, test_items: int | None
                   markdown_table(agg[task], sizes, checks[task], times.get(task, {}), row.metric, test_items), "",
                   f"![{task}]({plot.name})", ""]
     parts += lr_section(rows)
-    parts += budget_section(run_dir, rows, search_chosen, final_budgets)
+    parts += budget_section(run_dir, rows, choose(rows) if choose else None, final_budgets)
     parts += ["## Does it reproduce the literature?", "",
               "Each claim is judged whole (train/claims.py): each half (an ordered pair of kinds, a kind said to keep "
               "its quality beyond the training size, a threshold) is a test on per-run values (a worsening is paired "
