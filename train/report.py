@@ -290,8 +290,8 @@ def budget_section(run_dir: Path, rows: list[Row], search_chosen: dict | None = 
             f"the mean predictor's error; 1 % of a perplexity); a budget is enough when that step is within "
             f"{BUDGET_SHARE * 100:g} % of the steps. The rule reads the search's curves at the chosen rates before the runs "
             f"are trained; the reported runs' curves are the same reading of the record (`curves/<task>.jsonl`). A "
-            f"short budget is doubled once; a task still short at that budget (`final`) trains there, its verdicts "
-            f"about models still improving.", "",
+            f"short budget is doubled once, and not again (`doubled once: final`); a task still short there trains "
+            f"there, its verdicts about models still improving.", "",
             "| task | search runs at the chosen rates (the rule) | reported runs |", "|---|---|---|", *lines, ""]
 
 
