@@ -267,6 +267,13 @@ def summary(env: dict, status: dict, out: Path) -> str:
             lines += ["", f"Stopped at {res['steps'] // 2} of {res['steps']} steps and resumed: "
                           f"{'exact' if res['exact'] else 'not exact'} (largest weight difference {res['max_diff']:.3g}, "
                           f"{res['worst']})."]
+    record = status.get("record", {}).get("result") or {}
+    if "cells_per_minute" in record:
+        lines += ["", "## The GPU record (configs/bench/gpu.yaml)", "",
+                  f"{record['cells_trained']} cells in {record['minutes']} min: {record['cells_per_minute']} cells "
+                  f"and {record['steps_per_minute']} training steps a minute ({record['executor']}); "
+                  f"{record['cells_left']} cells ({record['steps_left']} steps) left: about {record['loans_left']} "
+                  f"more loans like this one."]
     if (out / "cells.csv").exists() and (out / "cells.csv").stat().st_size:
         with open(out / "cells.csv") as f:
             cells = list(csv.DictReader(f))

@@ -6,11 +6,15 @@ and launch-bound, so they share the GPU), resuming from ``benchmarks/results/gpu
 carries it; before the check's deadline it gets SIGTERM (the cells it finished stay in results.csv; the
 invocation's end line says ``interrupted``). Its run directory, without the cell logs and data cache, is then
 copied to ``$OUT/gpu-v3``: commit it under ``benchmarks/results/gpu-v3`` and the next loan continues. The
-record needs the CPU record's learning-rate choices (``lr_file``); without them it says so and runs nothing.
+record needs the CPU record's learning-rate choices (``lr_file``); without them it says so and runs nothing. The
+step's result (and summary.md) gives the loan's pace: cells and training steps a minute, and the loans like this one
+that the preset's remaining steps need.
 ``--smoke``: one tiny task on the CPU with a choice file of its own (the dry run in tests/test_gpu_check.py).
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import signal
@@ -52,7 +56,9 @@ def run_record(args, out: Path, overrides: list[str], tmp: Path, left: float) ->
         lr_file = yaml.safe_load((ROOT / "configs" / "bench" / "gpu.yaml").read_text())["lr_file"]
         if not (ROOT / lr_file).exists():
             return {"skipped": f"{lr_file} does not exist yet: the CPU record's search of a task comes first"}
-    cmd = [sys.executable, "-m", "train.bench", "--config", str(ROOT / "configs" / "bench" / "gpu.yaml"), *overrides]
+    config = ROOT / "configs" / "bench" / "gpu.yaml"
+    before = left_to_train(config, overrides, run_dir)
+    cmd = [sys.executable, "-m", "train.bench", "--config", str(config), *overrides]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
     try:
         code = proc.wait(timeout=left)
@@ -70,4 +76,31 @@ def run_record(args, out: Path, overrides: list[str], tmp: Path, left: float) ->
         shutil.rmtree(kept, ignore_errors=True)
         shutil.copytree(run_dir, kept, ignore=shutil.ignore_patterns("cells", "data"))
     rows = max(sum(1 for _ in open(kept / "results.csv")) - 1, 0) if (kept / "results.csv").exists() else 0
-    return {"exit": code, "stopped_for_time": stopped, "rows": rows, "copied_to": str(kept)}
+    return {"exit": code, "stopped_for_time": stopped, "rows": rows, "copied_to": str(kept),
+            **pace(run_dir, before, left_to_train(config, overrides, run_dir))}
+
+
+def left_to_train(config: Path, overrides: list[str], run_dir: Path) -> tuple[int, int]:
+    """(cells, training steps) of the preset that results.csv lacks: what the next loans must still run."""
+    from train.bench_config import load_bench_config
+    from train.invocation import plan
+
+    cfg = load_bench_config(config, overrides)
+    todo = plan(cfg, run_dir / "results.csv")
+    cells = [c for c in (*todo.first, *todo.later) if c.kind != "floor"]
+    return len(cells), sum(int(cfg.steps.get(c.task, cfg.default_steps)) for c in cells)
+
+
+def pace(run_dir: Path, before: tuple[int, int], after: tuple[int, int]) -> dict:
+    """The loan's pace (item 7 of the GPU record: cells per minute on the device, and the loans like this one the
+    preset still needs, counted in training steps since its tasks' cells differ 8x in steps), from this
+    invocation's end line in invocations.jsonl."""
+    path = run_dir / "invocations.jsonl"
+    last = json.loads(path.read_text().splitlines()[-1]) if path.exists() else {"status": "started"}
+    if last["status"] == "started":  # its start line is the last: it ended without writing its end
+        return {"pace": "no end line: the invocation was killed before it wrote one"}
+    minutes, steps = last["wall_s"] / 60, before[1] - after[1]
+    return {"cells_trained": last["cells_trained"], "minutes": round(minutes, 2), "executor": last.get("executor"),
+            "cells_per_minute": round(last["cells_trained"] / minutes, 2) if minutes else None,
+            "steps_per_minute": round(steps / minutes) if minutes else None, "cells_left": after[0],
+            "steps_left": after[1], "loans_left": math.ceil(after[1] / steps) if steps else None}

@@ -14,6 +14,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_record  # noqa: E402
 import rope_traffic  # noqa: E402
 
 import ndpe  # noqa: E402
@@ -36,6 +37,10 @@ def test_smoke_run_writes_every_step(tmp_path):
         ["env", "tests", "rope", "bias", "train", "cells", "record"], "ok")
     record = info["steps"]["record"]["result"]  # the GPU record's path: its run directory kept in the output
     assert record["exit"] == 0 and record["rows"] > 0 and (out / "gpu-v3" / "results.csv").exists()
+    # the loan's pace, the GPU record's measure: every cell of the tiny preset trained, none left
+    assert record["cells_trained"] > 0 and record["cells_per_minute"] > 0 and record["steps_per_minute"] > 0
+    assert (record["cells_left"], record["steps_left"], record["loans_left"]) == (0, 0, 0)
+    assert f"{record['cells_trained']} cells in" in (out / "summary.md").read_text()
     suite = ET.parse(out / "tests.xml").getroot()
     assert int((suite if suite.tag == "testsuite" else suite.find("testsuite")).get("tests")) >= 13  # the CUDA tests
     rope = json.loads((out / "rope.json").read_text())["rows"]
@@ -53,6 +58,20 @@ def test_smoke_run_writes_every_step(tmp_path):
     for heading in ("RoPE on q and k", "flex attention vs SDPA", "training step", "Benchmark cells"):
         assert heading in summary
     assert "| image/shapes-zoom | rope |" in summary
+
+
+def test_the_record_counts_the_loans_left_in_training_steps(tmp_path):
+    """A loan that trained 4 cells, 200 of 1,000 steps (cells differ in steps), in 2 minutes leaves 800: four more
+    loans (counted in cells, two);
+    one killed before its end line says so instead of reading an earlier invocation's."""
+    start = {"id": "b", "status": "started"}
+    end = {"id": "b", "status": "interrupted", "wall_s": 120.0, "cells_trained": 4, "executor": "16 worker(s)"}
+    (tmp_path / "invocations.jsonl").write_text("\n".join(json.dumps(x) for x in ({**end, "id": "a"}, start, end)))
+    pace = gpu_record.pace(tmp_path, (10, 1000), (6, 800))
+    assert pace == {"cells_trained": 4, "minutes": 2.0, "executor": "16 worker(s)", "cells_per_minute": 2.0,
+                    "steps_per_minute": 100, "cells_left": 6, "steps_left": 800, "loans_left": 4}
+    (tmp_path / "invocations.jsonl").write_text("\n".join(json.dumps(x) for x in ({**end, "id": "a"}, start)))
+    assert "killed" in gpu_record.pace(tmp_path, (10, 1000), (10, 1000))["pace"]
 
 
 def test_smoke_refuses_cuda_without_a_gpu(tmp_path):
