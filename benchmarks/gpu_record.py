@@ -57,7 +57,7 @@ def run_record(args, out: Path, overrides: list[str], tmp: Path, left: float) ->
         if not (ROOT / lr_file).exists():
             return {"skipped": f"{lr_file} does not exist yet: the CPU record's search of a task comes first"}
     config = ROOT / "configs" / "bench" / "gpu.yaml"
-    before = left_to_train(config, overrides, run_dir)
+    before = (*left_to_train(config, overrides, run_dir), invocation_lines(run_dir))
     cmd = [sys.executable, "-m", "train.bench", "--config", str(config), *overrides]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
     try:
@@ -91,12 +91,19 @@ def left_to_train(config: Path, overrides: list[str], run_dir: Path) -> tuple[in
     return len(cells), sum(int(cfg.steps.get(c.task, cfg.default_steps)) for c in cells)
 
 
-def pace(run_dir: Path, before: tuple[int, int], after: tuple[int, int]) -> dict:
-    """The loan's pace (item 7 of the GPU record: cells per minute on the device, and the loans like this one the
-    preset still needs, counted in training steps since its tasks' cells differ 8x in steps), from this
-    invocation's end line in invocations.jsonl."""
+def invocation_lines(run_dir: Path) -> list[str]:
     path = run_dir / "invocations.jsonl"
-    last = json.loads(path.read_text().splitlines()[-1]) if path.exists() else {"status": "started"}
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def pace(run_dir: Path, before: tuple[int, int, list[str]], after: tuple[int, int]) -> dict:
+    """The loan's pace, the GPU record's measure of a device: cells and training steps a minute, and the loans like
+    this one the preset still needs, counted in steps (its tasks' cells differ 8x in steps); from this invocation's
+    end line in invocations.jsonl (``before``: cells, steps left and the file's lines before it started)."""
+    lines = invocation_lines(run_dir)
+    if len(lines) == len(before[2]):
+        return {"pace": "no invocation ran (it refused to start: see the log)"}
+    last = json.loads(lines[-1])
     if last["status"] == "started":  # its start line is the last: it ended without writing its end
         return {"pace": "no end line: the invocation was killed before it wrote one"}
     minutes, steps = last["wall_s"] / 60, before[1] - after[1]

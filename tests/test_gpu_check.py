@@ -63,15 +63,17 @@ def test_smoke_run_writes_every_step(tmp_path):
 def test_the_record_counts_the_loans_left_in_training_steps(tmp_path):
     """A loan that trained 4 cells, 200 of 1,000 steps (cells differ in steps), in 2 minutes leaves 800: four more
     loans (counted in cells, two);
-    one killed before its end line says so instead of reading an earlier invocation's."""
+    one killed before its end line, or one that refused to start, says so instead of reading an earlier
+    invocation's."""
     start = {"id": "b", "status": "started"}
     end = {"id": "b", "status": "interrupted", "wall_s": 120.0, "cells_trained": 4, "executor": "16 worker(s)"}
     (tmp_path / "invocations.jsonl").write_text("\n".join(json.dumps(x) for x in ({**end, "id": "a"}, start, end)))
-    pace = gpu_record.pace(tmp_path, (10, 1000), (6, 800))
+    pace = gpu_record.pace(tmp_path, (10, 1000, ["earlier"]), (6, 800))
     assert pace == {"cells_trained": 4, "minutes": 2.0, "executor": "16 worker(s)", "cells_per_minute": 2.0,
                     "steps_per_minute": 100, "cells_left": 6, "steps_left": 800, "loans_left": 4}
     (tmp_path / "invocations.jsonl").write_text("\n".join(json.dumps(x) for x in ({**end, "id": "a"}, start)))
-    assert "killed" in gpu_record.pace(tmp_path, (10, 1000), (10, 1000))["pace"]
+    assert "killed" in gpu_record.pace(tmp_path, (10, 1000, ["earlier"]), (10, 1000))["pace"]
+    assert "no invocation ran" in gpu_record.pace(tmp_path, (10, 1000, ["earlier", "start"]), (10, 1000))["pace"]
 
 
 def test_smoke_refuses_cuda_without_a_gpu(tmp_path):
