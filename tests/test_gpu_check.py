@@ -62,9 +62,8 @@ def test_smoke_run_writes_every_step(tmp_path):
 
 def test_the_record_counts_the_loans_left_in_training_steps(tmp_path):
     """A loan that trained 4 cells, 200 of 1,000 steps (cells differ in steps), in 2 minutes leaves 800: four more
-    loans (counted in cells, two);
-    one killed before its end line, or one that refused to start, says so instead of reading an earlier
-    invocation's."""
+    loans (counted in cells, two). One killed before its end line, or one that refused to start, says so instead of
+    reading an earlier invocation's."""
     start = {"id": "b", "status": "started"}
     end = {"id": "b", "status": "interrupted", "wall_s": 120.0, "cells_trained": 4, "executor": "16 worker(s)"}
     (tmp_path / "invocations.jsonl").write_text("\n".join(json.dumps(x) for x in ({**end, "id": "a"}, start, end)))
