@@ -88,7 +88,7 @@ def left_to_train(config: Path, overrides: list[str], run_dir: Path) -> tuple[in
     cfg = load_bench_config(config, overrides)
     todo = plan(cfg, run_dir / "results.csv")
     cells = [c for c in (*todo.first, *todo.later) if c.kind != "floor"]
-    return len(cells), sum(int(cfg.steps.get(c.task, cfg.default_steps)) for c in cells)
+    return len(cells), sum(cfg.steps_for(c.task) for c in cells)
 
 
 def invocation_lines(run_dir: Path) -> list[str]:

@@ -6,6 +6,8 @@ import yaml
 
 from train import bench
 from train.config import ConfigError
+from train.cells import cells_for
+from train.invocation import longest_first
 from train.results import SEARCH, SEARCH_LOSS, read_rows
 
 # the quick preset's per-task steps and items (text/copy: 1,000 steps on 16,384 items) are cleared, so that
@@ -433,3 +435,11 @@ def test_a_rope_cell_builds_each_test_set_once(tmp_path, monkeypatch):
         ("-", 1.0), ("-", 1.5), ("-", 2.0), *((v, s) for v in ("pi", "ntk", "yarn") for s in (1.5, 2.0))}
     tests = {length: n for (split, length), n in built.items() if split == "test"}
     assert tests == {size: 1 for size in task.test_sizes}, tests
+
+
+def test_a_task_trains_its_own_steps_else_the_default(tmp_path):
+    cfg = tiny(tmp_path, "tasks=[text/copy,text/reverse]", "steps={text/reverse: 7}", "default_steps=3")
+    assert (cfg.steps_for("text/reverse"), cfg.steps_for("text/copy")) == (7, 3)
+    cells = cells_for(cfg)  # the longest cells are dispatched first: text/reverse's 7 steps before text/copy's 3
+    assert [c.task for c in longest_first(cfg, cells)][0] == "text/reverse"
+    assert [c.task for c in longest_first(cfg, cells[::-1])][0] == "text/reverse"

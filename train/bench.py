@@ -151,7 +151,7 @@ def report_options(cfg: BenchConfig) -> dict:
     """write_report's options from the preset: its rows, the test items, the search's choices and final budgets."""
     return {"select": lambda rows: selected_rows(cfg, rows), "test_items": cfg.test_items,
             "choose": (lambda rows: choices(cfg, rows)) if cfg.lr_search else None,
-            "final_budgets": {t: int(cfg.steps.get(t, cfg.default_steps)) for t in cfg.final_budgets}}
+            "final_budgets": {t: cfg.steps_for(t) for t in cfg.final_budgets}}
 
 
 def write_explorer_tab(run_dir: Path) -> None:

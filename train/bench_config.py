@@ -85,6 +85,10 @@ class BenchConfig:
     models: dict = field(default_factory=dict)  # task -> {dim, depth, heads}: a larger model where a task needs it
     out_root: str = "runs"
 
+    def steps_for(self, task: str) -> int:
+        """The optimizer steps a cell of ``task`` trains: its entry in ``steps``, else ``default_steps``."""
+        return int(self.steps.get(task, self.default_steps))
+
 
 def load_bench_config(path: str | Path | None, overrides: list[str]) -> BenchConfig:
     data = load_yaml(path) if path else {}  # size- and alias-limited YAML

@@ -55,7 +55,7 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
         model.update({"dim": cfg.dim, "depth": cfg.depth, "heads": cfg.heads, **cfg.models.get(task.name, {}),
                       "pe": pe_config(cell.kind, task, train_grid, max_grid), **split_label(cell.kind)[2]})
     model.update(task.model_opts)
-    steps = int(cfg.steps.get(task.name, cfg.default_steps))
+    steps = cfg.steps_for(task.name)
     lr = cell.lr or float(cfg.lrs.get(task.name, cfg.lr))
     raw = {
         "data": {"name": task.dataset, "root": cfg.data_root, "seed": cell.data_seed, "num_workers": cfg.data_workers,

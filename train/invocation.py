@@ -105,7 +105,7 @@ class Dispatch:
 
 def longest_first(cfg: BenchConfig, cells: list[CellSpec]) -> list[CellSpec]:
     """So the last minutes are not one worker finishing a slow cell alone."""
-    return sorted(cells, key=lambda c: -int(cfg.steps.get(c.task, cfg.default_steps)) * (1 + len(TASKS[c.task].test_sizes)))
+    return sorted(cells, key=lambda c: -cfg.steps_for(c.task) * (1 + len(TASKS[c.task].test_sizes)))
 
 
 def lost(job: tuple, error: BaseException) -> tuple[list, float, str]:
@@ -157,7 +157,7 @@ def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, st
     short = {}
     rows = read_rows(run_dir / "results.csv")
     for task in cfg.tasks:
-        spec, steps = TASKS[task], int(cfg.steps.get(task, cfg.default_steps))
+        spec, steps = TASKS[task], cfg.steps_for(task)
         kinds = {k: v for (t, k), v in chosen.items() if t == task}
         found = task_budget(run_dir, rows, task, kinds, search=True, higher=spec.higher_is_better,
                             metric=spec.metric, split=spec.competence_split, steps=steps)
