@@ -5,7 +5,7 @@ import pytest
 
 from train.plots import task_figure
 from train.protocol import CLAIMS, TASKS, Claim
-from train.report import check_claim, competence, retention, task_info, write_report
+from train.report import check_claim, competence, halves_table, retention, task_info, write_report
 from train.results import Cell, Row, aggregate, append_rows
 
 
@@ -471,3 +471,23 @@ def test_coordconv_on_the_held_out_quadrant_is_judged_on_success_rates():
     v = verdict(claim, rows)
     assert "conv+coord vs conv: runs under 0.0317: 7/10 vs 0/10 runs (Fisher exact)" in v.detail
     assert "7/10 runs under 0.0317 (exact binomial test against 1/2)" in v.detail
+
+
+def test_the_halves_table_shows_each_half_as_the_claim_line_judges_it():
+    """A row per tested half with the claim line's own effect, detectable effect, paper's effect and label; a half
+    whose kind misses the bar is a row that says why (alibi under copy's 0.95); a claim not run says so."""
+    paper = {"rope vs sinusoidal": 0.001}
+    claim = Claim("Someone 2020", "a beats b", "text/copy", [["rope"], ["sinusoidal", "alibi"]], measure="degradation",
+                  paper_effect=paper, paper_source="Table 1")
+    absent = Claim("Nobody 2021", "c beats d", "text/copy", [["cope"], ["rope"]])
+    rows = worsening_rows(0.0, 0.0) + [row("alibi", s, r, 0.6) for s in range(6) for r in (1.0, 2.0)]
+    agg, info = aggregate(rows), task_info(rows)
+    v = check_claim(claim, agg, info)
+    table = "\n".join(halves_table([claim, absent], agg, info))
+    half = v.halves[0]
+    assert half.name == "rope vs sinusoidal (paired, 6 runs)" and half.label == "underpowered" and half.paper == 0.001
+    assert (f"| Someone 2020 | text/copy | worsening ×1→×2 | rope vs sinusoidal (paired, 6 runs) | {half.estimate} | "
+            f"{half.p:.2g} | {half.detectable:.3g} | 0.001 | underpowered |") in table
+    assert f"detectable {half.detectable:.3g} vs the paper's 0.001, underpowered" in v.detail  # the claim line's
+    assert "| rope vs alibi (alibi does not count: below the bar or a floor) | – | – | – | – | not tested |" in table
+    assert "| Nobody 2021 | text/copy | – | – | – | – | – | – | not run: not in this run: cope |" in table

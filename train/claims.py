@@ -54,10 +54,24 @@ def compared_kinds(task: str) -> set[str]:
     return {kind for c in CLAIMS if c.task == task and not c.not_tested for kind in named_kinds(c)}
 
 
+@dataclass(frozen=True)
+class Half:
+    """One tested half of a claim, as the verdicts table shows it."""
+    name: str  # "a vs b (paired, 10 runs)", "a keeps its quality: ...", a threshold
+    estimate: str  # the effect and its 95 % interval (or the success rates)
+    p: float  # Holm-adjusted within the claim
+    detectable: float  # 80 % power at Holm's strictest level (nan: none at this n)
+    paper: float | None  # the paper's effect on the same scale, where the claim cites one
+    label: str  # agrees | disagrees | underpowered | inconclusive
+
+
 @dataclass
 class Verdict:
     label: str  # agrees | agrees in part | disagrees | underpowered | inconclusive | not tested | not run
     detail: str
+    measure: str = ""  # what the tested halves measure, short ("worsening ×1→×2")
+    halves: tuple[Half, ...] = ()
+    dropped: tuple[str, ...] = ()  # halves left out, each with why
 
 
 def competent_runs(in_dist_task, label: str, task: str, ratio: float | None, higher: bool) -> set | None:
@@ -223,9 +237,17 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
         tests.append((f"{kind} keeps its quality: retention at ×{last:g} above 0", est))
     tests += threshold_halves(claim, agg_task, last, higher, level)
     if not tests:
-        return Verdict("not tested", "no half could be tested: " + "; ".join(dropped))
+        return Verdict("not tested", "no half could be tested: " + "; ".join(dropped),
+                       short_measure(claim, row.metric, first, last), dropped=tuple(dropped))
     return judge(claim, tests, dropped, row.metric, first, last, level,
                  secondary(claim, agg_task, pairs, first, last, higher, row.metric, keep))
+
+
+def short_measure(claim: Claim, metric: str, first: float | None, last: float) -> str:
+    """What a claim's halves measure, for the verdicts table: ``worsening ×1→×2``, ``acc at ×1``, ``ppl (log) ...``."""
+    log = " (log)" if metric in LOG_METRICS else ""
+    return {"degradation": f"worsening{log} ×{first:g}→×{last:g}", "largest": f"{metric}{log} at ×{last:g}",
+            "training": f"{metric}{log} at ×{first:g}"}[claim.measure]
 
 
 def threshold_halves(claim: Claim, agg_task, last: float, higher: bool, level: float) -> list[tuple[str, Any]]:
@@ -282,12 +304,13 @@ def judge(claim: Claim, tests, dropped, metric, first, last, level, second: str)
     """The claim's verdict from its tested halves (Holm within the claim), each with its detectable effect beside the
     paper's."""
     adjusted = stats.holm([t.p_value for _, t in tests])
-    parts, labels = [], []
+    parts, labels, halves = [], [], []
     for (name, est), p in zip(tests, adjusted):
         sign = 0 if not p < stats.ALPHA else (1 if est.mean > 0 else -1)
         mde, paper = est.detectable(alpha=level), paper_effect(claim, name)
         label = half_label(sign, mde, paper)
         labels.append(label)
+        halves.append(Half(name, est.fmt(), p, mde, paper, label))
         power = f"detectable {mde:.3g}" if not math.isnan(mde) else "no effect detectable at this n"
         power += f" vs the paper's {paper:.3g}" if paper is not None else ""
         if label == "inconclusive" and paper is not None and getattr(est, "high", math.inf) < paper:
@@ -304,14 +327,16 @@ def judge(claim: Claim, tests, dropped, metric, first, last, level, second: str)
     if dropped:
         detail += ". Halves dropped: " + "; ".join(dropped)
     detail += "." + second if second else ""
+    parts_of = {"measure": short_measure(claim, metric, first, last), "halves": tuple(halves),
+                "dropped": tuple(dropped)}
     if "disagrees" in labels:
-        return Verdict("disagrees", detail)
+        return Verdict("disagrees", detail, **parts_of)
     if all(lab == "agrees" for lab in labels):
-        return Verdict("agrees in part" if dropped else "agrees", detail)
+        return Verdict("agrees in part" if dropped else "agrees", detail, **parts_of)
     if all(getattr(est, "se", None) == 0 and est.mean == 0 for _, est in tests):
         return Verdict("inconclusive", detail + ". Every kind compared scores the same in every run (a floor or a "
-                       "ceiling of the metric at this size), so no difference can be measured")
-    return Verdict("underpowered" if "underpowered" in labels else "inconclusive", detail)
+                       "ceiling of the metric at this size), so no difference can be measured", **parts_of)
+    return Verdict("underpowered" if "underpowered" in labels else "inconclusive", detail, **parts_of)
 
 
 def claim_line(claim: Claim, agg, info, in_dist=None) -> str:
@@ -343,5 +368,29 @@ def zoom_and_canvas(claims: list[Claim], agg, info, in_dist=None) -> list[str]:
     return lines + [""]
 
 
-__all__ = ["LOG_METRICS", "RateEstimate", "Verdict", "check_claim", "claim_line", "compare", "competent_runs",
+def halves_table(claims: list[Claim], agg, info, in_dist=None) -> list[str]:
+    """Every claim of the run a row per half: what it measures, the effect and its interval, Holm's p, the detectable
+    effect beside the paper's, the label; a half left out and a claim not tested or not run say why."""
+    lines = ["### Every half at a glance", "",
+             "Effects signed so that positive agrees with the claim; detectable: the smallest effect the record sees "
+             "at 80 % power and Holm's strictest level within the claim (its own test); paper: the effect the paper "
+             "reports on the same scale, where the claim cites one (the claim's line above cites the table).", "",
+             "| claim | task | measure | half | effect [95 %] | Holm p | detectable | paper | label |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in claims:
+        if c.task not in agg:
+            continue
+        v, head = check_claim(c, agg, info, in_dist), f"| {c.source} | {c.task} |"
+        for h in v.halves:
+            mde = f"{h.detectable:.3g}" if not math.isnan(h.detectable) else "–"
+            paper = f"{h.paper:.3g}" if h.paper is not None else "–"
+            lines.append(f"{head} {v.measure} | {h.name} | {h.estimate} | {h.p:.2g} | {mde} | {paper} | {h.label} |")
+        for why in v.dropped:
+            lines.append(f"{head} {v.measure} | {why} | – | – | – | – | not tested |")
+        if not v.halves and not v.dropped:
+            lines.append(f"{head} – | – | – | – | – | – | {v.label}: {v.detail} |")
+    return lines + [""]
+
+
+__all__ = ["LOG_METRICS", "Half", "RateEstimate", "Verdict", "halves_table", "check_claim", "claim_line", "compare", "competent_runs",
            "measured_values", "zoom_and_canvas"]

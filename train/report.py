@@ -14,7 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import stats
-from .claims import LOG_METRICS, Verdict, check_claim, claim_line, measured_values, zoom_and_canvas  # noqa: F401
+from .claims import (LOG_METRICS, Verdict, check_claim, claim_line, halves_table, measured_values,  # noqa: F401
+                     zoom_and_canvas)
 from .curves import BUDGET_SHARE, task_budget
 from .competence import (NOPE, Competence, KindStatus, beats, beats_welch, competence, good,  # noqa: F401 (re-exported)
                          in_distribution, margins, passes_bar, retention, strongest_floor, train_ratio,
@@ -363,7 +364,7 @@ def write_report(run_dir: Path, header: str, select=None, test_items: int | None
               "per run first; two kinds measured on the same runs are compared paired, else by Welch), "
               "Holm-corrected within the claim; only kinds that count take part, and a half left out is named.", ""]
     parts += [claim_line(c, agg, info, in_dist) for c in CLAIMS if c.task in agg]
-    parts += ["", *zoom_and_canvas(CLAIMS, agg, info, in_dist)]
+    parts += ["", *halves_table(CLAIMS, agg, info, in_dist), *zoom_and_canvas(CLAIMS, agg, info, in_dist)]
     out = run_dir / "report.md"
     out.write_text("\n".join(parts) + "\n")
     return out
