@@ -84,6 +84,8 @@ class BenchConfig:
     heads: int = 4
     models: dict = field(default_factory=dict)  # task -> {dim, depth, heads}: a larger model where a task needs it
     out_root: str = "runs"
+    checkpoint_s: float = 120.0  # a training cell checkpoints at an epoch's end once this many seconds have passed
+    # since its last; a cell killed mid-training continues from there, exactly (train/evaluate.py); 0: never
 
     def steps_for(self, task: str) -> int:
         """The optimizer steps a cell of ``task`` trains: its entry in ``steps``, else ``default_steps``."""
@@ -132,6 +134,8 @@ def check_numbers(cfg: BenchConfig) -> None:
                           f"train_items={cfg.train_items}, test_items={cfg.test_items}")
     if cfg.data_workers < 0:
         raise ConfigError(f"config key data_workers must be >= 0, got {cfg.data_workers!r}")
+    if not (math.isfinite(cfg.checkpoint_s) and cfg.checkpoint_s >= 0):
+        raise ConfigError(f"config key checkpoint_s must be a finite number of seconds >= 0, got {cfg.checkpoint_s!r}")
     if cfg.warmup_steps < 0:
         raise ConfigError(f"config key warmup_steps must be >= 0, got {cfg.warmup_steps!r}")
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):

@@ -235,8 +235,10 @@ def trim_log(path: Path, step: int, steps_per_epoch: int, *, rerun_epoch: bool) 
 RESUME_KEYS = ("model", "optimizer", "scheduler", "global_step", "steps_per_epoch", "rng", "config")
 
 
-def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int, world: int) -> int:
-    """Restore a run from ``path``; returns the global step to continue from. Errors are one-line CheckpointErrors."""
+def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int,
+           world: int) -> tuple[int, float]:
+    """Restore a run from ``path``; returns the global step to continue from and the seconds the run had trained
+    until then (0 for a checkpoint that does not say). Errors are one-line CheckpointErrors."""
     state = load_checkpoint(path)
     require(state, RESUME_KEYS, path, "resume training")
     check_config(state["config"], to_dict(cfg), path)
@@ -245,7 +247,8 @@ def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch:
         raise CheckpointError(f"{path} was trained with optim.opt={saved_opt!r}; this run uses {cfg.optim.opt!r}: "
                               "resume with the same optimizer (or start a new run)")
     if not isinstance(state["rng"], (list, tuple)) or not isinstance(state["steps_per_epoch"], int) \
-            or not isinstance(state["global_step"], int) or state["global_step"] < 0:
+            or not isinstance(state["global_step"], int) or state["global_step"] < 0 \
+            or not isinstance(state.get("elapsed_s", 0.0), (int, float)):
         raise CheckpointError(f"{path} is damaged: its loop position or RNG states have the wrong type")
     if state["steps_per_epoch"] != steps_per_epoch or len(state["rng"]) != world:
         raise CheckpointError(f"{path} was written with {len(state['rng'])} process(es) and {state['steps_per_epoch']} "
@@ -268,4 +271,4 @@ def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch:
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
         raise CheckpointError(f"{path} is damaged: cannot restore its scheduler or RNG state "
                               f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
-    return state["global_step"]
+    return state["global_step"], float(state.get("elapsed_s", 0.0))

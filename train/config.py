@@ -6,11 +6,11 @@
 
 An unknown key, a value of the wrong type or out of range raises :class:`ConfigError` (one line) naming the key and
 what it expects (train/config_typed.py). YAML (config files and override values) is read by :func:`load_yaml` /
-:func:`load_yaml_text` (train/config_yaml.py): at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES`` nodes once aliases
-are expanded (no alias bombs). ``data.name="package.module:factory"`` imports code, so it needs
-``data.allow_import: true`` (or ``NDPE_ALLOW_DATA_IMPORT=1``); code that holds the factory passes it instead:
-``train.main.fit(cfg, data=factory)`` (the benchmark). ``None`` on an optional model field means "the
-architecture's default"; ``model.num_classes`` / ``model.vocab_size`` left ``None`` are taken from the dataset.
+:func:`load_yaml_text` (train/config_yaml.py): at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES`` nodes once aliases are
+expanded (no alias bombs). ``data.name="package.module:factory"`` imports code, so it needs ``data.allow_import: true``
+(or ``NDPE_ALLOW_DATA_IMPORT=1``); code that holds the factory passes it instead: ``train.main.fit(cfg, data=factory)``
+(the benchmark). ``None`` on an optional model field means "the architecture's default"; ``model.num_classes`` /
+``model.vocab_size`` left ``None`` are taken from the dataset.
 """
 from __future__ import annotations
 
@@ -129,6 +129,7 @@ class TrainConfig:
     eval_every: int = 1  # epochs between evaluations (the last epoch is always evaluated)
     eval_steps: int = 0  # > 0: also evaluate every that many steps (a learning curve in log.jsonl: phase "curve")
     save_every: int = 1  # epochs between checkpoints (the last step is always saved)
+    save_every_s: float = 0.0  # > 0: also checkpoint at an epoch's end once that many seconds passed since the last
     tensorboard: bool = False  # also write the log's scalars to <out_dir>/tb (needs: pip install tensorboard)
     overwrite: bool = False  # start afresh in an out_dir that holds a run (its checkpoint and log are replaced)
 
@@ -260,7 +261,7 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
     t, o, m, d = cfg.train, cfg.optim, cfg.model, cfg.data
     _at_most(cfg)
     _at_least(t, "train", 1, "epochs", "batch_size", "eval_every", "save_every")
-    _at_least(t, "train", 0, "steps", "stop_after", "eval_batch_size", "log_every", "eval_steps")
+    _at_least(t, "train", 0, "steps", "stop_after", "eval_batch_size", "log_every", "eval_steps", "save_every_s")
     for section, prefix in ((t, "train"), (d, "data")):
         if not 0 <= section.seed < SEED_LIMIT:
             raise ConfigError(f"config key {prefix}.seed must be in [0, 2**63), got {section.seed}")
@@ -277,8 +278,7 @@ def validate(cfg: Config, *, warn: bool = True) -> Config:
         if value is not None and any(v < 1 for v in (value if isinstance(value, list) else [value])):
             raise ConfigError(f"config key model.{name} must be >= 1, got {value!r}")
     if t.resume and t.overwrite:
-        raise ConfigError(f"train.resume={t.resume!r} continues a run and train.overwrite=true replaces it: give one "
-                          "of them")
+        raise ConfigError(f"train.resume={t.resume!r} continues a run and train.overwrite=true replaces it: pick one")
     if t.loss not in ("mse", "l1"):
         raise ConfigError(f"config key train.loss must be 'mse' or 'l1', got {t.loss!r}")
     if t.device != "auto":

@@ -45,6 +45,11 @@ def all_reduce_sum(values: dict[str, float], device: torch.device) -> dict[str, 
     return dict(zip(keys, t.tolist()))
 
 
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every process when ``flag`` is true on any (a decision all ranks act on together, e.g. a checkpoint)."""
+    return bool(all_reduce_sum({"flag": float(flag)}, device)["flag"])
+
+
 def all_gather_object(obj):
     """``[obj of rank 0, obj of rank 1, ...]`` (``[obj]`` in a single process)."""
     if get_world_size() == 1:

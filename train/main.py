@@ -19,6 +19,7 @@ import math
 import random
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -245,9 +246,9 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg, total)
 
-    global_step = 0
+    global_step, before, clock = 0, 0.0, time.monotonic()  # before: seconds the run spent until its checkpoint
     if t.resume:
-        global_step = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
+        global_step, before = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
         if global_step > total:  # before anything is written: the finished steps would be neither kept nor undone
             raise ConfigError(f"train.resume={t.resume!r} is at step {global_step}, past this run's {total} steps: "
                               f"resume with train.steps >= {global_step} (or the epochs that reach it)")
@@ -258,7 +259,8 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
         save_config(cfg, out_dir / "config.yaml")
     stop = min(total, global_step + t.stop_after) if t.stop_after > 0 else total
     evaluator = eval_loader(eval_set, t.eval_batch_size or t.batch_size, cfg.data.num_workers)
-    result: dict[str, Any] = {"step": global_step, "epoch": global_step // steps_per_epoch, "train": {}, "eval": {}}
+    result: dict[str, Any] = {"step": global_step, "epoch": global_step // steps_per_epoch, "train": {}, "eval": {},
+                              "resumed_s": before}
     curve = curve_hook(cfg, ddp, evaluator, train_set.task, device, log, total)
     for epoch in range(global_step // steps_per_epoch, math.ceil(total / steps_per_epoch)):
         if global_step >= stop:
@@ -277,8 +279,11 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
                                                      regress_loss=t.loss)
         log({"phase": "epoch", "epoch": epoch, "step": global_step, "lr": optimizer.param_groups[0]["lr"],
              **{f"train_{k}": v for k, v in train_metrics.items()}, **{f"eval_{k}": v for k, v in eval_metrics.items()}})
-        if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0):
-            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch)
+        due = epoch_done and t.save_every_s > 0 and time.monotonic() - clock >= t.save_every_s  # every rank agrees:
+        if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0) or dist.any_rank(due, device):
+            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch,
+                 before + time.monotonic() - clock)
+            before, clock = before + time.monotonic() - clock, time.monotonic()
     log.close()
     return model, result
 
@@ -319,13 +324,16 @@ def check_out_dir(out_dir: Path, t) -> None:
                           "with train.overwrite=true")
 
 
-def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int, steps_per_epoch: int) -> None:
-    """Checkpoint the run (collective: every rank sends its RNG state; rank 0 writes)."""
+def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int, steps_per_epoch: int,
+         elapsed_s: float) -> None:
+    """Checkpoint the run (collective: every rank sends its RNG state; rank 0 writes); ``elapsed_s``: the seconds the
+    run has trained until now, over all its resumes."""
     rngs = dist.all_gather_object(rng_state())
     if dist.is_main():
         save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                          "scheduler": scheduler.state_dict(), "global_step": global_step,
-                         "steps_per_epoch": steps_per_epoch, "rng": rngs, "config": to_dict(cfg)}, path)
+                         "steps_per_epoch": steps_per_epoch, "rng": rngs, "config": to_dict(cfg),
+                         "elapsed_s": elapsed_s}, path)
     dist.barrier()
 
 
