@@ -1,21 +1,21 @@
-"""A benchmark cell killed mid-training continues from its last checkpoint (``checkpoint_s``) to the rows an
-uninterrupted cell gives; a checkpoint of other settings, or at the last step, is not continued."""
+"""A benchmark cell killed mid-training continues from its last checkpoint (``checkpoint_s``, train/continuing.py) to
+the rows an uninterrupted cell gives; a checkpoint of other settings or another protocol, one ``resume`` refuses, or
+one at the last step is not continued: the cell trains anew."""
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 
 import train.main as main
-from train import bench, evaluate
+from train import bench, continuing, evaluate
 from train.cells import fingerprint
-from train.checkpoint import load_checkpoint
+from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import ConfigError
 from train.curves import cell_curve
 from test_bench import tiny
 
 # 64 items in batches of 8: 8 steps an epoch, 24 steps in 3 epochs; checkpoint_s tiny: one at every epoch's end
 CELL = ["default_steps=24", "checkpoint_s=1e-9", "curve_points=6", "rope_variants=[]"]
+ROPE = bench.CellSpec("text/copy", "rope", 0, 0)
 
 
 class Killed(Exception):
@@ -26,59 +26,101 @@ def numbers(rows):
     return [(r.split, r.variant, r.size_ratio, r.value) for r in rows]
 
 
-def test_a_cell_killed_mid_training_continues_to_the_same_rows(tmp_path, monkeypatch):
-    cell = bench.CellSpec("text/copy", "rope", 0, 0)
-    ref_rows, _ = bench.run_cell((tiny(tmp_path / "ref", *CELL), cell, str(tmp_path / "ref" / "quick")))
-
-    cfg, run_dir = tiny(tmp_path / "killed", *CELL), str(tmp_path / "killed" / "quick")
+def killed_at_step_8(cfg, run_dir, monkeypatch):
+    """Run the cell until epoch 1 starts (after epoch 0's checkpoint at step 8), then kill it; its folder."""
     real = main.train_one_epoch
 
-    def killed_in_epoch_2(*args, epoch, **kw):
+    def killed_in_epoch_1(*args, epoch, **kw):
         if epoch == 1:
-            raise Killed  # after epoch 0's checkpoint (step 8), before any step of epoch 1 is saved
+            raise Killed
         return real(*args, epoch=epoch, **kw)
-    monkeypatch.setattr(main, "train_one_epoch", killed_in_epoch_2)
+    monkeypatch.setattr(main, "train_one_epoch", killed_in_epoch_1)
     with pytest.raises(Killed):
-        bench.run_cell((cfg, cell, run_dir))
-    out = evaluate.cell_dir(run_dir, cell)
-    assert load_checkpoint(out / "checkpoint.pt")["global_step"] == 8
+        bench.run_cell((cfg, ROPE, run_dir))
     monkeypatch.setattr(main, "train_one_epoch", real)
+    out = evaluate.cell_dir(run_dir, ROPE)
+    assert load_checkpoint(out / "checkpoint.pt")["global_step"] == 8
+    return out
 
-    resumed, real_fit = [], main.fit
-    before = load_checkpoint(out / "checkpoint.pt")["elapsed_s"]  # the killed part's seconds, carried on
+
+def watch_fit(monkeypatch) -> list:
+    """Record the ``train.resume`` and ``resumed_s`` of every fit."""
+    calls, real = [], main.fit
 
     def spy(tcfg, data=None):
-        resumed.append(tcfg.train.resume)
-        model, result = real_fit(tcfg, data)
-        assert result["resumed_s"] == before > 0
+        model, result = real(tcfg, data)
+        calls.append((tcfg.train.resume, result["resumed_s"]))
         return model, result
     monkeypatch.setattr(main, "fit", spy)
-    rows, _ = bench.run_cell((cfg, cell, run_dir))
-    assert resumed == [str(out / "checkpoint.pt")]
+    return calls
+
+
+def tcfg_of(cfg, run_dir):
+    return evaluate.train_config(cfg, bench.TASKS["text/copy"], ROPE, run_dir)
+
+
+def test_a_cell_killed_mid_training_continues_to_the_same_rows(tmp_path, monkeypatch):
+    ref_rows, _ = bench.run_cell((tiny(tmp_path / "ref", *CELL), ROPE, str(tmp_path / "ref" / "quick")))
+    cfg, run_dir = tiny(tmp_path / "killed", *CELL), str(tmp_path / "killed" / "quick")
+    out = killed_at_step_8(cfg, run_dir, monkeypatch)
+    state = load_checkpoint(out / "checkpoint.pt")
+    assert state["elapsed_s"] > 0  # the killed part's seconds, carried on; made long to be seen in train_time_s
+    save_checkpoint({**state, "elapsed_s": 1000.0}, out / "checkpoint.pt")
+    fits = watch_fit(monkeypatch)
+    rows, _ = bench.run_cell((cfg, ROPE, run_dir))
+    assert fits == [(str(out / "checkpoint.pt"), 1000.0)]
     assert numbers(rows) == numbers(ref_rows)  # train, val and every test size, bit for bit
-    ref_curve = evaluate.cell_dir(str(tmp_path / "ref" / "quick"), cell) / "log.jsonl"
-    assert cell_curve(out / "log.jsonl", "seq_acc") == cell_curve(ref_curve, "seq_acc")  # each point once
+    assert all(1000 <= r.train_time_s < 1100 for r in rows)
+    ref_log = evaluate.cell_dir(str(tmp_path / "ref" / "quick"), ROPE) / "log.jsonl"
+    assert cell_curve(out / "log.jsonl", "seq_acc") == cell_curve(ref_log, "seq_acc")  # each point once
 
 
-@pytest.mark.parametrize("change", ["lr=0.01", "default_steps=8"])
-def test_a_checkpoint_of_other_settings_or_at_the_last_step_trains_anew(tmp_path, change):
-    """Other settings (another rate); a finished training (8 steps: the checkpoint is at the last step, a kill
-    while testing): the cell starts again."""
-    cell = bench.CellSpec("text/copy", "rope", 0, 0)
-    first = tiny(tmp_path, *CELL[:2], "default_steps=8", "rope_variants=[]")
-    bench.run_cell((first, cell, str(tmp_path / "quick")))  # leaves checkpoint.pt at step 8
-    later = tiny(tmp_path, *CELL, change)
-    tcfg = evaluate.train_config(later, bench.TASKS["text/copy"], cell, str(tmp_path / "quick"))
-    assert evaluate.continue_killed(tcfg) is tcfg
-    same = evaluate.train_config(first, bench.TASKS["text/copy"], cell, str(tmp_path / "quick"))
-    assert evaluate.continue_killed(dataclasses.replace(same, train=dataclasses.replace(same.train, steps=16))) \
-        .train.resume is None  # steps are settings too: a 16-step config does not continue an 8-step run
+@pytest.mark.parametrize("later,continues", [
+    (["checkpoint_s=300"], True),  # how often a cell checkpoints is not a setting
+    (["lrs={text/copy: 0.01}"], False),  # another rate
+    (["default_steps=32"], False),  # another budget
+    (["checkpoint_s=0"], False),  # checkpoints off: never continued
+])
+def test_only_a_checkpoint_of_the_same_settings_is_continued(tmp_path, monkeypatch, later, continues):
+    run_dir = str(tmp_path / "quick")
+    killed_at_step_8(tiny(tmp_path, *CELL), run_dir, monkeypatch)
+    tcfg = tcfg_of(tiny(tmp_path, *CELL, *later), run_dir)
+    assert (continuing.continue_killed(tcfg).train.resume is not None) is continues
 
 
-def test_checkpoint_s_zero_never_continues_and_is_not_a_setting(tmp_path):
+def test_a_checkpoint_of_another_protocol_or_at_the_last_step_is_not_continued(tmp_path, monkeypatch):
+    run_dir = str(tmp_path / "quick")
+    out = killed_at_step_8(tiny(tmp_path, *CELL), run_dir, monkeypatch)
+    tcfg = tcfg_of(tiny(tmp_path, *CELL), run_dir)
+    assert continuing.continue_killed(tcfg).train.resume is not None
+    (out / continuing.PROTOCOL_FILE).write_text("0123456789ab\n")  # killed under other code
+    assert continuing.continue_killed(tcfg) is tcfg
+    finished = tiny(tmp_path / "one", *CELL, "default_steps=8")  # one epoch: the checkpoint is at the last step
+    bench.run_cell((finished, ROPE, str(tmp_path / "one" / "quick")))  # as a cell killed while testing leaves it
+    last = tcfg_of(finished, str(tmp_path / "one" / "quick"))
+    assert load_checkpoint(evaluate.cell_dir(str(tmp_path / "one" / "quick"), ROPE) / "checkpoint.pt")[
+        "global_step"] == 8 and continuing.continue_killed(last) is last
+
+
+def test_a_checkpoint_resume_refuses_trains_the_cell_anew(tmp_path, monkeypatch):
+    """A checkpoint whose model state no longer fits (one weight missing): resume refuses it, the cell starts again,
+    to an uninterrupted cell's rows, instead of failing on every rerun."""
+    ref_rows, _ = bench.run_cell((tiny(tmp_path / "ref", *CELL), ROPE, str(tmp_path / "ref" / "quick")))
+    cfg, run_dir = tiny(tmp_path, *CELL), str(tmp_path / "quick")
+    out = killed_at_step_8(cfg, run_dir, monkeypatch)
+    state = load_checkpoint(out / "checkpoint.pt")
+    state["model"].pop(next(iter(state["model"])))
+    save_checkpoint(state, out / "checkpoint.pt")
+    fits = watch_fit(monkeypatch)
+    rows, _ = bench.run_cell((cfg, ROPE, run_dir))
+    assert [resume for resume, _ in fits] == [None]  # the refused attempt raised inside fit, before returning
+    assert numbers(rows) == numbers(ref_rows)
+    assert isinstance(load_checkpoint(out / "checkpoint.pt")["model"], dict)
+
+
+def test_checkpoint_s_is_checked_and_is_not_a_setting(tmp_path):
     cfg = tiny(tmp_path, "checkpoint_s=0")
-    tcfg = evaluate.train_config(cfg, bench.TASKS["text/copy"], bench.CellSpec("text/copy", "rope", 0, 0), tmp_path)
-    assert tcfg.train.save_every_s == 0 and evaluate.continue_killed(tcfg) is tcfg
+    assert tcfg_of(cfg, tmp_path).train.save_every_s == 0
     assert fingerprint(cfg) == fingerprint(tiny(tmp_path, "checkpoint_s=300"))
     with pytest.raises(ConfigError, match="checkpoint_s must be a finite number of seconds >= 0"):
         tiny(tmp_path, "checkpoint_s=-1")

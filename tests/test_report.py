@@ -1,6 +1,8 @@
 """The report: competence bars, floors per data seed, retention, claims with Holm-corrected tests, plots, files."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from train.plots import task_figure
@@ -474,20 +476,27 @@ def test_coordconv_on_the_held_out_quadrant_is_judged_on_success_rates():
 
 
 def test_the_halves_table_shows_each_half_as_the_claim_line_judges_it():
-    """A row per tested half with the claim line's own effect, detectable effect, paper's effect and label; a half
-    whose kind misses the bar is a row that says why (alibi under copy's 0.95); a claim not run says so."""
-    paper = {"rope vs sinusoidal": 0.001}
-    claim = Claim("Someone 2020", "a beats b", "text/copy", [["rope"], ["sinusoidal", "alibi"]], measure="degradation",
-                  paper_effect=paper, paper_source="Table 1")
-    absent = Claim("Nobody 2021", "c beats d", "text/copy", [["cope"], ["rope"]])
+    """Two tested halves with different labels (rope vs sinusoidal inconclusive, its interval excluding the paper's
+    0.5; rope keeping its quality agrees): each row holds what the claim line says of that half, Holm's p and label
+    included; a half whose kind misses the bar (alibi under copy's 0.95) and a claim not run say why."""
+    claim = Claim("Someone 2020", "a beats b", "text/copy", [["rope"], ["sinusoidal", "alibi"]], keeps=["rope"],
+                  measure="degradation", paper_effect={"rope vs sinusoidal": 0.5}, paper_source="Table 1")
+    absent = Claim("Nobody | 2021", "c beats d", "text/copy", [["cope"], ["rope"]])  # a | in a cell is escaped
     rows = worsening_rows(0.0, 0.0) + [row("alibi", s, r, 0.6) for s in range(6) for r in (1.0, 2.0)]
     agg, info = aggregate(rows), task_info(rows)
     v = check_claim(claim, agg, info)
-    table = "\n".join(halves_table([claim, absent], agg, info))
-    half = v.halves[0]
-    assert half.name == "rope vs sinusoidal (paired, 6 runs)" and half.label == "underpowered" and half.paper == 0.001
-    assert (f"| Someone 2020 | text/copy | worsening ×1→×2 | rope vs sinusoidal (paired, 6 runs) | {half.estimate} | "
-            f"{half.p:.2g} | {half.detectable:.3g} | 0.001 | underpowered |") in table
-    assert f"detectable {half.detectable:.3g} vs the paper's 0.001, underpowered" in v.detail  # the claim line's
-    assert "| rope vs alibi (alibi does not count: below the bar or a floor) | – | – | – | – | not tested |" in table
-    assert "| Nobody 2021 | text/copy | – | – | – | – | – | – | not run: not in this run: cope |" in table
+    table = halves_table([claim, absent], agg, info)
+    said = (r": (?P<est>[^(]+) \(Holm p=(?P<p>[^,]+), detectable (?P<mde>[^ ,]+)(?: vs the paper's (?P<paper>[^ ,]+))?"
+            r"(?:, (?P<note>the paper's effect above its 95 % interval))?, (?P<label>\w+)\)")
+    names = ["rope vs sinusoidal (paired, 6 runs)", "rope keeps its quality: retention at ×2 above 0"]
+    halves = {name: re.search(re.escape(name) + said, v.detail) for name in names}  # what the claim line says
+    assert {m["label"] for m in halves.values()} == {"inconclusive", "agrees"} and len(v.halves) == 2
+    for name, m in halves.items():
+        measure = "retention at ×2" if "keeps" in name else "worsening ×1→×2"
+        label = m["label"] + (f" ({m['note']})" if m["note"] else "")
+        assert (f"| Someone 2020 | text/copy | {measure} | {name} | {m['est']} | {m['p']} | {m['mde']} | "
+                f"{m['paper'] or '–'} | {label} |") in table
+    assert halves["rope vs sinusoidal (paired, 6 runs)"]["note"]
+    assert ("| Someone 2020 | text/copy | worsening ×1→×2 | rope vs alibi (alibi does not count: below the bar or a "
+            "floor) | – | – | – | – | not tested |") in table
+    assert "| Nobody \\| 2021 | text/copy | – | not in this run: cope | – | – | – | – | not run |" in table

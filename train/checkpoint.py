@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import random
 import tempfile
@@ -248,7 +249,7 @@ def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch:
                               "resume with the same optimizer (or start a new run)")
     if not isinstance(state["rng"], (list, tuple)) or not isinstance(state["steps_per_epoch"], int) \
             or not isinstance(state["global_step"], int) or state["global_step"] < 0 \
-            or not isinstance(state.get("elapsed_s", 0.0), (int, float)):
+            or type(elapsed := state.get("elapsed_s", 0.0)) not in (int, float) or not 0 <= elapsed < math.inf:
         raise CheckpointError(f"{path} is damaged: its loop position or RNG states have the wrong type")
     if state["steps_per_epoch"] != steps_per_epoch or len(state["rng"]) != world:
         raise CheckpointError(f"{path} was written with {len(state['rng'])} process(es) and {state['steps_per_epoch']} "
@@ -271,4 +272,4 @@ def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch:
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
         raise CheckpointError(f"{path} is damaged: cannot restore its scheduler or RNG state "
                               f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
-    return state["global_step"], float(state.get("elapsed_s", 0.0))
+    return state["global_step"], float(elapsed)

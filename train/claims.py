@@ -41,6 +41,7 @@ from .protocol import CLAIMS, TASKS, Claim
 from .results import FLOOR_PREFIX, kind_of
 
 LOG_METRICS = ("ppl",)  # compared in log space (nats per token): perplexity is heavy-tailed across runs
+KEEPS = "keeps its quality"  # in the name of every keeps half (and of a dropped one)
 
 
 def named_kinds(claim: Claim) -> list[str]:
@@ -63,6 +64,8 @@ class Half:
     detectable: float  # 80 % power at Holm's strictest level (nan: none at this n)
     paper: float | None  # the paper's effect on the same scale, where the claim cites one
     label: str  # agrees | disagrees | underpowered | inconclusive
+    measure: str = ""  # what this half measures ("worsening ×1→×2", "retention at ×8")
+    note: str = ""  # an inconclusive half whose interval excludes the paper's effect says so
 
 
 @dataclass
@@ -228,13 +231,13 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
         tests.append((f"{a} vs {b} ({how})", est))
     for kind in claim.keeps:
         if reason := why_dropped(kind):
-            dropped.append(f"{kind} keeps its quality ({kind} {reason})")
+            dropped.append(f"{kind} {KEEPS} ({kind} {reason})")
             continue
         est = retention(agg_task, kind, last, check)
         if est is None:
-            dropped.append(f"{kind} keeps its quality (no retention at ×{last:g})")
+            dropped.append(f"{kind} {KEEPS} (no retention at ×{last:g})")
             continue
-        tests.append((f"{kind} keeps its quality: retention at ×{last:g} above 0", est))
+        tests.append((f"{kind} {KEEPS}: retention at ×{last:g} above 0", est))
     tests += threshold_halves(claim, agg_task, last, higher, level)
     if not tests:
         return Verdict("not tested", "no half could be tested: " + "; ".join(dropped),
@@ -243,11 +246,16 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
                  secondary(claim, agg_task, pairs, first, last, higher, row.metric, keep))
 
 
-def short_measure(claim: Claim, metric: str, first: float | None, last: float) -> str:
+def short_measure(claim: Claim, metric: str, first: float, last: float) -> str:
     """What a claim's halves measure, for the verdicts table: ``worsening ×1→×2``, ``acc at ×1``, ``ppl (log) ...``."""
     log = " (log)" if metric in LOG_METRICS else ""
     return {"degradation": f"worsening{log} ×{first:g}→×{last:g}", "largest": f"{metric}{log} at ×{last:g}",
             "training": f"{metric}{log} at ×{first:g}"}[claim.measure]
+
+
+def half_measure(claim: Claim, name: str, metric: str, first: float, last: float) -> str:
+    """What one half measures: a kind said to keep its quality, its retention; any other, the claim's measure."""
+    return f"retention at ×{last:g}" if KEEPS in name else short_measure(claim, metric, first, last)
 
 
 def threshold_halves(claim: Claim, agg_task, last: float, higher: bool, level: float) -> list[tuple[str, Any]]:
@@ -310,11 +318,12 @@ def judge(claim: Claim, tests, dropped, metric, first, last, level, second: str)
         mde, paper = est.detectable(alpha=level), paper_effect(claim, name)
         label = half_label(sign, mde, paper)
         labels.append(label)
-        halves.append(Half(name, est.fmt(), p, mde, paper, label))
+        seen = label == "inconclusive" and paper is not None and getattr(est, "high", math.inf) < paper
+        note = "the paper's effect above its 95 % interval" if seen else ""  # a null the record could have seen
+        halves.append(Half(name, est.fmt(), p, mde, paper, label, half_measure(claim, name, metric, first, last), note))
         power = f"detectable {mde:.3g}" if not math.isnan(mde) else "no effect detectable at this n"
         power += f" vs the paper's {paper:.3g}" if paper is not None else ""
-        if label == "inconclusive" and paper is not None and getattr(est, "high", math.inf) < paper:
-            power += ", the paper's effect above its 95 % interval"  # a null the record could have seen
+        power += f", {note}" if note else ""
         parts.append(f"{name}: {est.fmt()} (Holm p={p:.2g}, {power}, {label})")
     log = " of log ppl (nats per character)" if metric in LOG_METRICS else ""
     what = {"degradation": f"worsening{log} from ×{first:g} to ×{last:g} per run, on the runs that pass the bar at "
@@ -368,29 +377,5 @@ def zoom_and_canvas(claims: list[Claim], agg, info, in_dist=None) -> list[str]:
     return lines + [""]
 
 
-def halves_table(claims: list[Claim], agg, info, in_dist=None) -> list[str]:
-    """Every claim of the run a row per half: what it measures, the effect and its interval, Holm's p, the detectable
-    effect beside the paper's, the label; a half left out and a claim not tested or not run say why."""
-    lines = ["### Every half at a glance", "",
-             "Effects signed so that positive agrees with the claim; detectable: the smallest effect the record sees "
-             "at 80 % power and Holm's strictest level within the claim (its own test); paper: the effect the paper "
-             "reports on the same scale, where the claim cites one (the claim's line above cites the table).", "",
-             "| claim | task | measure | half | effect [95 %] | Holm p | detectable | paper | label |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for c in claims:
-        if c.task not in agg:
-            continue
-        v, head = check_claim(c, agg, info, in_dist), f"| {c.source} | {c.task} |"
-        for h in v.halves:
-            mde = f"{h.detectable:.3g}" if not math.isnan(h.detectable) else "–"
-            paper = f"{h.paper:.3g}" if h.paper is not None else "–"
-            lines.append(f"{head} {v.measure} | {h.name} | {h.estimate} | {h.p:.2g} | {mde} | {paper} | {h.label} |")
-        for why in v.dropped:
-            lines.append(f"{head} {v.measure} | {why} | – | – | – | – | not tested |")
-        if not v.halves and not v.dropped:
-            lines.append(f"{head} – | – | – | – | – | – | {v.label}: {v.detail} |")
-    return lines + [""]
-
-
-__all__ = ["LOG_METRICS", "Half", "RateEstimate", "Verdict", "halves_table", "check_claim", "claim_line", "compare", "competent_runs",
+__all__ = ["LOG_METRICS", "Half", "RateEstimate", "Verdict", "check_claim", "claim_line", "compare", "competent_runs",
            "measured_values", "zoom_and_canvas"]

@@ -20,7 +20,8 @@ import ndpe
 from .bench_config import SCALINGS, BenchConfig, label_coords, split_label
 from .bench_data import cell_data, data_options, test_options
 from .cells import CellSpec
-from .config import Config, from_dict, to_dict
+from .config import Config, from_dict
+from .continuing import fit_cell
 from .protocol import TASKS, Task
 from .results import FLOOR, SEARCH, SEARCH_LOSS, Row
 
@@ -68,37 +69,8 @@ def train_config(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir: Path, tr
                   "save_every_s": cfg.checkpoint_s,
                   "eval_steps": -(-steps // cfg.curve_points) if cfg.curve_points else 0,  # its learning curve
                   "overwrite": True},  # a cell not in results.csv is unfinished: trained anew, or continued
-    }  # from its checkpoint where it was killed mid-training (continue_killed)
+    }  # from its checkpoint where it was killed mid-training (train/continuing.py)
     return from_dict(Config, raw)
-
-
-def continue_killed(tcfg: Config) -> Config:
-    """``tcfg`` set to continue from the cell's checkpoint when a kill left one mid-training under the same config
-    (every section but how the run starts); a resumed run equals an uninterrupted one (tests/test_checkpoint.py), so
-    the cell's rows do too. A checkpoint at the last step (killed while testing), damaged, or of other settings: the
-    cell trains anew."""
-    from .checkpoint import CheckpointError, load_checkpoint
-
-    path = Path(tcfg.train.out_dir) / "checkpoint.pt"
-    if tcfg.train.save_every_s <= 0 or not path.exists():
-        return tcfg
-    try:
-        state = load_checkpoint(path)
-    except CheckpointError:
-        return tcfg
-
-    mine = to_dict(tcfg)
-
-    def settings(config) -> dict | None:  # model keys left None here are filled from the data when training starts
-        if not isinstance(config, dict) or not all(isinstance(config.get(k), dict) for k in ("train", "model")):
-            return None
-        return {**config, "train": {k: v for k, v in config["train"].items() if k not in ("resume", "overwrite")},
-                "model": {k: v for k, v in config["model"].items() if mine["model"].get(k) is not None}}
-
-    step = state.get("global_step")
-    if settings(state.get("config")) != settings(mine) or not isinstance(step, int) or not 0 < step < tcfg.train.steps:
-        return tcfg
-    return dataclasses.replace(tcfg, train=dataclasses.replace(tcfg.train, resume=str(path), overwrite=False))
 
 
 def scaled_rope(pe, variant: str, train_grid: tuple[int, ...], test_grid: tuple[int, ...]):
@@ -201,14 +173,14 @@ def _run_cell(cfg: BenchConfig, task: Task, cell: CellSpec, run_dir) -> tuple[li
     if cell.kind == FLOOR:
         return floor_rows(cfg, task, cell, run_dir), time.perf_counter() - start
     from . import main  # main.evaluate_model looked up when called (tests watch it)
-    from .main import build_data, evaluate_dataset, fit
+    from .main import build_data, evaluate_dataset
 
     data, largest = cell_data(cfg, task, run_dir), task.test_sizes[-1]
     data_cfg = train_config(cfg, task, dataclasses.replace(cell, kind="none"), run_dir)  # the cell's data, no grids
     tests = {largest: build_data(data_cfg, "test", data=data, **test_options(task, largest))}  # each built once
     train_grid, max_grid = cell_grids(cfg, task, run_dir, cell.data_seed, tests[largest])  # the encoder's sizes
-    tcfg = continue_killed(train_config(cfg, task, cell, run_dir, train_grid, max_grid))
-    model, result = fit(tcfg, data)
+    tcfg = train_config(cfg, task, cell, run_dir, train_grid, max_grid)
+    model, result = fit_cell(tcfg, data)
     train_time = time.perf_counter() - start + result["resumed_s"]  # a continued cell: with its killed part's
     model.eval()
     val = result["eval"][task.metric]

@@ -197,7 +197,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: 
 
 # -- main --------------------------------------------------------------------------------------
 def main(cfg: Config) -> dict[str, Any]:
-    """Train (or resume) the run ``cfg`` describes; returns ``{"step", "epoch", "train", "eval"}`` metrics."""
+    """Train (or resume) the run ``cfg``: ``{"step", "epoch", "train", "eval", "resumed_s"}`` (seconds before it)."""
     return fit(cfg)[1]
 
 
@@ -279,8 +279,8 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
                                                      regress_loss=t.loss)
         log({"phase": "epoch", "epoch": epoch, "step": global_step, "lr": optimizer.param_groups[0]["lr"],
              **{f"train_{k}": v for k, v in train_metrics.items()}, **{f"eval_{k}": v for k, v in eval_metrics.items()}})
-        due = epoch_done and t.save_every_s > 0 and time.monotonic() - clock >= t.save_every_s  # every rank agrees:
-        if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0) or dist.any_rank(due, device):
+        due = t.save_every_s > 0 and dist.any_rank(epoch_done and time.monotonic() - clock >= t.save_every_s, device)
+        if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0) or due:  # every rank or none
             save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch,
                  before + time.monotonic() - clock)
             before, clock = before + time.monotonic() - clock, time.monotonic()

@@ -14,8 +14,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import stats
-from .claims import (LOG_METRICS, Verdict, check_claim, claim_line, halves_table, measured_values,  # noqa: F401
+from .claims import (LOG_METRICS, Verdict, check_claim, claim_line, measured_values,  # noqa: F401
                      zoom_and_canvas)
+from .claims_table import halves_table
 from .curves import BUDGET_SHARE, task_budget
 from .competence import (NOPE, Competence, KindStatus, beats, beats_welch, competence, good,  # noqa: F401 (re-exported)
                          in_distribution, margins, passes_bar, retention, strongest_floor, train_ratio,
