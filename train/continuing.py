@@ -16,12 +16,12 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from .checkpoint import CheckpointError, load_checkpoint
+from .checkpoint import IGNORED, CheckpointError, load_checkpoint
 from .config import Config, to_dict
 
 PROTOCOL_FILE = "protocol.txt"
 RUN_ONLY = {"train": ("resume", "overwrite", "out_dir", "save_every_s", "save_every", "log_every", "tensorboard"),
-            "data": ("allow_import", "download", "root")}  # how a run is kept or found, not what it trains
+            "data": IGNORED["data"]}  # how a run is kept or found, not what it trains (resume ignores those too)
 FILLED = ("num_classes", "vocab_size", "img_size")  # model keys train.main fills from the data when left None
 
 

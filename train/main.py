@@ -281,9 +281,9 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
              **{f"train_{k}": v for k, v in train_metrics.items()}, **{f"eval_{k}": v for k, v in eval_metrics.items()}})
         due = t.save_every_s > 0 and dist.any_rank(epoch_done and time.monotonic() - clock >= t.save_every_s, device)
         if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0) or due:  # every rank or none
-            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch,
-                 before + time.monotonic() - clock)
-            before, clock = before + time.monotonic() - clock, time.monotonic()
+            elapsed = before + time.monotonic() - clock
+            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch, elapsed)
+            before, clock = elapsed, time.monotonic()
     log.close()
     return model, result
 
