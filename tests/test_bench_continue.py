@@ -73,6 +73,8 @@ def test_a_cell_killed_mid_training_continues_to_the_same_rows(tmp_path, monkeyp
     assert all(1000 <= r.train_time_s < 1100 for r in rows)
     ref_log = evaluate.cell_dir(str(tmp_path / "ref" / "quick"), ROPE) / "log.jsonl"
     assert cell_curve(out / "log.jsonl", "seq_acc") == cell_curve(ref_log, "seq_acc")  # each point once
+    console = (out / "console.log").read_text()  # the killed part's console kept, the continuation's after it
+    assert console.count("=== cell started") == 2
 
 
 @pytest.mark.parametrize("later,continues", [

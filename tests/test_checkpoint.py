@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -194,6 +195,25 @@ def test_resume_from_checkpoint_missing_an_entry(tmp_path, missing):
     ckpt = tmp_path / "checkpoint.pt"
     resave_without(ckpt, missing)
     with pytest.raises(CheckpointError, match=f"lacks '{missing}', needed to resume training") as e:
+        fit(fake_config(tmp_path, "image", *RUN, f"train.resume={ckpt}"))
+    one_line(e)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("global_step", -1, "its loop position or RNG states have the wrong type"),
+    ("rng", "seed", "its loop position or RNG states have the wrong type"),
+    ("elapsed_s", -5.0, "its elapsed_s is -5.0, expected seconds >= 0"),
+    ("elapsed_s", "10", "its elapsed_s is '10', expected seconds >= 0"),
+    ("elapsed_s", float("inf"), "its elapsed_s is inf, expected seconds >= 0"),
+])
+def test_resume_from_a_damaged_entry_names_it(tmp_path, key, value, match):
+    fit(fake_config(tmp_path, "image", *RUN, "train.stop_after=2"))
+    ckpt = tmp_path / "checkpoint.pt"
+    state = load_checkpoint(ckpt)
+    state[key] = value
+    state.pop("format_version")
+    save_checkpoint(state, ckpt)
+    with pytest.raises(CheckpointError, match=f"is damaged: {re.escape(match)}") as e:
         fit(fake_config(tmp_path, "image", *RUN, f"train.resume={ckpt}"))
     one_line(e)
 

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import os
 import time
 from pathlib import Path
 
@@ -94,15 +95,17 @@ def cell_dir(run_dir, cell: CellSpec) -> Path:
 def run_cell(args: tuple) -> tuple[list[Row], float]:
     """Train and test one cell (or compute a floor cell); returns its rows and wall time. Runs in a worker.
 
-    Everything the cell prints goes to ``cells/<cell>/console.log`` (the training log to ``log.jsonl``);
-    the console gets one line per finished cell from the driver.
+    Everything the cell prints goes to ``cells/<cell>/console.log`` (the training log to ``log.jsonl``), appended
+    under a line naming the start, so a killed cell's log stays beside the one that continues it; the console gets one
+    line per finished cell from the driver.
     """
     cfg, cell, run_dir = args
     if cfg.memory_budget_gib is not None:  # each worker process has its own budget
         ndpe.set_memory_budget(int(cfg.memory_budget_gib * 2 ** 30))
     out = cell_dir(run_dir, cell)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "console.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    with open(out / "console.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        print(f"=== cell started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} (pid {os.getpid()})", flush=True)
         return _run_cell(cfg, TASKS[cell.task], cell, run_dir)
 
 
