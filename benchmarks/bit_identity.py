@@ -51,7 +51,8 @@ KINDS = {"image/shapes-zoom": ["rope", "learned"], "image/digits-zoom": ["rope@c
 # keys a checkout's preset may set that the sample replaces as a whole (a key newer than some checkouts, so it is
 # reset only where the checkout's preset has it): the LM's own grid gives way to the sample's one-point search
 RESET = {"lr_searches": "{}"}
-IGNORED = ("train_time_s", "ndpe_version", "commit", "protocol")  # when and by which code, not what was measured
+# when, where and by which code, not what was measured
+IGNORED = ("train_time_s", "ndpe_version", "commit", "protocol", "device")
 KEY = MEASUREMENT  # what identifies a row: its cell and measurement (train/results.py)
 
 

@@ -2,12 +2,14 @@
 the CPU record's learning rates, in a run directory of its own; its path dry-run on the CPU."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 
 from train import bench
 from train.claims import compared_kinds
-from train.results import read_rows
+from train.results import Row, read_rows, write_rows
 from train.settings import check_settings
 
 from tests.test_bench import fake_search_cell
@@ -49,6 +51,7 @@ def test_the_gpu_record_dry_runs_on_the_cpu_and_resumes(tmp_path, capsys):
     assert {r.kind for r in rows if r.kind != "floor"} == set(bench.kinds_for(cfg, "text/copy"))
     assert {r.lr for r in rows if r.kind != "floor"} == {0.002}
     assert {r.run for r in rows if r.kind == "rope" and r.variant == "-"} == {(0, 0), (1, 1), (2, 2)}
+    assert {r.device for r in rows} == {"cpu"}  # every row says where it ran
     capsys.readouterr()
     bench.run(cfg, "test", cell_fn=fake_search_cell)
     out = capsys.readouterr().out
@@ -56,3 +59,16 @@ def test_the_gpu_record_dry_runs_on_the_cpu_and_resumes(tmp_path, capsys):
     assert len(read_rows(tmp_path / "gpu-v3" / "results.csv")) == len(rows)
     with pytest.raises(bench.ConfigError, match="other settings"):
         check_settings(bench.load_bench_config(GPU, [*tiny, "device=cuda"]), tmp_path / "gpu-v3")
+
+
+def test_a_record_holds_one_devices_rows(tmp_path, monkeypatch):
+    """Rows of another device in the run directory: refused before anything runs (a GPU record never takes CPU rows,
+    nor the other way round); rows from before the column existed ("") are not refused."""
+    cfg = bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", [f"out_root={tmp_path}", "tasks=[text/copy]"])
+    results = tmp_path / cfg.name / "results.csv"
+    results.parent.mkdir(parents=True)
+    row = Row("text", "text/copy", "rope", "-", 0, "16", "16", 1.0, "seq_acc", 1.0, True, 1.0)
+    write_rows(results, [row, dataclasses.replace(row, seed=1, device="NVIDIA H200")])
+    with pytest.raises(SystemExit, match="holds rows run on NVIDIA H200; this invocation runs on cpu"):
+        bench.run(cfg, "test", cell_fn=fake_search_cell)
+    assert len(read_rows(results)) == 2  # nothing written

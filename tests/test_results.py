@@ -99,9 +99,9 @@ def test_provenance_columns_round_trip_and_old_rows_keep_empty_ones(tmp_path):
     path = tmp_path / "r.csv"
     path.write_text(old)
     stamped = dataclasses.replace(row("alibi", 0, 1.0, 0.3), ndpe_version="0.1.0", commit="ab" * 20 + "-dirty",
-                                  protocol="0123456789ab")
+                                  protocol="0123456789ab", device="cpu")
     append_rows(path, [stamped])
-    assert path.read_text().splitlines()[0].endswith(",ndpe_version,commit,protocol")
+    assert path.read_text().splitlines()[0].endswith(",ndpe_version,commit,protocol,device")
     first, second = read_rows(path)
-    assert (first.ndpe_version, first.commit, first.protocol, first.lr) == ("", "", "", 0.001)
+    assert (first.ndpe_version, first.commit, first.protocol, first.device, first.lr) == ("", "", "", "", 0.001)
     assert dataclasses.replace(second, cell_rows=0) == stamped

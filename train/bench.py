@@ -91,7 +91,9 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     run_dir = Path(cfg.out_root) / provenance.check_run_name(cfg.name)
     results = run_dir / "results.csv"
     check_settings(cfg, run_dir)
-    done = {r.cell for r in read_rows(results)}
+    rows, device = read_rows(results), provenance.device_label(cfg.device)
+    provenance.check_device(rows, device, results)
+    done = {r.cell for r in rows}
     todo = plan(cfg, results)
     if todo.todo:  # before the run directory is written: data that is missing or cannot be fetched leaves nothing
         fetch_real(cfg)
@@ -103,7 +105,8 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     print(f"bench {cfg.name}: {todo.total} cells ({todo.total - todo.todo} already done), {workers_text} -> {run_dir}",
           flush=True)
     started, stamp = provenance.utc_now(), provenance.stamp()  # where every row of this invocation comes from
-    dispatch = Dispatch(cfg, cfg_w, run_dir, run_dir_w, executor, cell_fn or run_cell_safe, stamp, todo.total, todo.todo)
+    dispatch = Dispatch(cfg, cfg_w, run_dir, run_dir_w, executor, cell_fn or run_cell_safe, {**stamp, "device": device},
+                        todo.total, todo.todo)
     invocation = {"id": f"{started}-{uuid.uuid4().hex[:8]}", "command": command, "start": started, **stamp,  # its start
                   "settings": fingerprint(cfg), "executor": workers_text, "machine": provenance.machine(cfg.device)}
     # first: a process killed outright (SIGKILL) still leaves this line; the end line (same id) stands for it after

@@ -9,6 +9,9 @@
   missing or the code is not in a git checkout;
 - ``protocol``: :func:`protocol_fingerprint`, a hash of the code that says what the numbers mean.
 
+- ``device``: where the cells ran, ``cpu`` or the GPU's name (:func:`device_label`); a run directory holds the rows
+  of one device only (:func:`check_device`).
+
 Rows written before these columns existed hold "" in each ("from before provenance was recorded").
 
 **Invocations.** Every ``python -m train.bench`` run appends one JSON object per line to
@@ -142,6 +145,20 @@ def stamp() -> dict[str, str]:
     import ndpe
 
     return {"ndpe_version": ndpe.__version__, "commit": git_commit()[0], "protocol": protocol_fingerprint()}
+
+
+def device_label(device: str) -> str:
+    """A row's ``device``: ``cpu``, or the name of the GPU a ``device`` setting (cpu | cuda | cuda:N | auto) runs on."""
+    where = machine(device)
+    return "cpu" if where["device"] == "cpu" else where["gpu"]
+
+
+def check_device(rows, label: str, path) -> None:
+    """Refuse to add rows of ``label`` to a results.csv holding another device's: GPU and CPU records stay apart."""
+    other = sorted({r.device for r in rows} - {"", label})
+    if other:
+        raise SystemExit(f"error: {path} holds rows run on {', '.join(other)}; this invocation runs on {label}: a "
+                         "record holds one device's rows (give this run another name=...)")
 
 
 def utc_now() -> str:

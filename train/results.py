@@ -48,6 +48,7 @@ class Row:
     ndpe_version: str = ""  # ndpe.__version__
     commit: str = ""  # the 40-hex git HEAD, with "-dirty" when ndpe/, models/, train/ or configs/ differ; "unknown"
     protocol: str = ""  # the protocol fingerprint: a hash of the code that says what the numbers mean
+    device: str = ""  # where its cell ran: "cpu" or the GPU's name (a GPU record is never mixed with a CPU one)
 
     @property
     def run(self) -> tuple[int, int]:
@@ -151,7 +152,7 @@ def _parse(d: dict) -> Row:
                train_time_s=float(d["train_time_s"]), cell_rows=int(d.get("cell_rows", 0)),
                data_seed=int(d.get("data_seed", 0)), split=d.get("split", "test"), lr=float(d.get("lr", 0.0)),
                weight_decay=float(d.get("weight_decay", 0.0)), ndpe_version=d.get("ndpe_version", ""),
-               commit=d.get("commit", ""), protocol=d.get("protocol", ""))
+               commit=d.get("commit", ""), protocol=d.get("protocol", ""), device=d.get("device", ""))
 
 
 def read_rows(path: Path) -> list[Row]:
