@@ -262,20 +262,42 @@ def test_a_claim_whose_tier_has_no_counting_kind_is_not_tested():
     assert "**agrees in part (alibi vs rope (alibi does not count" in claim_line(claim, aggregate(rows), info_of(rows))
 
 
+def lm_rows(at8: dict, at1: float) -> list:
+    """5 runs per kind on the LM at 1x (about ``at1``) and 8x (``at8[kind]``, rope's runs spread), trigram floors."""
+    rows = [row("floor", d, r, 6.5, task="text/stdlib_lm", variant="trigram", metric="ppl", higher=False, data_seed=d)
+            for d in (0, 1) for r in (1.0, 8.0)]
+    for kind, value in at8.items():
+        rows += [row(kind, s, 1.0, at1 + 0.01 * s, task="text/stdlib_lm", metric="ppl", higher=False) for s in range(5)]
+        rows += [row(kind, s, 8.0, value + 0.3 * s * (kind == "rope"), task="text/stdlib_lm", metric="ppl",
+                     higher=False) for s in range(5)]
+    return rows
+
+
 def test_a_kind_said_to_keep_its_quality_must_keep_it_not_only_beat_others():
     """Press et al.'s T5 bias: better than RoPE at 8x (RoPE collapses harder) yet far below its floor there. The
     ordering half agrees, the keeps half disagrees: the claim disagrees."""
     claim = Claim("Press et al. 2022", "a keeps quality where b degrades", "text/stdlib_lm", [["relative"], ["rope"]],
                   measure="degradation", keeps=["relative"])
-    rows = [row("floor", d, r, 6.5, task="text/stdlib_lm", variant="trigram", metric="ppl", higher=False, data_seed=d)
-            for d in (0, 1) for r in (1.0, 8.0)]
-    for kind, at8 in (("relative", 20.0), ("rope", 60.0)):
-        rows += [row(kind, s, 1.0, 4.0 + 0.01 * s, task="text/stdlib_lm", metric="ppl", higher=False) for s in range(5)]
-        rows += [row(kind, s, 8.0, at8 + 0.3 * s * (kind == "rope"), task="text/stdlib_lm", metric="ppl", higher=False)
-                 for s in range(5)]
-    v = verdict(claim, rows)
+    v = verdict(claim, lm_rows({"relative": 20.0, "rope": 60.0}, at1=4.0))
     assert v.label == "disagrees" and "relative vs rope (paired, 5 runs)" in v.detail and "(Holm p=" in v.detail
     assert "relative keeps its quality: retention at ×8 above 0" in v.detail and "disagrees)" in v.detail
+
+
+def test_a_keeps_half_tested_on_another_task_is_dropped_and_named_not_left_out():
+    """FIRE at a 64-character context: its ordering half agrees, its keeps half is judged on the 256-character LM
+    (``keeps_untested``). The claim agrees only in part, names the half, and the untested half joins no Holm family:
+    the ordering half's p and detectable effect are those of the claim without it."""
+    rows = lm_rows({"fire": 9.0, "rope": 45.0}, at1=3.6)
+    kw = {"measure": "degradation", "keeps": ["fire"]}
+    elsewhere = verdict(Claim("Li et al. 2024", "f", "text/stdlib_lm", [["fire"], ["rope"]], **kw,
+                              keeps_untested="not at this scale: judged on text/stdlib_lm-256"), rows)
+    assert elsewhere.label == "agrees in part"
+    assert elsewhere.dropped == ("fire keeps its quality (not at this scale: judged on text/stdlib_lm-256)",)
+    alone = verdict(Claim("Li et al. 2024", "f", "text/stdlib_lm", [["fire"], ["rope"]], measure="degradation"), rows)
+    assert alone.label == "agrees" and [h.name for h in elsewhere.halves] == [h.name for h in alone.halves]
+    assert [(h.p, h.detectable) for h in elsewhere.halves] == [(h.p, h.detectable) for h in alone.halves]
+    here = verdict(Claim("Li et al. 2024", "f", "text/stdlib_lm", [["fire"], ["rope"]], **kw), rows)
+    assert len(here.halves) == 2 and "fire keeps its quality: retention at ×8 above 0" in here.halves[1].name
 
 
 def test_kinds_configured_but_not_run_are_not_run():

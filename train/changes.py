@@ -21,7 +21,10 @@ CHANGES_AFTER_RESULTS = [
     "140: x1.5, x2 as before) instead of 4-px patches on a 64-px one, for the standard record's 10-hour budget (its "
     "cells took 150-330 s, about a quarter of the record) and to tokenize the digits as image/mnist-zoom does; the "
     "bar (0.9), floors, steps and kinds unchanged; decided from an in-distribution probe on an unreported seed "
-    "(probes/mnist_pair_7px.jsonl)",
+    "(probes/mnist_pair_7px.jsonl). Verdicts it moved (listed 2026-11-29), the 64-px rows (kept in "
+    "standard-breadth) against the 70-px ones (standard), both judged by today's rules: Heo et al. on "
+    "image/mnist-pair disagrees -> underpowered, Heo et al. centred not tested -> agrees in part; Yu et al. (not "
+    "tested), Ostmeier et al. (inconclusive) and Schenck et al. (not tested) unchanged",
     "quick (2026-11-27): 2 runs (one per data seed) instead of 3 and video/trajectory at 300 steps instead of 600, "
     "for its 10-minute budget; the steps from an in-distribution probe on unreported seeds "
     "(probes/video_quick_steps.jsonl)",
@@ -72,6 +75,11 @@ CHANGES_AFTER_RESULTS = [
     "context (FIRE's normalizer compresses 1.99x from 64 to 512, the paper's 1.26x; PoPE at head_dim 16 has 5 of 16 "
     "frequencies cycling within 64 positions); their comparative halves stay, and both claims are judged whole on a "
     "new scale-matched task, text/stdlib_lm-256 (context 256 to 2,048, head_dim 32), not yet run",
+    "text/stdlib_lm, FIRE and PoPE (2026-11-29, after the standard-v3 record was complete): their keeps halves, not "
+    "tested at 64 characters, are named as dropped (Claim.keeps_untested) instead of left out of the claim, so a "
+    "claim whose comparative halves agree reads `agrees in part`, not `agrees`; the dropped halves join no Holm "
+    "family, so no effect, p or detectable effect changed. Verdicts it moved: Li et al. (FIRE) and Gopalakrishnan et "
+    "al. (PoPE) on text/stdlib_lm agrees -> agrees in part, in standard-v3, standard and standard-breadth alike",
     "image/shapes-zoom and image/digits-zoom (2026-11-28, after a review: without scale augmentation NoPE itself "
     "collapsed under zoom, digits 0.73 -> 0.34): training images pass through random resized crops of 1/4 to all of "
     "the image (content 1-2x larger, DeiT-III's and RoPE-ViT's augmentation), from standard-v3 on; the standard "

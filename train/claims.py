@@ -20,7 +20,9 @@ A claim (``train/protocol.py``, :class:`~train.protocol.Claim`) has halves:
 
 Each half is a test; Holm's correction runs over the halves of one claim. Each states its **detectable effect** (80 %
 power at Holm's strictest level, its own test) beside the effect the paper reports (``Claim.paper_effect``, cited). A
-half whose kind does not count (misses the task's bar or a floor) or was not run is *dropped* and named. Labels: a
+half whose kind does not count (misses the task's bar or a floor) or was not run, or a keeps half that the claim
+tests on another task (``Claim.keeps_untested``: a regime too small for the paper's mechanism), is *dropped* and
+named. Labels: a
 half significant for or against the claim ``agrees`` / ``disagrees``; otherwise ``underpowered`` where its detectable
 effect is larger than the paper's (the record cannot see the paper's effect), ``inconclusive`` where it could (and
 then says when the paper's effect lies above the half's 95 % interval: an effect of the paper's size not seen). The
@@ -213,7 +215,8 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
                         dropped.append(f"{a} vs {b} ({'; '.join(reasons)})")
                     else:
                         pairs.append((a, b))
-    n_halves = len(pairs) + len(claim.keeps) + len(claim.meets) + len(claim.misses) + bool(claim.meets and claim.misses)
+    keeps = [] if claim.keeps_untested else claim.keeps
+    n_halves = len(pairs) + len(keeps) + len(claim.meets) + len(claim.misses) + bool(claim.meets and claim.misses)
     level = stats.ALPHA / max(n_halves, 1)  # Holm's strictest step: the detectable effects are stated at it
     tests: list[tuple[str, Any]] = []
     bar = TASKS[claim.task].bar.value if claim.task in TASKS else None
@@ -230,6 +233,9 @@ def check_claim(claim: Claim, agg, info, in_dist=None) -> Verdict:
                            measured_values(agg_task, b, claim, first, last, higher, row.metric, keep(b)))
         tests.append((f"{a} vs {b} ({how})", est))
     for kind in claim.keeps:
+        if claim.keeps_untested:  # tested on another task; not one of this task's halves (nor of its Holm family)
+            dropped.append(f"{kind} {KEEPS} ({claim.keeps_untested})")
+            continue
         if reason := why_dropped(kind):
             dropped.append(f"{kind} {KEEPS} ({kind} {reason})")
             continue

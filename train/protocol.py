@@ -258,6 +258,7 @@ class Claim:
     meets: list[str] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)
     keeps: list[str] = field(default_factory=list)  # kinds said to keep their quality beyond the training size
+    keeps_untested: str = ""  # why the keeps halves are not tested on this task (dropped, named in the verdict)
     note: str = ""
     not_tested: str = ""
     paper_effect: dict[str, float] = field(default_factory=dict)  # "a vs b" (or "*": every half) -> the effect the
@@ -304,7 +305,7 @@ CLAIMS = [
           not_tested="the paper extrapolates with blockwise causal attention; the benchmark uses full attention"),
     *[Claim("Li et al. 2024", "on a causal LM, FIRE (`fire`) keeps its perplexity at longer contexts, better than RoPE "
             "and NoPE", task, [["fire"], ["rope", "none"]], measure="degradation",
-            keeps=["fire"] if task == LM_CHECK else [],
+            keeps=["fire"], keeps_untested="" if task == LM_CHECK else "not at this scale: judged on " + LM_CHECK,
             note="FIRE with init_L at half the training context, so its progressive interpolation acts" + (
                 "" if task == LM_CHECK else "; its keeps half is not tested at this scale (" + FIRE_SCALE + "): judged "
                 "on " + LM_CHECK)) for task in ("text/stdlib_lm", LM_CHECK)],
@@ -315,7 +316,7 @@ CLAIMS = [
           "paper has one per layer) and the plain LLaMA-style block, not FoX's Pro block"),
     *[Claim("Gopalakrishnan et al. 2025", "on a causal LM, PoPE (`pope`) keeps its perplexity at longer contexts, "
             "better than RoPE", task, [["pope"], ["rope"]], measure="degradation",
-            keeps=["pope"] if task == LM_CHECK else [],
+            keeps=["pope"], keeps_untested="" if task == LM_CHECK else "not at this scale: judged on " + LM_CHECK,
             note="a character LM on Python sources up to 8x the training context; the paper's models are far larger" + (
                 "" if task == LM_CHECK else "; its keeps half is not tested at this scale (" + POPE_SCALE + "): judged "
                 "on " + LM_CHECK)) for task in ("text/stdlib_lm", LM_CHECK)],
