@@ -247,6 +247,10 @@ def test_write_report(tmp_path):
     assert "**learned at this budget**" in text and "kinds that count: none, rope" in text
     assert (tmp_path / "text_copy.png").stat().st_size > 1000
     assert "Kazemnejad et al. 2023" in text and "Golovneva et al. 2024" in text
+    per_task = text.split("### text/copy")[1]  # the task's table (the summary's rows are one cell a task)
+    rope = next(line for line in per_task.splitlines() if line.startswith("| rope |")).split(" | ")
+    assert "↓" not in rope[1] and rope[2].endswith("↓") and rope[3].endswith("↓")  # under NoPE beyond ×1 only
+    assert "↓" not in next(line for line in per_task.splitlines() if line.startswith("| none |"))
 
 
 def test_a_claim_whose_tier_has_no_counting_kind_is_not_tested():

@@ -84,7 +84,8 @@ def ceiling_rate(cell: Cell, floor: Cell | None, test_items: int) -> stats.Rate 
 
 def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, times: dict[str, float],
                    metric: str = "", test_items: int | None = None) -> str:
-    """Encodings ranked at the largest size (mean [95 % CI]; `✗` marks kinds that do not count), retention at
+    """Encodings ranked at the largest size (mean [95 % CI]; `✗` marks kinds that do not count, `↓` a mean not above
+    NoPE's at that size), retention at
     the largest size, the success rate, training time; then the floors (mean over data seeds).
 
     The success rate: the runs at the bar's value, or, for an accuracy whose bar is the order-blind ceiling, the
@@ -103,9 +104,18 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
     head.append("train s/run")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     encodings, floors = split_floors(agg_task)
+    nope = encodings.get(NOPE, {})
+
+    def under_nope(label: str, ratio: float) -> str:  # NoPE: the reference a kind using position must stay above
+        if label == NOPE or ratio not in nope or ratio not in encodings[label]:
+            return ""
+        ours, ref = encodings[label][ratio].mean, nope[ratio].mean
+        return " ↓" if good(ours, check.higher) <= good(ref, check.higher) else ""
+
     for label, by_size in ranking_order(encodings, sizes, check.higher):
         mark = "" if check.counts(label) else " ✗"
-        cells = [cell_text(by_size[ratio], metric) if ratio in by_size else "–" for ratio, _ in sizes]
+        cells = [cell_text(by_size[ratio], metric) + under_nope(label, ratio) if ratio in by_size else "–"
+                 for ratio, _ in sizes]
         if len(sizes) > 1:
             est = retention(agg_task, label, last, check)
             cells.append("–" if est is None else two(est.mean) if math.isnan(est.half_width) else
@@ -332,7 +342,8 @@ def write_report(run_dir: Path, header: str, select=None, test_items: int | None
              "Mean over runs at the training size → at the largest test size; ✗: the kind does not count (misses the "
              "task's bar or a floor of its data), so it takes no part in any claim.", "",
              summary_table(agg, info, checks), "", "## Per task", "",
-             "Cells: mean over runs [95 % t interval]. Retention: (m(×k) − f(×k)) / (m(×1) − f(×1)) per run, f the "
+             "Cells: mean over runs [95 % t interval]; ↓: not above NoPE's mean at that size (NoPE, no positions, is "
+             "the reference a kind that uses position must stay above). Retention: (m(×k) − f(×k)) / (m(×1) − f(×1)) per run, f the "
              "strongest floor at that size (1: kept everything above the floor; 0: down to it). Runs at the bar: "
              "the runs whose metric reaches the task's bar value at the training and the largest size, k/n with the "
              "exact binomial 95 % interval (the summary that fits outcomes split between success and failure). "
