@@ -253,6 +253,21 @@ def test_write_report(tmp_path):
     assert "↓" not in next(line for line in per_task.splitlines() if line.startswith("| none |"))
 
 
+def test_coord_tables_give_the_runs_under_one_pixel(tmp_path):
+    """coord/quadrant's bar has no value per run (below the mean predictor); its table gives the runs at Liu et al.'s
+    one-pixel threshold (the claim's), as the bimodal runs call for: 3 of 5 under it, none of plain conv's."""
+    values = {"conv+coord": [0.01, 0.02, 0.03, 0.3, 0.4], "conv": [0.2, 0.21, 0.22, 0.23, 0.24]}
+    rows = [row(kind, s, 1.0, v, task="coord/quadrant", metric="coord_err", higher=False)
+            for kind, vs in values.items() for s, v in enumerate(vs)]
+    rows += [row("floor", d, 1.0, 0.65, task="coord/quadrant", variant="mean-predictor", metric="coord_err",
+                 higher=False, data_seed=d) for d in (0, 1)]
+    append_rows(tmp_path / "results.csv", rows)
+    table = write_report(tmp_path, "# t").read_text().split("### coord/quadrant")[1]
+    assert "runs at the claim's 0.0317 ×1 |" in table
+    line = {r.split(" | ")[0].strip("| ✗"): r for r in table.splitlines() if r.startswith("| conv")}
+    assert "| 3/5 [" in line["conv+coord"] and "| 0/5 [" in line["conv"]
+
+
 def test_a_claim_whose_tier_has_no_counting_kind_is_not_tested():
     """Heo's tiers [[rope-mixed], [rope], [learned, sinusoidal]]: if rope-mixed does not count, "rope > learned"
     alone must not make "RoPE-Mixed > RoPE-Axial" agree."""

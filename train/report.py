@@ -85,11 +85,12 @@ def ceiling_rate(cell: Cell, floor: Cell | None, test_items: int) -> stats.Rate 
 def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, times: dict[str, float],
                    metric: str = "", test_items: int | None = None) -> str:
     """Encodings ranked at the largest size (mean [95 % CI]; `✗` marks kinds that do not count, `↓` a mean not above
-    NoPE's at that size), retention at
-    the largest size, the success rate, training time; then the floors (mean over data seeds).
+    NoPE's at that size), retention at the largest size, the success rate, training time; then the floors (mean over
+    data seeds).
 
-    The success rate: the runs at the bar's value, or, for an accuracy whose bar is the order-blind ceiling, the
-    runs above that ceiling by an exact binomial test on the ``test_items`` items of a test set (where known)."""
+    The success rate: the runs at the bar's value; for an accuracy whose bar is the order-blind ceiling, the runs
+    above that ceiling by an exact binomial test on the ``test_items`` items of a test set (where known); for a task
+    whose bar has no value per run but whose claim sets a threshold (coord: one pixel), the runs at that threshold."""
     last = sizes[-1][0]
     head = ["encoding"] + [size_label(name, ratio) for ratio, name in sizes]
     if len(sizes) > 1:
@@ -97,10 +98,16 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
     task = TASKS.get(check.task)
     bar = task.bar.value if task else None
     ceiling = task.bar.floor if task and bar is None and task.metric == "acc" and test_items else None
-    if bar is not None:  # the success rate: runs at the bar's value, exact binomial interval (bimodal outcomes)
-        head.append(f"runs at the bar ×{sizes[0][0]:g} → ×{last:g}")
+    ends = (sizes[0][0], last) if len(sizes) > 1 else (last,)  # the success rate's sizes
+    at = " → ".join(f"×{r:g}" for r in ends)
+    if bar is None and not ceiling:  # a claim's threshold instead (coord: Liu et al.'s one pixel)
+        bar = next((c.threshold for c in CLAIMS if c.task == check.task and c.threshold is not None), None)
+        if bar is not None:
+            head.append(f"runs at the claim's {bar:.3g} {at}")
+    elif bar is not None:  # the success rate: runs at the bar's value, exact binomial interval (bimodal outcomes)
+        head.append(f"runs at the bar {at}")
     elif ceiling:
-        head.append(f"runs above the ceiling ×{sizes[0][0]:g} → ×{last:g}")
+        head.append(f"runs above the ceiling {at}")
     head.append("train s/run")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     encodings, floors = split_floors(agg_task)
@@ -122,10 +129,10 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
                          f"{two(est.mean)} [{two(est.low)}, {two(est.high)}]")
         if bar is not None:
             cells.append(" → ".join(rate_text(stats.success_rate(by_size[r].values, bar, check.higher))
-                                    if r in by_size else "–" for r in (sizes[0][0], last)))
+                                    if r in by_size else "–" for r in ends))
         elif ceiling:
             rates = [ceiling_rate(by_size[r], floors.get(ceiling, {}).get(r), test_items) if r in by_size else None
-                     for r in (sizes[0][0], last)]
+                     for r in ends]
             cells.append(" → ".join("–" if rate is None else rate_text(rate) for rate in rates))
         lines.append(f"| {label}{mark} | " + " | ".join(cells) + f" | {times.get(kind_of(label), float('nan')):.1f} |")
     for name, by_size in sorted(floors.items()):
