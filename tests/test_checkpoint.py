@@ -202,9 +202,9 @@ def test_resume_from_checkpoint_missing_an_entry(tmp_path, missing):
 @pytest.mark.parametrize("key, value, match", [
     ("global_step", -1, "its loop position or RNG states have the wrong type"),
     ("rng", "seed", "its loop position or RNG states have the wrong type"),
-    ("elapsed_s", -5.0, "its elapsed_s is -5.0, expected seconds >= 0"),
-    ("elapsed_s", "10", "its elapsed_s is '10', expected seconds >= 0"),
-    ("elapsed_s", float("inf"), "its elapsed_s is inf, expected seconds >= 0"),
+    ("elapsed_s", -5.0, "its elapsed_s is -5.0, expected finite seconds >= 0"),
+    ("elapsed_s", "10", "its elapsed_s is '10', expected finite seconds >= 0"),
+    ("elapsed_s", float("inf"), "its elapsed_s is inf, expected finite seconds >= 0"),
 ])
 def test_resume_from_a_damaged_entry_names_it(tmp_path, key, value, match):
     fit(fake_config(tmp_path, "image", *RUN, "train.stop_after=2"))

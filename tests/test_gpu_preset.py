@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import yaml
 
-from train import bench
+from train import bench, provenance
 from train.claims import compared_kinds
 from train.results import Row, read_rows, write_rows
 from train.settings import check_settings
@@ -61,14 +61,29 @@ def test_the_gpu_record_dry_runs_on_the_cpu_and_resumes(tmp_path, capsys):
         check_settings(bench.load_bench_config(GPU, [*tiny, "device=cuda"]), tmp_path / "gpu-v3")
 
 
-def test_a_record_holds_one_devices_rows(tmp_path, monkeypatch):
-    """Rows of another device in the run directory: refused before anything runs (a GPU record never takes CPU rows,
-    nor the other way round); rows from before the column existed ("") are not refused."""
+def test_a_record_holds_one_devices_rows(tmp_path):
+    """Rows of the other device class in the run directory: refused before anything runs or is set aside (a GPU
+    record never takes CPU rows, nor the other way round); rows from before the column existed ("") and another GPU
+    model (a later device loan) are not refused."""
     cfg = bench.load_bench_config(bench.CONFIG_DIR / "quick.yaml", [f"out_root={tmp_path}", "tasks=[text/copy]"])
     results = tmp_path / cfg.name / "results.csv"
     results.parent.mkdir(parents=True)
     row = Row("text", "text/copy", "rope", "-", 0, "16", "16", 1.0, "seq_acc", 1.0, True, 1.0)
     write_rows(results, [row, dataclasses.replace(row, seed=1, device="NVIDIA H200")])
-    with pytest.raises(SystemExit, match="holds rows run on NVIDIA H200; this invocation runs on cpu"):
+    with pytest.raises(bench.ConfigError, match="holds rows run on NVIDIA H200; this invocation runs on cpu"):
         bench.run(cfg, "test", cell_fn=fake_search_cell)
-    assert len(read_rows(results)) == 2  # nothing written
+    with pytest.raises(bench.ConfigError, match="holds rows run on NVIDIA H200"):
+        bench.set_aside(cfg, "text/copy")
+    assert len(read_rows(results)) == 2  # nothing written, nothing moved
+    write_rows(results, [row])  # a record from before the column: continued, its new rows say cpu
+    bench.run(cfg, "test", cell_fn=fake_search_cell)
+    assert {r.device for r in read_rows(results)} == {"", "cpu"}
+    provenance.check_device([dataclasses.replace(row, device="NVIDIA A100")], "NVIDIA H200", results)  # GPU on GPU
+    with pytest.raises(bench.ConfigError, match="holds rows run on cpu; this invocation runs on NVIDIA H200"):
+        provenance.check_device([dataclasses.replace(row, device="cpu")], "NVIDIA H200", results)
+
+
+def test_ray_cells_are_labelled_by_what_they_ask_for():
+    """Ray's cells run on the cluster, not the driver: a GPU when they ask for one, whatever the driver has."""
+    assert provenance.device_label("cuda", "ray", 0.5) == "cuda (ray)"
+    assert provenance.device_label("auto", "ray", 0) == provenance.device_label("cpu", "ray", 1) == "cpu"

@@ -91,9 +91,8 @@ def run(cfg: BenchConfig, command: str, *, cell_fn=None) -> Path:
     run_dir = Path(cfg.out_root) / provenance.check_run_name(cfg.name)
     results = run_dir / "results.csv"
     check_settings(cfg, run_dir)
-    rows, device = read_rows(results), provenance.device_label(cfg.device)
-    provenance.check_device(rows, device, results)
-    done = {r.cell for r in rows}
+    device = check_device(cfg, run_dir)
+    done = {r.cell for r in read_rows(results)}
     todo = plan(cfg, results)
     if todo.todo:  # before the run directory is written: data that is missing or cannot be fetched leaves nothing
         fetch_real(cfg)
@@ -276,9 +275,18 @@ def main(argv: list[str] | None = None) -> Path:
             signal.signal(signal.SIGTERM, previous)
 
 
+def check_device(cfg: BenchConfig, run_dir: Path) -> str:
+    """Refuse a run directory holding rows of the other device class (before anything is moved or trained); returns
+    the device label of this invocation's rows."""
+    device = provenance.device_label(cfg.device, cfg.executor, cfg.gpus_per_cell)
+    provenance.check_device(read_rows(run_dir / "results.csv"), device, run_dir / "results.csv")
+    return device
+
+
 def set_aside(cfg: BenchConfig, task: str) -> None:
     """``--supersede``: only a task of the preset whose rows were trained under other settings is set aside."""
     run_dir = Path(cfg.out_root) / cfg.name
+    check_device(cfg, run_dir)
     if task not in changed_tasks(cfg, run_dir):
         raise ConfigError(f"--supersede {task}: expected a task of the preset whose rows in {run_dir} were trained "
                           "under other settings; its settings are unchanged (or it has no rows), so nothing is set aside")

@@ -251,7 +251,7 @@ def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch:
             or not isinstance(state["global_step"], int) or state["global_step"] < 0:
         raise CheckpointError(f"{path} is damaged: its loop position or RNG states have the wrong type")
     if type(elapsed := state.get("elapsed_s", 0.0)) not in (int, float) or not 0 <= elapsed < math.inf:
-        raise CheckpointError(f"{path} is damaged: its elapsed_s is {elapsed!r}, expected seconds >= 0")
+        raise CheckpointError(f"{path} is damaged: its elapsed_s is {elapsed!r}, expected finite seconds >= 0")
     if state["steps_per_epoch"] != steps_per_epoch or len(state["rng"]) != world:
         raise CheckpointError(f"{path} was written with {len(state['rng'])} process(es) and {state['steps_per_epoch']} "
                               f"steps per epoch; this run has {world} and {steps_per_epoch}: keep train.batch_size "

@@ -147,18 +147,30 @@ def stamp() -> dict[str, str]:
     return {"ndpe_version": ndpe.__version__, "commit": git_commit()[0], "protocol": protocol_fingerprint()}
 
 
-def device_label(device: str) -> str:
-    """A row's ``device``: ``cpu``, or the name of the GPU a ``device`` setting (cpu | cuda | cuda:N | auto) runs on."""
-    where = machine(device)
-    return "cpu" if where["device"] == "cpu" else where["gpu"]
+def device_label(device: str, executor: str = "local", gpus_per_cell: float = 0) -> str:
+    """A row's ``device``: ``cpu``, or the GPU its cells run on. Local cells run on this machine: the name of the GPU
+    a ``device`` setting (cpu | cuda | cuda:N | auto) picks; Ray's cells run on the cluster, on a GPU when they ask
+    for one (``gpus_per_cell``): ``cuda (ray)``."""
+    if executor == "ray":
+        return "cuda (ray)" if device != "cpu" and gpus_per_cell else "cpu"
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        return "cpu"
+    index = int(device.split(":")[1]) if device.startswith("cuda:") else torch.cuda.current_device()
+    return torch.cuda.get_device_name(index)
 
 
 def check_device(rows, label: str, path) -> None:
-    """Refuse to add rows of ``label`` to a results.csv holding another device's: GPU and CPU records stay apart."""
-    other = sorted({r.device for r in rows} - {"", label})
+    """Refuse to add rows of ``label`` to a results.csv holding rows of the other class (CPU against GPU): a GPU
+    record never takes CPU rows, nor the other way round (GPU models may differ across device loans). Rows from before
+    the column existed (``""``) are not checked."""
+    other = sorted({r.device for r in rows if r.device and (r.device == "cpu") != (label == "cpu")})
     if other:
-        raise SystemExit(f"error: {path} holds rows run on {', '.join(other)}; this invocation runs on {label}: a "
-                         "record holds one device's rows (give this run another name=...)")
+        from .config import ConfigError
+
+        raise ConfigError(f"{path} holds rows run on {', '.join(other)}; this invocation runs on {label}: a record "
+                          "holds CPU rows or GPU rows, not both (pass name=<new name> to start another run)")
 
 
 def utc_now() -> str:

@@ -84,7 +84,7 @@ def ceiling_rate(cell: Cell, floor: Cell | None, test_items: int) -> stats.Rate 
 
 def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, times: dict[str, float],
                    metric: str = "", test_items: int | None = None) -> str:
-    """Encodings ranked at the largest size (mean [95 % CI]; `✗` marks kinds that do not count, `↓` a mean not above
+    """Encodings ranked at the largest size (mean [95 % CI]; `✗` marks kinds that do not count, `↓` a mean below
     NoPE's at that size), retention at the largest size, the success rate, training time; then the floors (mean over
     data seeds).
 
@@ -101,7 +101,9 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
     ends = (sizes[0][0], last) if len(sizes) > 1 else (last,)  # the success rate's sizes
     at = " → ".join(f"×{r:g}" for r in ends)
     if bar is None and not ceiling:  # a claim's threshold instead (coord: Liu et al.'s one pixel)
-        bar = next((c.threshold for c in CLAIMS if c.task == check.task and c.threshold is not None), None)
+        thresholds = {c.threshold for c in CLAIMS if c.task == check.task and c.threshold is not None}
+        assert len(thresholds) <= 1, f"{check.task}: claims with different thresholds {thresholds}: one column each"
+        bar = thresholds.pop() if thresholds else None
         if bar is not None:
             head.append(f"runs at the claim's {bar:.3g} {at}")
     elif bar is not None:  # the success rate: runs at the bar's value, exact binomial interval (bimodal outcomes)
@@ -117,7 +119,7 @@ def markdown_table(agg_task, sizes: list[tuple[float, str]], check: Competence, 
         if label == NOPE or ratio not in nope or ratio not in encodings[label]:
             return ""
         ours, ref = encodings[label][ratio].mean, nope[ratio].mean
-        return " ↓" if good(ours, check.higher) <= good(ref, check.higher) else ""
+        return " ↓" if good(ours, check.higher) < good(ref, check.higher) else ""
 
     for label, by_size in ranking_order(encodings, sizes, check.higher):
         mark = "" if check.counts(label) else " ✗"
@@ -349,11 +351,13 @@ def write_report(run_dir: Path, header: str, select=None, test_items: int | None
              "Mean over runs at the training size → at the largest test size; ✗: the kind does not count (misses the "
              "task's bar or a floor of its data), so it takes no part in any claim.", "",
              summary_table(agg, info, checks), "", "## Per task", "",
-             "Cells: mean over runs [95 % t interval]; ↓: not above NoPE's mean at that size (NoPE, no positions, is "
+             "Cells: mean over runs [95 % t interval]; ↓: below NoPE's mean at that size (NoPE, no positions, is "
              "the reference a kind that uses position must stay above). Retention: (m(×k) − f(×k)) / (m(×1) − f(×1)) per run, f the "
              "strongest floor at that size (1: kept everything above the floor; 0: down to it). Runs at the bar: "
              "the runs whose metric reaches the task's bar value at the training and the largest size, k/n with the "
-             "exact binomial 95 % interval (the summary that fits outcomes split between success and failure). "
+             "exact binomial 95 % interval (the summary that fits outcomes split between success and failure); "
+             "where the bar has no value per run but a claim sets a threshold (coord: one pixel), the runs at that "
+             "threshold instead. "
              + (f"Runs above the ceiling (an accuracy whose bar is the order-blind ceiling, which has no value per run): "
                 f"the runs above the ceiling of their data seed by a one-sided exact binomial test at 5 % on the "
                 f"{test_items} items of a test set, k/n with the same interval (added after the video runs were seen, "
