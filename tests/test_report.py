@@ -542,3 +542,18 @@ def test_the_halves_table_shows_each_half_as_the_claim_line_judges_it():
     assert ("| Someone 2020 | text/copy | worsening ×1→×2 | rope vs alibi (alibi does not count: below the bar or a "
             "floor) | – | – | – | – | not tested |") in table
     assert "| Nobody \\| 2021 | text/copy | – | not in this run: cope | – | – | – | – | not run |" in table
+
+
+def test_claims_without_a_compiled_paper_effect_say_so():
+    """Every claim source listed as not compiled names a claim that has no paper effect (one compiled later must
+    leave the list), and its claim line says why instead of "not stated"."""
+    from train.papers import NOT_COMPILED
+    from train.protocol import CLAIMS
+
+    by_source = {c.source: c for c in CLAIMS}
+    assert set(NOT_COMPILED) <= set(by_source)
+    assert all(not c.paper_effect for c in CLAIMS if c.source in NOT_COMPILED)
+    claim = Claim("Schenck et al. 2025", "string beats rope", "text/copy", [["rope"], ["sinusoidal"]],
+                  measure="training")
+    v = verdict(claim, runs({"rope": 0.99, "sinusoidal": 0.96, "floor: chance": 0.0}))
+    assert "the paper's effect: not compiled here" in v.detail

@@ -39,6 +39,7 @@ from typing import Any
 
 from . import power, stats
 from .competence import competence, good, retention
+from .papers import NOT_COMPILED
 from .protocol import CLAIMS, TASKS, Claim
 from .results import FLOOR_PREFIX, kind_of
 
@@ -336,7 +337,7 @@ def judge(claim: Claim, tests, dropped, metric, first, last, level, second: str)
                            f"×{first:g}", "largest": f"{metric}{log} at ×{last:g}",
             "training": f"{metric}{log} at the training size (×{first:g})"}[claim.measure]
     paper_text = (f"the paper's effects: {claim.paper_source}" if claim.paper_effect else
-                  "the paper's effect: not stated here")
+                  f"the paper's effect: {NOT_COMPILED.get(claim.source, 'not stated here')}")
     detail = (f"{what}, differences signed so that positive agrees with the claim; detectable effects at 80 % power "
               f"and Holm's strictest level ({level:.2g}); {paper_text}: " + "; ".join(parts))
     if dropped:

@@ -1,7 +1,9 @@
 """The effects the papers behind the benchmark's claims report (train/protocol.py ``CLAIMS``), per half of a claim,
 in that claim's measure: a difference of worsening from the training size (accuracy, or log perplexity), or at the
 training size for an in-distribution claim. Each comes with its source (the paper's table or figure and the numbers
-compared). A half the paper does not measure at a comparable size is left out: its power reads "not stated".
+compared). A half the paper does not measure at a comparable size is left out: its power reads "not stated". The
+claims in :data:`NOT_COMPILED` have no effect here because their papers' tables were not read (a number not read
+from its table is not written); their halves can read ``inconclusive`` but never ``underpowered``.
 Compiled 2026-11-28 from the papers' tables, before any result of the standard-v3 record was seen; the papers' own
 settings are far larger than the benchmark's, so these say what effect a claim is about, not what a small model
 should show. The report sets each half's detectable effect beside its paper's: a record that cannot see it says
@@ -34,3 +36,8 @@ PAPER_VIDEO = {"videorope": ({"videorope vs rope": 0.124}, "Wei et al. 2025 Tabl
                              "M-RoPE 78.67 (accuracy at the longest context)"),
                "vrope": ({"vrope vs rope": 0.142}, "Liu et al. 2025 Table 4, V-NIAH at 1,024-1,216 frames (trained on "
                          "16): VRoPE 87.03, RoPE-3D 72.81 (accuracy at the longest)")}
+
+NOT_COMPILED = {  # claim source -> why no effect is given (the report says it beside the claim)
+    source: "not compiled here (the paper's tables were not read when train/papers.py was compiled)"
+    for source in ("Li et al. 2024", "Lin et al. 2025", "Gopalakrishnan et al. 2025", "Schenck et al. 2025",
+                   "Liu et al. 2018")}
