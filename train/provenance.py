@@ -10,7 +10,7 @@
 - ``protocol``: :func:`protocol_fingerprint`, a hash of the code that says what the numbers mean.
 
 - ``device``: where the cells ran, ``cpu`` or the GPU's name (:func:`device_label`); a run directory holds the rows
-  of one device only (:func:`check_device`).
+  of one device class only, CPU or GPU (:func:`check_device`).
 
 Rows written before these columns existed hold "" in each ("from before provenance was recorded").
 
