@@ -102,6 +102,21 @@ def assert_tells_apart(out: torch.Tensor, other: torch.Tensor, ref: torch.Tensor
                              "the model barely depends on positions"
 
 
+def assert_attention_adds_the_term(attn: "ndpe.Attention", pos: "ndpe.PosOut", x: torch.Tensor) -> None:
+    """Causal ``attn(x, pos)`` equals SDPA with ``pos.logits(q, k, x)`` (a term of the token states) and the causal
+    mask added to its logits, from ``attn``'s own projections, and the term moves the output (the check is not blind)."""
+    import torch.nn.functional as F
+    from einops import rearrange
+
+    n = x.shape[1]
+    q, k, v = rearrange(attn.qkv(x), "b t (three h d) -> three b h t d", three=3, h=attn.heads)
+    mask = pos.logits(q, k, x) + ndpe.causal_mask(n)
+    ref = attn.proj(rearrange(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), "b h t d -> b t (h d)"))
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x, pos), ref, rtol=1e-5, atol=1e-5)
+        assert (attn(x, pos) - attn(x, ndpe.PosOut())).abs().max() > 1e-3
+
+
 def linear(module: torch.nn.Module, name: str) -> torch.nn.Module | None:
     """``module.<name>``, or the ``nn.Linear`` it wraps at ``.linear`` (Gemma 4's clippable linears)."""
     sub = getattr(module, name, None)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import ndpe
 from ndpe.kinds.dd_alibi import forget_bias
-from tests.conftest import assert_tells_apart
+from tests.conftest import assert_attention_adds_the_term, assert_tells_apart
 
 x_transformers = pytest.importorskip("x_transformers.x_transformers")
 
@@ -84,14 +84,7 @@ def test_attention_reads_each_layers_states():
     with torch.no_grad():
         pe.to_gates.bias.fill_(-1.0)  # gates ~0.27: strong forgetting
     attn = ndpe.Attention(32, heads=4, causal=True)
-    x = torch.randn(2, 8, 32)
-    pos = pe((8,))
-    q, k, v = attn.qkv(x).reshape(2, 8, 3, 4, 8).permute(2, 0, 3, 1, 4)
-    mask = pos.logits(q, k, x) + ndpe.causal_mask(8)
-    ref = attn.proj(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(2, 8, 32))
-    with torch.no_grad():
-        torch.testing.assert_close(attn(x, pos), ref, rtol=1e-5, atol=1e-5)
-        assert (attn(x, pos) - attn(x, ndpe.PosOut())).abs().max() > 1e-3
+    assert_attention_adds_the_term(attn, pe((8,)), torch.randn(2, 8, 32))
 
 
 def test_prefix_tokens_and_gradients():
