@@ -106,12 +106,11 @@ def assert_attention_adds_the_term(attn: "ndpe.Attention", pos: "ndpe.PosOut", x
     """Causal ``attn(x, pos)`` equals SDPA with ``pos.logits(q, k, x)`` (a term of the token states) and the causal
     mask added to its logits, from ``attn``'s own projections, and the term moves the output (the check is not blind)."""
     import torch.nn.functional as F
-    from einops import rearrange
 
-    n = x.shape[1]
-    q, k, v = rearrange(attn.qkv(x), "b t (three h d) -> three b h t d", three=3, h=attn.heads)
+    b, n, dim = x.shape  # plain reshapes, not the module's own rearrange: the reference shares no code with it
+    q, k, v = attn.qkv(x).reshape(b, n, 3, attn.heads, dim // attn.heads).permute(2, 0, 3, 1, 4)
     mask = pos.logits(q, k, x) + ndpe.causal_mask(n)
-    ref = attn.proj(rearrange(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), "b h t d -> b t (h d)"))
+    ref = attn.proj(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, n, dim))
     with torch.no_grad():
         torch.testing.assert_close(attn(x, pos), ref, rtol=1e-5, atol=1e-5)
         assert (attn(x, pos) - attn(x, ndpe.PosOut())).abs().max() > 1e-3
