@@ -53,9 +53,14 @@ def run_record(args, out: Path, overrides: list[str], tmp: Path, left: float) ->
     else:
         overrides.append("out_root=benchmarks/results")
         run_dir = ROOT / "benchmarks" / "results" / NAME
-        lr_file = yaml.safe_load((ROOT / "configs" / "bench" / "gpu.yaml").read_text())["lr_file"]
-        if not (ROOT / lr_file).exists():
-            return {"skipped": f"{lr_file} does not exist yet: the CPU record's search of a task comes first"}
+        from train.bench_config import load_bench_config
+        from train.cells import lr_files
+
+        files = lr_files(load_bench_config(ROOT / "configs" / "bench" / "gpu.yaml", []))
+        missing = [os.path.relpath(f, ROOT) for f in files if not f.exists()]
+        if missing:
+            return {"skipped": f"{' and '.join(missing)} does not exist yet: the CPU record's search of a task comes "
+                               "first"}
     config = ROOT / "configs" / "bench" / "gpu.yaml"
     before = (*left_to_train(config, overrides, run_dir), invocation_lines(run_dir))
     cmd = [sys.executable, "-m", "train.bench", "--config", str(config), *overrides]

@@ -7,7 +7,7 @@ import yaml
 from train import bench
 from train.config import ConfigError
 from train.cells import cells_for
-from train.invocation import longest_first
+from train.invocation import dispatch_order, plan
 from train.results import SEARCH, SEARCH_LOSS, read_rows
 
 # the quick preset's per-task steps and items (text/copy: 1,000 steps on 16,384 items) are cleared, so that
@@ -299,6 +299,18 @@ def test_a_failed_search_point_leaves_its_kind_untrained_and_reported(tmp_path, 
     assert "text/copy rope: no learning rate chosen" in (tmp_path / "quick" / "report.md").read_text()
 
 
+def test_choices_come_from_several_files_each_pair_in_one(tmp_path):
+    """lr_file as a list (the GPU record: the standard record's and the LM check's searches)."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("text/copy: {rope: {lr: 0.001, weight_decay: 0.05}}\n")
+    b.write_text("text/reverse: {rope: {lr: 0.004, weight_decay: 0.01}}\n")
+    assert bench.choices(tiny(tmp_path, f"lr_file=[{a},{b}]"), []) == {
+        ("text/copy", "rope"): (0.001, 0.05), ("text/reverse", "rope"): (0.004, 0.01)}
+    b.write_text("text/copy: {rope: {lr: 0.004, weight_decay: 0.05}}\n")
+    with pytest.raises(ConfigError, match="text/copy rope is chosen in both"):
+        bench.choices(tiny(tmp_path, f"lr_file=[{a},{b}]"), [])
+
+
 def test_the_fingerprint_holds_the_choice_files_values(tmp_path):
     path = tmp_path / "choices.yaml"
     path.write_text("text/copy: {rope: {lr: 0.001, weight_decay: 0.05}}\n")
@@ -441,5 +453,19 @@ def test_a_task_trains_its_own_steps_else_the_default(tmp_path):
     cfg = tiny(tmp_path, "tasks=[text/copy,text/reverse]", "steps={text/reverse: 7}", "default_steps=3")
     assert (cfg.steps_for("text/reverse"), cfg.steps_for("text/copy")) == (7, 3)
     cells = cells_for(cfg)  # the longest cells are dispatched first: text/reverse's 7 steps before text/copy's 3
-    assert [c.task for c in longest_first(cfg, cells)][0] == "text/reverse"
-    assert [c.task for c in longest_first(cfg, cells[::-1])][0] == "text/reverse"
+    assert [c.task for c in dispatch_order(cfg, cells)][0] == "text/reverse"
+    assert [c.task for c in dispatch_order(cfg, cells[::-1])][0] == "text/reverse"
+
+
+def test_listed_order_runs_task_by_task_and_seed_by_seed(tmp_path):
+    """``order: listed`` (the GPU record, cut short by each device loan): the preset's tasks in turn, each task's
+    floors with it and its runs seed by seed across the kinds, so every finished prefix holds paired runs."""
+    cfg = tiny(tmp_path, "tasks=[text/copy,text/reverse]", "steps={text/reverse: 7}", "seeds=[0,1]",
+               "data_seeds=[0,1]", "order=listed", "lr_search=[]")
+    todo = plan(cfg, tmp_path / "none.csv")
+    assert not todo.first and len(todo.later) == len(cells_for(cfg))  # no search: every floor waits with its task
+    got = [(c.task.split("/")[1], c.kind, c.seed) for c in dispatch_order(cfg, cells_for(cfg)[::-1])]
+    assert got == [(t, k, s) for t in ("copy", "reverse") for k, s in (
+        ("floor", 0), ("floor", 1), ("none", 0), ("rope", 0), ("none", 1), ("rope", 1))]
+    with pytest.raises(ConfigError, match="order must be one of"):
+        tiny(tmp_path, "order=shortest")

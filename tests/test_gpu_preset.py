@@ -3,6 +3,7 @@ the CPU record's learning rates, in a run directory of its own; its path dry-run
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
@@ -25,10 +26,17 @@ def test_the_gpu_preset_powers_the_claims_only(tmp_path):
         assert compared, f"{task}: no judged claim to power"
         kinds = set(bench.kinds_for(cfg, task))
         assert kinds <= compared | {"none", "conv", "conv+coord"} and compared <= kinds | {"none"}  # coord: its two nets
-    standard = bench.load_bench_config(bench.CONFIG_DIR / "standard.yaml", [])
-    for key in ("steps", "items", "dim", "depth", "heads", "models", "batch_size", "test_items", "train_items"):
-        assert getattr(cfg, key) == getattr(standard, key), f"{key}: the GPU record trains the CPU record's protocol"
-    assert cfg.lr_file.endswith(f"{standard.name}/lr_choices.yaml") and not cfg.lr_search
+    cpu = [bench.load_bench_config(bench.CONFIG_DIR / name, []) for name in ("standard.yaml", "lm-check.yaml")]
+    for task in cfg.tasks:  # each task as the CPU record that judges its claims trains it
+        (record,) = [c for c in cpu if task in c.tasks]
+        for key in ("dim", "depth", "heads", "batch_size", "test_items", "train_items"):
+            assert getattr(cfg, key) == getattr(record, key), f"{key}: the GPU record trains the CPU record's protocol"
+        assert cfg.steps_for(task) == record.steps_for(task), task
+        assert cfg.items.get(task) == record.items.get(task) and cfg.models.get(task) == record.models.get(task), task
+    assert {f"{c.name}/lr_choices.yaml" for c in cpu} == {Path(f).relative_to("benchmarks/results").as_posix()
+                                                                 for f in cfg.lr_file} and not cfg.lr_search
+    assert set(cpu[1].tasks) <= set(cfg.tasks)  # FIRE's and PoPE's claims are judged whole on the LM check's task
+    assert (cfg.eval_batch_by_size, cfg.memory_budget_gib) == (cpu[1].eval_batch_by_size, cpu[1].memory_budget_gib)
     (tmp_path / "c.yaml").write_text("{}")
     here = [f"lr_file={tmp_path / 'c.yaml'}"]
     assert bench.fingerprint(bench.load_bench_config(GPU, here)) != bench.fingerprint(

@@ -48,7 +48,7 @@ import ndpe
 from . import provenance
 from .bench_config import CONFIG_DIR, BenchConfig, expand_kinds, kinds_for, load_bench_config
 from .bench_data import bench_dataset, data_jobs, fetch_real, run_data_job, test_options
-from .cells import CellSpec, cells_for, choices, fingerprint, runs, search_cells, selected_rows
+from .cells import CellSpec, cells_for, choices, fingerprint, lr_file_names, runs, search_cells, selected_rows
 from .config import ConfigError
 from .evaluate import cell_row, cell_grids, data_cell, pe_config, run_cell, scaled_rope, train_config
 from .explore import write_bench_data
@@ -176,7 +176,7 @@ def header(cfg: BenchConfig, info: dict | None) -> str:
     search = (f"learning rate searched per (task, kind) over {cfg.lr_search}" + (
         f" (per task: {cfg.lr_searches})" if cfg.lr_searches else "") + (
         f" (weight decay per task: {cfg.wd_search})" if cfg.wd_search else "") if cfg.lr_search else
-              f"learning rates from {cfg.lr_file}" if cfg.lr_file else f"lr {cfg.lr} (per task: {cfg.lrs or 'none'})")
+              f"learning rates from {' and '.join(lr_file_names(cfg))}" if cfg.lr_file else f"lr {cfg.lr} (per task: {cfg.lrs or 'none'})")
     run_dir = Path(cfg.out_root) / cfg.name
     lines = [
         f"# ndpe benchmark report: `{cfg.name}`", "",

@@ -45,6 +45,8 @@ class BenchConfig:
     workers: int = 2  # processes training cells in parallel (one thread each on CPU); executor=ray: the CPUs of a
     # local Ray instance the benchmark starts itself (ray_address null); a cluster's own resources otherwise
     executor: str = "local"  # local: a process pool on this machine | ray: one Ray task per cell (train/executors.py)
+    order: str = "longest"  # longest: the longest cells first (no worker finishes a slow cell alone) | listed: the
+    # tasks in the preset's order, each task's runs seed by seed across its kinds (a record cut short holds paired runs)
     ray_address: str | None = None  # executor=ray: "auto", "ray://head:10001", ...; null starts a local Ray instance
     gpus_per_cell: float = 0.0  # executor=ray: GPUs each cell's task asks for (0: it sees none; 0.5: two per GPU)
     device: str = "cpu"  # cpu | cuda | auto
@@ -77,7 +79,8 @@ class BenchConfig:
     # item, so none holds more tokens than a training batch (long contexts: the memory of pairwise terms)
     memory_budget_gib: float | None = None  # ndpe's memory budget in each cell (ndpe.set_memory_budget); null: 1 GiB
     wd_search: dict = field(default_factory=dict)  # task -> candidate weight decays searched with lr_search
-    lr_file: str | None = None  # a search's choice file (lr_choices.yaml; relative paths from the checkout's root)
+    lr_file: str | list[str] | None = None  # a search's choice file (lr_choices.yaml), or one per record the preset's
+    # tasks were searched in (a (task, kind) in one of them only); relative paths from the checkout's root
     warmup_steps: int = 20
     dim: int = 48
     depth: int = 2
@@ -206,15 +209,19 @@ def check_per_task(cfg: BenchConfig) -> None:
 
 
 EXECUTORS = ("local", "ray")
+ORDERS = ("longest", "listed")  # how cells are dispatched (BenchConfig.order)
 REAL = ("cifar10", "speech_commands")  # read from disk with training augmentation: never cached, never sized
 
 
 def check_executor(cfg: BenchConfig) -> None:
-    """``executor`` / ``ray_address`` / ``gpus_per_cell`` values that work together (ConfigError otherwise)."""
+    """``executor`` / ``ray_address`` / ``gpus_per_cell`` values that work together, and a known ``order``
+    (ConfigError otherwise)."""
     if cfg.executor not in EXECUTORS:
         raise ConfigError(f"config key executor must be one of {list(EXECUTORS)}, got {cfg.executor!r}")
     if cfg.workers < 1:
         raise ConfigError(f"config key workers must be >= 1, got {cfg.workers}")
+    if cfg.order not in ORDERS:
+        raise ConfigError(f"config key order must be one of {list(ORDERS)}, got {cfg.order!r}")
     if not cfg.gpus_per_cell >= 0:
         raise ConfigError(f"config key gpus_per_cell must be >= 0, got {cfg.gpus_per_cell}")
     if cfg.executor == "local" and (cfg.ray_address is not None or cfg.gpus_per_cell):

@@ -155,14 +155,16 @@ def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[fl
     """(task, kind) -> (lr, weight decay): the best search point (its first grid done; every point of it and of
     its extensions considered), else the choice file's, else the preset's ``lrs`` / ``lr`` and ``weight_decay``."""
     chosen: dict = {}
-    if cfg.lr_file:
-        path = Path(cfg.lr_file)
-        path = path if path.is_absolute() else CONFIG_DIR.parent.parent / path  # relative to the checkout
+    source: dict = {}
+    for path in lr_files(cfg):
         if not path.exists():
             raise ConfigError(f"lr_file {path} does not exist; run the preset that writes it (lr_search) first")
         for task, by_kind in (yaml.safe_load(path.read_text()) or {}).items():
             for kind, c in by_kind.items():
-                chosen[(task, kind)] = (float(c["lr"]), float(c["weight_decay"]))
+                if (task, kind) in source:
+                    raise ConfigError(f"lr_file: {task} {kind} is chosen in both {source[(task, kind)]} and {path}; "
+                                      "expected each (task, kind) in one of the files")
+                chosen[(task, kind)], source[(task, kind)] = (float(c["lr"]), float(c["weight_decay"])), path
     wanted: dict = {}
     for c in search_cells(cfg):
         wanted.setdefault((c.task, c.kind), set()).add((c.lr, c.weight_decay))
@@ -171,6 +173,16 @@ def choices(cfg: BenchConfig, rows: list[Row]) -> dict[tuple[str, str], tuple[fl
         if points <= set(found.get(key, {})):
             chosen[key] = best_point(found[key])
     return chosen
+
+
+def lr_file_names(cfg: BenchConfig) -> list[str]:
+    """The preset's choice files as it names them (``lr_file``: one path or a list)."""
+    return [cfg.lr_file] if isinstance(cfg.lr_file, str) else cfg.lr_file or []
+
+
+def lr_files(cfg: BenchConfig) -> list[Path]:
+    """The preset's choice files, relative paths from the checkout's root."""
+    return [Path(n) if Path(n).is_absolute() else CONFIG_DIR.parent.parent / n for n in lr_file_names(cfg)]
 
 
 def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, float] | None:

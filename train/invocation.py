@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .bench_config import BenchConfig
-from .cells import CellSpec, cells_for, choices, extension_cells, lr_of, search_cells, write_choices
+from .bench_config import BenchConfig, kinds_for
+from .cells import (CellSpec, cells_for, choices, extension_cells, lr_file_names, lr_of, search_cells,
+                    write_choices)
 from .curves import BUDGET_SHARE, append_curve, cell_curve, task_budget
 from .evaluate import cell_dir
 from .protocol import TASKS
@@ -20,7 +21,8 @@ from .results import FLOOR, SEARCH, SEARCH_LOSS, Row, append_rows, read_rows
 
 @dataclass
 class Plan:
-    """The cells of a preset that results.csv lacks: the search and the floors first, the runs after the choices."""
+    """The cells of a preset that results.csv lacks: the search and the floors first, the runs after the choices
+    (``order: listed``: each task's floors with its runs, so a task's cells are not held back by every task's floors)."""
 
     first: list[CellSpec]
     later: list[CellSpec]
@@ -33,8 +35,10 @@ class Plan:
 
 def plan(cfg: BenchConfig, results: Path) -> Plan:
     done = {r.cell for r in read_rows(results)}
-    first = [c for c in [*search_cells(cfg), *[c for c in cells_for(cfg) if c.kind == FLOOR]] if c.key not in done]
-    later = [c for c in cells_for(cfg) if c.kind != FLOOR and c.key not in done]
+    floors_first = cfg.order != "listed"
+    first = [c for c in [*search_cells(cfg), *[c for c in cells_for(cfg) if c.kind == FLOOR and floors_first]]
+             if c.key not in done]
+    later = [c for c in cells_for(cfg) if (c.kind != FLOOR or not floors_first) and c.key not in done]
     return Plan(first, later, len(search_cells(cfg)) + len(cells_for(cfg)))
 
 
@@ -79,7 +83,7 @@ class Dispatch:
     written: list[int] = field(default_factory=list)
 
     def __call__(self, cells: list[CellSpec]) -> None:
-        jobs = [(self.cfg_w, c, str(self.run_dir_w)) for c in longest_first(self.cfg, cells)]
+        jobs = [(self.cfg_w, c, str(self.run_dir_w)) for c in dispatch_order(self.cfg, cells)]
         for rows, seconds, error in self.executor.map_unordered(self.cell_fn, jobs, lost):
             self.finished += 1
             elapsed = time.perf_counter() - self.start
@@ -103,8 +107,15 @@ class Dispatch:
         print(f"FAILED {text}", flush=True)
 
 
-def longest_first(cfg: BenchConfig, cells: list[CellSpec]) -> list[CellSpec]:
-    """So the last minutes are not one worker finishing a slow cell alone."""
+def dispatch_order(cfg: BenchConfig, cells: list[CellSpec]) -> list[CellSpec]:
+    """The order cells start in (``cfg.order``). ``longest``: the longest first, so the last minutes are not one
+    worker finishing a slow cell alone. ``listed``: the preset's tasks in turn, each task's floors first and then its
+    runs seed by seed across its kinds, so a record cut short (a device loan's end) holds paired runs of every kind of
+    its first tasks rather than all the runs of some kinds and none of the others."""
+    if cfg.order == "listed":
+        rank = {task: i for i, task in enumerate(cfg.tasks)}
+        kind = {(task, k): i for task in cfg.tasks for i, k in enumerate(kinds_for(cfg, task))}
+        return sorted(cells, key=lambda c: (rank[c.task], c.kind != FLOOR, c.seed, kind.get((c.task, c.kind), -1)))
     return sorted(cells, key=lambda c: -cfg.steps_for(c.task) * (1 + len(TASKS[c.task].test_sizes)))
 
 
@@ -134,19 +145,22 @@ def search(cfg: BenchConfig, results: Path, dispatch: Dispatch, first: list[Cell
 
 def runs_to_train(cfg: BenchConfig, run_dir: Path, later: list[CellSpec], dispatch: Dispatch) -> list[CellSpec]:
     """After the search: write its choices, hold back the tasks the plateau rule finds short and the (task, kind)s
-    without a rate (each a failure), and give the other runs their chosen rate and weight decay."""
+    without a rate (each a failure), and give the other runs their chosen rate and weight decay (floors among
+    ``later``, as ``order: listed`` plans them, need none and pass as they are)."""
     chosen = choices(cfg, read_rows(run_dir / "results.csv"))
     if cfg.lr_search:
         write_choices(cfg, chosen, run_dir / "lr_choices.yaml")
     short = short_budgets(cfg, run_dir, chosen)
     for task, text in sorted(short.items()):
         dispatch.fail(text)
-    later = [c for c in later if c.task not in short]
+    floors = [c for c in later if c.kind == FLOOR]
+    later = [c for c in later if c.kind != FLOOR and c.task not in short]
+    files = " and ".join(lr_file_names(cfg)) or "the search"
     for task, kind in sorted({(c.task, c.kind) for c in later if lr_of(cfg, chosen, c.task, c.kind) is None}):
-        dispatch.fail(f"{task} {kind}: no learning rate chosen (a search point failed, or {cfg.lr_file or 'the search'} "
-                      "lacks it); its runs were not trained")
-    return [dataclasses.replace(c, lr=lr_wd[0], weight_decay=lr_wd[1]) for c in later
-            if (lr_wd := lr_of(cfg, chosen, c.task, c.kind)) is not None]
+        dispatch.fail(f"{task} {kind}: no learning rate chosen (a search point failed, or {files} lacks it); its runs "
+                      "were not trained")
+    return floors + [dataclasses.replace(c, lr=lr_wd[0], weight_decay=lr_wd[1]) for c in later
+                     if (lr_wd := lr_of(cfg, chosen, c.task, c.kind)) is not None]
 
 
 def short_budgets(cfg: BenchConfig, run_dir: Path, chosen: dict) -> dict[str, str]:
