@@ -1,18 +1,19 @@
 """What a preset costs to run, from a record's own cell times: the budget check behind a preset's wall-time claim.
 
-    python benchmarks/record_cost.py --record benchmarks/results/standard [--config configs/bench/standard.yaml]
-        [--scale image/mnist-pair=0.34] [key=value ...]
+    python benchmarks/record_cost.py --record benchmarks/results/standard [--record ...]
+        [--config configs/bench/standard.yaml] [--scale image/mnist-pair=0.34] [key=value ...]
 
 For every cell the preset asks for (``train.cells.cells_for``: each kind's runs, ``other_runs`` applied) and every
 point of its learning-rate search's first grid (``search_cells``), the time is the median training time of the
 record's reported cells of that (task, kind): its search cells too, whose own times were taken with other jobs on the
-machine at times. Floors cost nothing. Hours are the summed cell times divided by ``workers`` (the record's cells
-keep both cores busy); evaluation, data and start-up are not in a cell's training time (the quick preset measured
-them at about 10 % of its invocation). Points past an edge choice (the search's extension) depend on what the search
-finds: the record's own are counted apart. ``--scale TASK=FACTOR`` multiplies a task's cell times (a redesign's
-measured per-cell ratio). ``--claim-kinds-only`` prices the preset cut to the kinds a judged claim compares and NoPE
-(a task no claim is on, and a coord task, whole). A (task, kind) the record has no cell of is named, not estimated.
-``key=value`` overrides the preset as ``train.bench`` does.
+machine at times (``--record`` repeated: the cells of every record given, e.g. the GPU preset's tasks from the
+standard record and the LM check). Floors cost nothing; the training steps are the cells' steps, summed. Hours are the
+summed cell times divided by ``workers`` (the record's cells keep both cores busy); evaluation, data and start-up are
+not in a cell's training time (the quick preset measured them at about 10 % of its invocation). Points past an edge
+choice (the search's extension) depend on what the search finds: the record's own are counted apart. ``--scale
+TASK=FACTOR`` multiplies a task's cell times (a redesign's measured per-cell ratio). ``--claim-kinds-only`` prices the
+preset cut to the kinds a judged claim compares and NoPE (a task no claim is on, and a coord task, whole). A (task,
+kind) the record has no cell of is named, not estimated. ``key=value`` overrides the preset as ``train.bench`` does.
 """
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def estimate(cfg, rows, scale: dict[str, float]) -> tuple[list[dict], list[str]]
     grid: dict = defaultdict(set)
     for c in search_cells(cfg):
         grid[(c.task, c.kind)].add((c.lr, c.weight_decay, c.seed))  # each search run of a candidate is a cell
-    per_task: dict = {t: {"task": t, "runs": 0, "search": 0, "extension": 0, "run_s": 0.0, "search_s": 0.0,
-                          "extension_s": 0.0} for t in cfg.tasks}
+    per_task: dict = {t: {"task": t, "runs": 0, "search": 0, "extension": 0, "steps": 0, "run_s": 0.0,
+                          "search_s": 0.0, "extension_s": 0.0} for t in cfg.tasks}
     missing = []
     for c in cells_for(cfg):
         if c.kind == FLOOR:
@@ -59,12 +60,14 @@ def estimate(cfg, rows, scale: dict[str, float]) -> tuple[list[dict], list[str]]
             continue
         seconds = median[(c.task, c.kind)] * scale.get(c.task, 1.0)
         per_task[c.task]["runs"] += 1
+        per_task[c.task]["steps"] += cfg.steps_for(c.task)
         per_task[c.task]["run_s"] += seconds
     for (task, kind), first in grid.items():
         if (task, kind) not in median:
             continue
         seconds = median[(task, kind)] * scale.get(task, 1.0)
         per_task[task]["search"] += len(first)
+        per_task[task]["steps"] += cfg.steps_for(task) * len(first)
         per_task[task]["search_s"] += seconds * len(first)
         extra = len(points.get((task, kind), set()) - {(lr, wd) for lr, wd, _ in first}) * cfg.search_runs
         per_task[task]["extension"] += extra
@@ -85,7 +88,8 @@ def claim_kinds_only(cfg) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--record", required=True, type=Path, help="a run directory with results.csv")
+    parser.add_argument("--record", required=True, type=Path, action="append",
+                        help="a run directory with results.csv (repeatable: the cells of each)")
     parser.add_argument("--config", type=Path, default=CONFIG_DIR / "standard.yaml")
     parser.add_argument("--scale", action="append", default=[], metavar="TASK=FACTOR", help="repeatable")
     parser.add_argument("--claim-kinds-only", action="store_true")
@@ -103,21 +107,25 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--scale takes TASK=FACTOR (a number), got {item!r}")
         if task not in cfg.tasks or not scale[task] > 0:
             parser.error(f"--scale {item!r}: expected a task of the preset {cfg.tasks} and a factor > 0")
-    tasks, missing = estimate(cfg, read_rows(args.record / "results.csv"), scale)
+    rows = [r for record in args.record for r in read_rows(record / "results.csv")]
+    tasks, missing = estimate(cfg, rows, scale)
     per_hour = 3600.0 * cfg.workers  # cell seconds in one hour of the preset's workers
-    print(f"{args.config.name} with {cfg.workers} workers, cell times from {args.record / 'results.csv'}"
+    print(f"{args.config.name} with {cfg.workers} workers, cell times from "
+          f"{' and '.join(str(record / 'results.csv') for record in args.record)}"
           + (f", scaled: {scale}" if scale else "") + (", only the kinds a judged claim compares and NoPE"
                                                         if args.claim_kinds_only else ""))
-    print("| task | reported cells | search cells (first grid) | hours | the record's extension points (hours) |")
-    print("|---|---|---|---|---|")
+    print("| task | reported cells | search cells (first grid) | training steps | hours | the record's extension points "
+          "(hours) |")
+    print("|---|---|---|---|---|---|")
     total = extension = 0.0
     for t in sorted(tasks, key=lambda t: -(t["run_s"] + t["search_s"])):
         h = (t["run_s"] + t["search_s"]) / per_hour
         total += h
         ext = t["extension_s"] / per_hour
         extension += ext
-        print(f"| {t['task']} | {t['runs']} | {t['search']} | {h:.2f} | {t['extension']} ({ext:.2f}) |")
-    print(f"| all | {sum(t['runs'] for t in tasks)} | {sum(t['search'] for t in tasks)} | {total:.2f} | "
+        print(f"| {t['task']} | {t['runs']} | {t['search']} | {t['steps']:,} | {h:.2f} | {t['extension']} ({ext:.2f}) |")
+    print(f"| all | {sum(t['runs'] for t in tasks)} | {sum(t['search'] for t in tasks)} | "
+          f"{sum(t['steps'] for t in tasks):,} | {total:.2f} | "
           f"{sum(t['extension'] for t in tasks)} ({extension:.2f}) |")
     if missing:
         print(f"not estimated (no cell of theirs in the record): {', '.join(missing)}")

@@ -71,9 +71,21 @@ def test_the_command_prints_the_table(record, tmp_path, capsys):
     record_cost.main(["--record", str(tmp_path), f"tasks=[{TASK}]", "task_kinds={}", "kinds=[rope,xpos]",
                       "seeds=[0,1,2]", "data_seeds=[0,1]", "search_runs=1", "search_data_seeds=[]"])
     out = capsys.readouterr().out
-    assert f"| {TASK} | 6 | 6 | {(180 + 180) / 7200:.2f} | 1 ({20 / 7200:.2f}) |" in out
+    assert f"| {TASK} | 6 | 6 | {12 * 4000:,} | {(180 + 180) / 7200:.2f} | 1 ({20 / 7200:.2f}) |" in out
     with pytest.raises(SystemExit):
         record_cost.main(["--record", str(tmp_path), "--scale", "text/copy=fast"])
+
+
+def test_several_records_price_their_own_kinds(record, tmp_path, capsys):
+    """--record repeated: each (task, kind) costs its own record's cells (the GPU preset: the standard record's tasks
+    and the LM check's)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    append_rows(other / "results.csv", [row("alibi", s, s % 2, 60.0) for s in (0, 1, 2)])
+    record_cost.main(["--record", str(tmp_path), "--record", str(other), f"tasks=[{TASK}]", "task_kinds={}",
+                      "kinds=[rope,alibi]", "seeds=[0,1,2]", "data_seeds=[0,1]", "lr_search=[]"])
+    out = capsys.readouterr().out
+    assert f"| {TASK} | 6 | 0 | {6 * 4000:,} | {(3 * 20 + 3 * 60) / 7200:.2f} |" in out and "not estimated" not in out
 
 
 def test_claim_kinds_only_keeps_the_compared_kinds_nope_and_claimless_tasks():
