@@ -3,12 +3,12 @@ of ``configs/bench/gpu.yaml`` with the device time a loan leaves.
 
 ``train.bench`` runs in a process group of its own with as many workers as the machine has cores (the cells are small
 and launch-bound, so they share the GPU), resuming from ``benchmarks/results/gpu-v3/results.csv`` as the checkout
-carries it; before the check's deadline it gets SIGTERM (the cells it finished stay in results.csv; the
-invocation's end line says ``interrupted``). Its run directory, without the cell logs and data cache, is then
-copied to ``$OUT/gpu-v3``: commit it under ``benchmarks/results/gpu-v3`` and the next loan continues. The
-record needs the CPU record's learning-rate choices (``lr_file``); without them it says so and runs nothing. The
-step's result (and summary.md) gives the loan's pace: cells and training steps a minute, and the loans like this one
-that the preset's remaining steps need.
+carries it; before the check's deadline it gets SIGTERM (the cells it finished stay in results.csv; the invocation's
+end line says ``interrupted``). Its run directory, without the cell logs and data cache, is then copied to
+``$OUT/gpu-v3``: commit it under ``benchmarks/results/gpu-v3`` and the next loan continues. The record needs the CPU
+records' learning-rate choices (``lr_file``: every file); without them it says so and runs nothing. The step's result
+(and summary.md) gives the loan's pace: cells and training steps a minute, and the loans like this one that the
+preset's remaining steps need.
 ``--smoke``: one tiny task on the CPU with a choice file of its own (the dry run in tests/test_gpu_check.py).
 """
 from __future__ import annotations

@@ -7,13 +7,14 @@ For every cell the preset asks for (``train.cells.cells_for``: each kind's runs,
 point of its learning-rate search's first grid (``search_cells``), the time is the median training time of the
 record's reported cells of that (task, kind): its search cells too, whose own times were taken with other jobs on the
 machine at times (``--record`` repeated: the cells of every record given, e.g. the GPU preset's tasks from the
-standard record and the LM check). Floors cost nothing; the training steps are the cells' steps, summed. Hours are the
-summed cell times divided by ``workers`` (the record's cells keep both cores busy); evaluation, data and start-up are
-not in a cell's training time (the quick preset measured them at about 10 % of its invocation). Points past an edge
-choice (the search's extension) depend on what the search finds: the record's own are counted apart. ``--scale
-TASK=FACTOR`` multiplies a task's cell times (a redesign's measured per-cell ratio). ``--claim-kinds-only`` prices the
-preset cut to the kinds a judged claim compares and NoPE (a task no claim is on, and a coord task, whole). A (task,
-kind) the record has no cell of is named, not estimated. ``key=value`` overrides the preset as ``train.bench`` does.
+standard record and the LM check; a (task, kind) in two records is refused). Floors cost nothing; the training steps
+are the cells' steps, summed. Hours are the summed cell times divided by ``workers`` (the record's cells keep both
+cores busy); evaluation, data and start-up are not in a cell's training time (the quick preset measured them at about
+10 % of its invocation). Points past an edge choice (the search's extension) depend on what the search finds: the
+record's own are counted apart. ``--scale TASK=FACTOR`` multiplies a task's cell times (a redesign's measured per-cell
+ratio). ``--claim-kinds-only`` prices the preset cut to the kinds a judged claim compares and NoPE (a task no claim is
+on, and a coord task, whole). A (task, kind) the record has no cell of is named and counted, not priced. ``key=value``
+overrides the preset as ``train.bench`` does.
 """
 from __future__ import annotations
 
@@ -55,19 +56,18 @@ def estimate(cfg, rows, scale: dict[str, float]) -> tuple[list[dict], list[str]]
     for c in cells_for(cfg):
         if c.kind == FLOOR:
             continue
+        per_task[c.task]["runs"] += 1  # counted whether or not the record prices them
+        per_task[c.task]["steps"] += cfg.steps_for(c.task)
         if (c.task, c.kind) not in median:
             missing.append(f"{c.task} {c.kind}")
             continue
-        seconds = median[(c.task, c.kind)] * scale.get(c.task, 1.0)
-        per_task[c.task]["runs"] += 1
-        per_task[c.task]["steps"] += cfg.steps_for(c.task)
-        per_task[c.task]["run_s"] += seconds
+        per_task[c.task]["run_s"] += median[(c.task, c.kind)] * scale.get(c.task, 1.0)
     for (task, kind), first in grid.items():
+        per_task[task]["search"] += len(first)
+        per_task[task]["steps"] += cfg.steps_for(task) * len(first)
         if (task, kind) not in median:
             continue
         seconds = median[(task, kind)] * scale.get(task, 1.0)
-        per_task[task]["search"] += len(first)
-        per_task[task]["steps"] += cfg.steps_for(task) * len(first)
         per_task[task]["search_s"] += seconds * len(first)
         extra = len(points.get((task, kind), set()) - {(lr, wd) for lr, wd, _ in first}) * cfg.search_runs
         per_task[task]["extension"] += extra
@@ -107,7 +107,15 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--scale takes TASK=FACTOR (a number), got {item!r}")
         if task not in cfg.tasks or not scale[task] > 0:
             parser.error(f"--scale {item!r}: expected a task of the preset {cfg.tasks} and a factor > 0")
-    rows = [r for record in args.record for r in read_rows(record / "results.csv")]
+    rows, seen = [], {}
+    for record in args.record:
+        own = [r for r in read_rows(record / "results.csv") if r.kind != FLOOR]
+        for task, kind in sorted({(r.task, r.kind) for r in own}):
+            if (task, kind) in seen:
+                parser.error(f"{task} {kind} has cells in both {seen[(task, kind)]} and {record}; expected each "
+                             "(task, kind) in one record")
+            seen[(task, kind)] = record
+        rows += own
     tasks, missing = estimate(cfg, rows, scale)
     per_hour = 3600.0 * cfg.workers  # cell seconds in one hour of the preset's workers
     print(f"{args.config.name} with {cfg.workers} workers, cell times from "
@@ -128,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{sum(t['steps'] for t in tasks):,} | {total:.2f} | "
           f"{sum(t['extension'] for t in tasks)} ({extension:.2f}) |")
     if missing:
-        print(f"not estimated (no cell of theirs in the record): {', '.join(missing)}")
+        print(f"not priced (no cell of theirs in the record; counted in cells and steps, not in hours): "
+              f"{', '.join(missing)}")
 
 
 if __name__ == "__main__":

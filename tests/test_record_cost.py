@@ -62,9 +62,10 @@ def test_other_runs_and_scale_change_the_estimate(record):
     assert task["run_s"] == 0.5 * (3 * 20.0 + 40.0)
 
 
-def test_a_kind_the_record_lacks_is_named_not_estimated(record):
+def test_a_kind_the_record_lacks_is_named_and_counted_not_priced(record):
     (task,), missing = record_cost.estimate(preset("kinds=[rope,alibi]"), record, {})
-    assert missing == [f"{TASK} alibi"] and task["runs"] == 3
+    assert missing == [f"{TASK} alibi"] and (task["runs"], task["search"], task["steps"]) == (6, 6, 12 * 4000)
+    assert task["run_s"] == task["search_s"] == 3 * 20.0  # rope's three runs and three search cells only
 
 
 def test_the_command_prints_the_table(record, tmp_path, capsys):
@@ -85,7 +86,9 @@ def test_several_records_price_their_own_kinds(record, tmp_path, capsys):
     record_cost.main(["--record", str(tmp_path), "--record", str(other), f"tasks=[{TASK}]", "task_kinds={}",
                       "kinds=[rope,alibi]", "seeds=[0,1,2]", "data_seeds=[0,1]", "lr_search=[]"])
     out = capsys.readouterr().out
-    assert f"| {TASK} | 6 | 0 | {6 * 4000:,} | {(3 * 20 + 3 * 60) / 7200:.2f} |" in out and "not estimated" not in out
+    assert f"| {TASK} | 6 | 0 | {6 * 4000:,} | {(3 * 20 + 3 * 60) / 7200:.2f} |" in out and "not priced" not in out
+    with pytest.raises(SystemExit):  # the same (task, kind) in two records: whose cells price it?
+        record_cost.main(["--record", str(tmp_path), "--record", str(tmp_path), f"tasks=[{TASK}]"])
 
 
 def test_claim_kinds_only_keeps_the_compared_kinds_nope_and_claimless_tasks():

@@ -88,3 +88,11 @@ def test_the_plateau_tolerance_is_a_share_of_the_metrics_span():
     assert tolerance("acc") == (0.01, False) and tolerance("ppl") == (0.01, True)
     with pytest.raises(ValueError, match="needs its chance floor 'mean-predictor'"):
         tolerance("coord_err")
+
+
+@pytest.mark.parametrize("preset, record", [("standard.yaml", "standard-v3"), ("lm-check.yaml", "lm-check-v3")])
+def test_the_committed_records_resume_under_their_presets(preset, record):
+    """A key that says how cells are run, not what they measure (order, workers, ...), must not change the settings
+    hash: the committed records' presets still name their rows' settings, so a rerun continues them."""
+    cfg = bench.load_bench_config(bench.CONFIG_DIR / preset, [])
+    assert changed_tasks(cfg, bench.CONFIG_DIR.parents[1] / "benchmarks" / "results" / record) == []

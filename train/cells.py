@@ -196,7 +196,7 @@ def lr_of(cfg: BenchConfig, chosen: dict, task: str, kind: str) -> tuple[float, 
 # what the numbers of a cell depend on; the selection (tasks, kinds, seeds) and the machinery do not count
 SELECTION = ("name", "tasks", "kinds", "seeds", "data_seeds", "other_runs", "workers", "out_root", "executor",
              "ray_address", "gpus_per_cell", "task_kinds", "why", "download", "final_budgets",
-             "checkpoint_s")  # how a cell is run or where it is kept, not what it measures
+             "checkpoint_s", "order")  # how a cell is run or where it is kept, not what it measures
 
 
 NEWER_KEYS = {"data_workers": 0, "lr_searches": {}, "search_runs": 1, "search_data_seeds": [], "curve_points": 0,
