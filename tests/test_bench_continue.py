@@ -1,6 +1,7 @@
 """A benchmark cell killed mid-training continues from its last checkpoint (``checkpoint_s``, train/continuing.py) to
-the rows an uninterrupted cell gives; a checkpoint of other settings or another protocol, one ``resume`` refuses, or
-one at the last step is not continued: the cell trains anew."""
+the rows an uninterrupted cell gives, and one killed while testing is tested again without training; a checkpoint of
+other settings or another protocol, one ``resume`` refuses, or one at the last step that lacks the metrics the run
+ended with is not continued: the cell trains anew."""
 from __future__ import annotations
 
 import pytest
@@ -90,7 +91,36 @@ def test_only_a_checkpoint_of_the_same_settings_is_continued(tmp_path, monkeypat
     assert (continuing.continue_killed(tcfg).train.resume is not None) is continues
 
 
-def test_a_checkpoint_of_another_protocol_or_at_the_last_step_is_not_continued(tmp_path, monkeypatch):
+def test_a_cell_killed_while_testing_is_tested_again_without_training(tmp_path, monkeypatch):
+    ref_dir = str(tmp_path / "ref" / "quick")
+    ref_rows, _ = bench.run_cell((tiny(tmp_path / "ref", *CELL), ROPE, ref_dir))
+    cfg, run_dir = tiny(tmp_path / "killed", *CELL), str(tmp_path / "killed" / "quick")
+    real_test = main.evaluate_dataset
+
+    def killed(*args, **kw):
+        raise Killed
+    monkeypatch.setattr(main, "evaluate_dataset", killed)  # trained to the end, killed at its first test size
+    with pytest.raises(Killed):
+        bench.run_cell((cfg, ROPE, run_dir))
+    monkeypatch.setattr(main, "evaluate_dataset", real_test)
+    out = evaluate.cell_dir(run_dir, ROPE)
+    state = load_checkpoint(out / "checkpoint.pt")
+    assert state["global_step"] == 24 and state["ended"]["train"]
+    trained, real_epoch = [], main.train_one_epoch
+
+    def counted(*args, **kw):
+        trained.append(kw["epoch"])
+        return real_epoch(*args, **kw)
+    monkeypatch.setattr(main, "train_one_epoch", counted)
+    fits = watch_fit(monkeypatch)
+    rows, _ = bench.run_cell((cfg, ROPE, run_dir))
+    assert trained == [] and [resume for resume, _ in fits] == [str(out / "checkpoint.pt")]
+    assert numbers(rows) == numbers(ref_rows)  # the training and validation rows too, from the checkpoint
+    ref_log = evaluate.cell_dir(ref_dir, ROPE) / "log.jsonl"
+    assert cell_curve(out / "log.jsonl", "seq_acc") == cell_curve(ref_log, "seq_acc")  # the curve kept, once
+
+
+def test_a_checkpoint_of_another_protocol_or_at_the_last_step_without_its_end_is_not_continued(tmp_path, monkeypatch):
     run_dir = str(tmp_path / "quick")
     out = killed_at_step_8(tiny(tmp_path, *CELL), run_dir, monkeypatch)
     tcfg = tcfg_of(tiny(tmp_path, *CELL), run_dir)
@@ -99,9 +129,15 @@ def test_a_checkpoint_of_another_protocol_or_at_the_last_step_is_not_continued(t
     assert continuing.continue_killed(tcfg) is tcfg
     finished = tiny(tmp_path / "one", *CELL, "default_steps=8")  # one epoch: the checkpoint is at the last step
     bench.run_cell((finished, ROPE, str(tmp_path / "one" / "quick")))  # as a cell killed while testing leaves it
-    last = tcfg_of(finished, str(tmp_path / "one" / "quick"))
-    assert load_checkpoint(evaluate.cell_dir(str(tmp_path / "one" / "quick"), ROPE) / "checkpoint.pt")[
-        "global_step"] == 8 and continuing.continue_killed(last) is last
+    last, path = tcfg_of(finished, str(tmp_path / "one" / "quick")), \
+        evaluate.cell_dir(str(tmp_path / "one" / "quick"), ROPE) / "checkpoint.pt"
+    state = load_checkpoint(path)
+    assert state["global_step"] == 8 and continuing.continue_killed(last).train.resume == str(path)
+    for ended in ({**state["ended"], "eval": None}, {**state["ended"], "step": 7}):  # damaged: not trusted
+        save_checkpoint({**state, "ended": ended}, path)
+        assert continuing.continue_killed(last) is last
+    save_checkpoint({k: v for k, v in state.items() if k != "ended"}, path)  # as code before 'ended' wrote it
+    assert continuing.continue_killed(last) is last
 
 
 def test_a_checkpoint_resume_refuses_trains_the_cell_anew(tmp_path, monkeypatch):

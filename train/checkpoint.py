@@ -234,12 +234,28 @@ def trim_log(path: Path, step: int, steps_per_epoch: int, *, rerun_epoch: bool) 
 
 
 RESUME_KEYS = ("model", "optimizer", "scheduler", "global_step", "steps_per_epoch", "rng", "config")
+ENDED = ("step", "epoch", "train", "eval")  # what a checkpoint at a run's last step keeps of how the run ended
+
+
+def ended_of(state: dict, path) -> dict | None:
+    """The ``ended`` record of a checkpoint at a run's last step (train/main.py ``save``), checked; None without one."""
+    ended = state.get("ended")
+    if ended is None:
+        return None
+    if not isinstance(ended, dict) or set(ended) != set(ENDED) or not all(type(ended[k]) is int for k in ENDED[:2]) \
+            or not all(isinstance(ended[k], dict) and all(type(v) in (int, float) for v in ended[k].values())
+                       for k in ENDED[2:]) or ended["step"] != state.get("global_step"):
+        raise CheckpointError(f"{path} is damaged: its 'ended' record is not the step, epoch and metrics its run "
+                              "ended with")
+    return ended
 
 
 def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int,
-           world: int) -> tuple[int, float]:
-    """Restore a run from ``path``; returns the global step to continue from and the seconds the run had trained
-    until then (0 for a checkpoint that does not say). Errors are one-line CheckpointErrors."""
+           world: int) -> tuple[int, float, dict | None]:
+    """Restore a run from ``path``; returns the global step to continue from, the seconds the run had trained
+    until then (0 for a checkpoint that does not say) and, for a checkpoint at the run's last step, the step, epoch
+    and metrics the run ended with (:func:`ended_of`; None if it does not keep them). Errors are one-line
+    CheckpointErrors."""
     state = load_checkpoint(path)
     require(state, RESUME_KEYS, path, "resume training")
     check_config(state["config"], to_dict(cfg), path)
@@ -273,4 +289,4 @@ def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch:
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
         raise CheckpointError(f"{path} is damaged: cannot restore its scheduler or RNG state "
                               f"({type(e).__name__}: {' '.join(str(e).split()) or 'no message'})") from e
-    return state["global_step"], float(elapsed)
+    return state["global_step"], float(elapsed), ended_of(state, path)

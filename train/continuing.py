@@ -4,11 +4,12 @@ A cell checkpoints at an epoch's end once ``checkpoint_s`` seconds have passed s
 (``train.save_every_s``; train/main.py). When the next invocation trains the cell again, :func:`fit_cell` continues
 from that checkpoint if it was written by the same protocol (``protocol.txt`` in the cell's folder, written when the
 cell started afresh: train/provenance.py's fingerprint) under the same settings (the config without what only says
-how the run is kept) and before the last step; a resumed run equals an uninterrupted one (tests/test_checkpoint.py),
-so the cell's rows do too (tests/test_bench_continue.py). Anything else (no checkpoint, another protocol or
-settings, a damaged file, a checkpoint at the last step of a cell killed while testing, one ``resume`` refuses)
-trains the cell anew. Checkpoints fall at epochs' ends only (a row's training metric covers a whole epoch), so a cell
-whose budget ends inside its first epoch has none to continue from.
+how the run is kept); a resumed run equals an uninterrupted one (tests/test_checkpoint.py), so the cell's rows do
+too (tests/test_bench_continue.py). A cell killed while testing left its checkpoint at the last step, with the
+metrics its training ended with (train/main.py ``save``): it is tested again without training. Anything else (no
+checkpoint, another protocol or settings, a damaged file, a last-step checkpoint without those metrics, one
+``resume`` refuses) trains the cell anew. Checkpoints before the last step fall at epochs' ends only (a row's
+training metric covers a whole epoch), so a cell killed inside its first epoch has none to continue from.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from .checkpoint import IGNORED, CheckpointError, load_checkpoint
+from .checkpoint import IGNORED, CheckpointError, ended_of, load_checkpoint
 from .config import Config, to_dict
 
 PROTOCOL_FILE = "protocol.txt"
@@ -52,11 +53,12 @@ def continue_killed(tcfg: Config) -> Config:
         return tcfg
     try:
         state = load_checkpoint(path)
+        ended = ended_of(state, path)
     except CheckpointError:
         return tcfg
     mine, step = to_dict(tcfg), state.get("global_step")
     if comparable(state.get("config"), mine) != comparable(mine, mine) or type(step) is not int or \
-            not 0 < step < tcfg.train.steps:
+            not (0 < step < tcfg.train.steps or step == tcfg.train.steps and ended is not None):
         return tcfg
     return dataclasses.replace(tcfg, train=dataclasses.replace(tcfg.train, resume=str(path), overwrite=False))
 

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from models import build_model
 
 from . import dist
-from .checkpoint import (CheckpointError, load_checkpoint, load_model_state, require, resume, rng_state,
+from .checkpoint import (ENDED, CheckpointError, load_checkpoint, load_model_state, require, resume, rng_state,
                          save_checkpoint, trim_log)
 from .config import (DOMAINS, Config, ConfigError, check_data_name, from_dict, load_config, save_config, to_dict,
                      validate)
@@ -247,8 +247,9 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
     scheduler = build_scheduler(optimizer, cfg, total)
 
     global_step, before, clock = 0, 0.0, time.monotonic()  # before: seconds the run spent until its checkpoint
+    ended = None  # what a run resumed at its last step had ended with (a cell killed while testing)
     if t.resume:
-        global_step, before = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
+        global_step, before, ended = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
         if global_step > total:  # before anything is written: the finished steps would be neither kept nor undone
             raise ConfigError(f"train.resume={t.resume!r} is at step {global_step}, past this run's {total} steps: "
                               f"resume with train.steps >= {global_step} (or the epochs that reach it)")
@@ -260,7 +261,7 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
     stop = min(total, global_step + t.stop_after) if t.stop_after > 0 else total
     evaluator = eval_loader(eval_set, t.eval_batch_size or t.batch_size, cfg.data.num_workers)
     result: dict[str, Any] = {"step": global_step, "epoch": global_step // steps_per_epoch, "train": {}, "eval": {},
-                              "resumed_s": before}
+                              "resumed_s": before, **(ended if global_step == total and ended else {})}
     curve = curve_hook(cfg, ddp, evaluator, train_set.task, device, log, total)
     for epoch in range(global_step // steps_per_epoch, math.ceil(total / steps_per_epoch)):
         if global_step >= stop:
@@ -282,7 +283,8 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
         due = t.save_every_s > 0 and dist.any_rank(epoch_done and time.monotonic() - clock >= t.save_every_s, device)
         if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0) or due:  # every rank or none
             elapsed = before + time.monotonic() - clock
-            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch, elapsed)
+            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch, elapsed,
+                 ended={k: result[k] for k in ENDED} if global_step == total else None)
             before, clock = elapsed, time.monotonic()
     log.close()
     return model, result
@@ -325,15 +327,16 @@ def check_out_dir(out_dir: Path, t) -> None:
 
 
 def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int, steps_per_epoch: int,
-         elapsed_s: float) -> None:
+         elapsed_s: float, ended: dict | None = None) -> None:
     """Checkpoint the run (collective: every rank sends its RNG state; rank 0 writes); ``elapsed_s``: the seconds the
-    run has trained until now, over all its resumes."""
+    run has trained until now, over all its resumes; ``ended``: at the last step, the :data:`ENDED` part of
+    :func:`fit`'s result, so that a run resumed there (a benchmark cell killed while testing) returns it again."""
     rngs = dist.all_gather_object(rng_state())
     if dist.is_main():
         save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                          "scheduler": scheduler.state_dict(), "global_step": global_step,
                          "steps_per_epoch": steps_per_epoch, "rng": rngs, "config": to_dict(cfg),
-                         "elapsed_s": elapsed_s}, path)
+                         "elapsed_s": elapsed_s, **({"ended": ended} if ended is not None else {})}, path)
     dist.barrier()
 
 
