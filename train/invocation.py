@@ -35,11 +35,11 @@ class Plan:
 
 def plan(cfg: BenchConfig, results: Path) -> Plan:
     done = {r.cell for r in read_rows(results)}
-    floors_first = cfg.order != "listed"
-    first = [c for c in [*search_cells(cfg), *[c for c in cells_for(cfg) if c.kind == FLOOR and floors_first]]
-             if c.key not in done]
-    later = [c for c in cells_for(cfg) if (c.kind != FLOOR or not floors_first) and c.key not in done]
-    return Plan(first, later, len(search_cells(cfg)) + len(cells_for(cfg)))
+    floors_first, searched, cells = cfg.order != "listed", search_cells(cfg), cells_for(cfg)
+    early = [c.kind == FLOOR and floors_first for c in cells]  # floors beside the search, before its barrier
+    first = [c for c in [*searched, *(c for c, e in zip(cells, early) if e)] if c.key not in done]
+    later = [c for c, e in zip(cells, early) if not e and c.key not in done]
+    return Plan(first, later, len(searched) + len(cells))
 
 
 def open_executor(cfg: BenchConfig, run_dir: Path, todo: int) -> tuple[Any, Path, BenchConfig]:
