@@ -95,9 +95,10 @@ def test_killed_training_resumes_to_the_same_result(tmp_path, train):
     kills = []
     for i in range(KILLS):
         resume = [f"train.resume={ckpt}"] if ckpt.exists() else []
-        # the first kill at any moment (a fresh start, or mid-way); the others within two epochs of a checkpoint
-        # their own run wrote, so that a resumed run is killed and resumed again
-        window, wait = ((0.3 * wall, 0.7 * wall), None) if i == 0 else ((0.0, 2 * epoch_s), ckpt)
+        # the first kill at any moment (a fresh start, or mid-way); the others within an epoch of a checkpoint their
+        # own run wrote (while it trains the next epoch or writes its checkpoint), so that a resumed run is killed and
+        # resumed again: within two epochs, a run resumed two epochs before its end often finished first
+        window, wait = ((0.3 * wall, 0.7 * wall), None) if i == 0 else ((0.0, epoch_s), ckpt)
         kills.append(kill_at_random("train.main", [*train, f"train.out_dir={run}", *resume], rng, window, after=wait))
         if ckpt.exists():
             load_checkpoint(ckpt)  # whatever moment the kill hit, the checkpoint on disk is whole
