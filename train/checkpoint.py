@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import dist
 from .config import Config, to_dict
 
 FORMAT_VERSION = 2
@@ -238,7 +239,7 @@ ENDED = ("step", "epoch", "train", "eval")  # what a checkpoint at a run's last 
 
 
 def ended_of(state: dict, path) -> dict | None:
-    """The ``ended`` record of a checkpoint at a run's last step (train/main.py ``save``), checked; None without one."""
+    """The ``ended`` record of a checkpoint at a run's last step (``save_run``), checked; None without one."""
     ended = state.get("ended")
     if ended is None:
         return None
@@ -248,6 +249,21 @@ def ended_of(state: dict, path) -> dict | None:
         raise CheckpointError(f"{path} is damaged: its 'ended' record is not the step, epoch and metrics its run "
                               "ended with")
     return ended
+
+
+def save_run(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int, steps_per_epoch: int,
+             elapsed_s: float, ended: dict | None = None) -> None:
+    """Checkpoint a run of train/main.py for :func:`resume` (collective: every rank sends its RNG state; rank 0
+    writes); ``elapsed_s``: the seconds the run has trained until now, over all its resumes; ``ended``: at the last
+    step, the :data:`ENDED` part of ``fit``'s result, so that a run resumed there (a benchmark cell killed while
+    testing) returns it again."""
+    rngs = dist.all_gather_object(rng_state())
+    if dist.is_main():
+        save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "scheduler": scheduler.state_dict(), "global_step": global_step,
+                         "steps_per_epoch": steps_per_epoch, "rng": rngs, "config": to_dict(cfg),
+                         "elapsed_s": elapsed_s, **({"ended": ended} if ended is not None else {})}, path)
+    dist.barrier()
 
 
 def resume(path: str, cfg: Config, model, optimizer, scheduler, steps_per_epoch: int, rank: int,

@@ -6,8 +6,8 @@ from that checkpoint if it was written by the same protocol (``protocol.txt`` in
 cell started afresh: train/provenance.py's fingerprint) under the same settings (the config without what only says
 how the run is kept); a resumed run equals an uninterrupted one (tests/test_checkpoint.py), so the cell's rows do
 too (tests/test_bench_continue.py). A cell killed while testing left its checkpoint at the last step, with the
-metrics its training ended with (train/main.py ``save``): it is tested again without training. Anything else (no
-checkpoint, another protocol or settings, a damaged file, a last-step checkpoint without those metrics, one
+metrics its training ended with (train/checkpoint.py ``save_run``): it is tested again without training. Anything
+else (no checkpoint, another protocol or settings, a damaged file, a last-step checkpoint without those metrics, one
 ``resume`` refuses) trains the cell anew. Checkpoints before the last step fall at epochs' ends only (a row's
 training metric covers a whole epoch), so a cell killed inside its first epoch has none to continue from.
 """

@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from models import build_model
 
 from . import dist
-from .checkpoint import (ENDED, CheckpointError, load_checkpoint, load_model_state, require, resume, rng_state,
-                         save_checkpoint, trim_log)
+from .checkpoint import (ENDED, CheckpointError, load_checkpoint, load_model_state, require, resume, save_run,
+                         trim_log)
 from .config import (DOMAINS, Config, ConfigError, check_data_name, from_dict, load_config, save_config, to_dict,
                      validate)
 from .engine import JsonlLogger, evaluate, summarize, train_one_epoch
@@ -246,8 +246,8 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg, total)
 
-    global_step, before, clock = 0, 0.0, time.monotonic()  # before: seconds the run spent until its checkpoint
-    ended = None  # what a run resumed at its last step had ended with (a cell killed while testing)
+    # before: seconds the run spent until its checkpoint; ended: what a run resumed at its last step had ended with
+    global_step, before, ended, clock = 0, 0.0, None, time.monotonic()
     if t.resume:
         global_step, before, ended = resume(t.resume, cfg, model, optimizer, scheduler, steps_per_epoch, rank, world)
         if global_step > total:  # before anything is written: the finished steps would be neither kept nor undone
@@ -283,8 +283,8 @@ def fit(cfg: Config, data: DataFactory | None = None) -> tuple[nn.Module, dict[s
         due = t.save_every_s > 0 and dist.any_rank(epoch_done and time.monotonic() - clock >= t.save_every_s, device)
         if global_step >= stop or (epoch_done and (epoch + 1) % t.save_every == 0) or due:  # every rank or none
             elapsed = before + time.monotonic() - clock
-            save(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch, elapsed,
-                 ended={k: result[k] for k in ENDED} if global_step == total else None)
+            save_run(out_dir / "checkpoint.pt", cfg, model, optimizer, scheduler, global_step, steps_per_epoch, elapsed,
+                     ended={k: result[k] for k in ENDED} if global_step == total else None)
             before, clock = elapsed, time.monotonic()
     log.close()
     return model, result
@@ -324,20 +324,6 @@ def check_out_dir(out_dir: Path, t) -> None:
         raise ConfigError(f"train.out_dir={str(out_dir)!r} already holds a run ({', '.join(found)}): continue it with "
                           f"train.resume={str(out_dir / 'checkpoint.pt')!r}, pick another train.out_dir, or replace it "
                           "with train.overwrite=true")
-
-
-def save(path: Path, cfg: Config, model, optimizer, scheduler, global_step: int, steps_per_epoch: int,
-         elapsed_s: float, ended: dict | None = None) -> None:
-    """Checkpoint the run (collective: every rank sends its RNG state; rank 0 writes); ``elapsed_s``: the seconds the
-    run has trained until now, over all its resumes; ``ended``: at the last step, the :data:`ENDED` part of
-    :func:`fit`'s result, so that a run resumed there (a benchmark cell killed while testing) returns it again."""
-    rngs = dist.all_gather_object(rng_state())
-    if dist.is_main():
-        save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "global_step": global_step,
-                         "steps_per_epoch": steps_per_epoch, "rng": rngs, "config": to_dict(cfg),
-                         "elapsed_s": elapsed_s, **({"ended": ended} if ended is not None else {})}, path)
-    dist.barrier()
 
 
 # -- evaluation of trained models (benchmark) -------------------------------------------------
